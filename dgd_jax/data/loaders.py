@@ -1,0 +1,195 @@
+"""One entry point for every dataset: ``load_dataset(name, ...)`` -> ``Dataset``.
+
+Names:
+  * ``fashion_mnist``, ``mnist``: dgd_jax's own TF-free TFDS builders (``builders.py``),
+    prepared once into the TFDS data dir from a manual directory of IDX files or by download.
+  * ``idx:<dir>``: the four standard IDX ``.gz`` files in ``<dir>`` (bring your own data).
+  * ``npz:<file>``: a NumPy archive with ``x_train, y_train, x_test, y_test``; images uint8
+    [N, H, W] or [N, H, W, C] in 0..255, labels integers in 0..K-1.
+  * any other TFDS catalog name (``svhn_cropped``, ``cifar10``, ...): stock TFDS, which
+    needs TensorFlow (``pip install 'dgd_jax[tf]'``).
+
+Images come out as float32 in [-1, 1] (x / 127.5 - 1) with a trailing channel axis,
+labels as int32.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+
+import numpy as np
+
+from dgd_jax.data import idx
+from dgd_jax.errors import DatasetError
+
+DEFAULT_MANUAL_DIRS = {"fashion_mnist": "/usr/share/datasets/fashion-mnist"}
+BUILT_IN = ("fashion_mnist", "mnist")
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+  """A labelled image dataset in memory: images float32 in [-1, 1], [N, H, W, C]."""
+
+  name: str
+  x_train: np.ndarray
+  y_train: np.ndarray
+  x_test: np.ndarray
+  y_test: np.ndarray
+  num_classes: int
+
+  @property
+  def image_shape(self) -> tuple[int, int, int]:
+    return tuple(self.x_train.shape[1:])
+
+
+def to_float(images: np.ndarray) -> np.ndarray:
+  """uint8 0..255 -> float32 in [-1, 1]."""
+  return images.astype(np.float32) / 127.5 - 1.0
+
+
+def _make(name: str, x_train, y_train, x_test, y_test, num_classes: int | None = None) -> Dataset:
+  """Validates raw uint8 arrays and converts them to a ``Dataset``."""
+  arrays = {"x_train": np.asarray(x_train), "y_train": np.asarray(y_train),
+            "x_test": np.asarray(x_test), "y_test": np.asarray(y_test)}
+  for split in ("train", "test"):
+    x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+    if x.ndim == 3:
+      x = arrays[f"x_{split}"] = x[..., None]
+    if x.ndim != 4:
+      raise DatasetError(f"{name}: x_{split} has shape {x.shape}; expected [N, H, W] or "
+                         "[N, H, W, C].")
+    if y.ndim != 1 or len(y) != len(x):
+      raise DatasetError(f"{name}: {len(x)} images but y_{split} has shape {y.shape}; need "
+                         "one integer label per image.")
+  if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
+    raise DatasetError(f"{name}: train images {arrays['x_train'].shape[1:]} and test images "
+                       f"{arrays['x_test'].shape[1:]} differ in shape.")
+  labels = np.concatenate([arrays["y_train"], arrays["y_test"]])
+  if labels.size and (labels.min() < 0 or not np.all(labels == np.round(labels))):
+    raise DatasetError(f"{name}: labels must be integers 0..K-1.")
+  k = num_classes or int(labels.max()) + 1
+  return Dataset(name, to_float(arrays["x_train"]), arrays["y_train"].astype(np.int32),
+                 to_float(arrays["x_test"]), arrays["y_test"].astype(np.int32), k)
+
+
+def _load_idx_dir(directory: str) -> Dataset:
+  if not os.path.isdir(directory):
+    raise DatasetError(f"idx:{directory}: no such directory. Point idx: at a folder holding "
+                       f"{', '.join(idx.FILES.values())}.")
+  missing = idx.missing_files(directory)
+  if missing:
+    raise DatasetError(f"idx:{directory} lacks {', '.join(missing)}; the folder needs the "
+                       f"four standard IDX files {', '.join(idx.FILES.values())}.")
+  p = {k: os.path.join(directory, n) for k, n in idx.FILES.items()}
+  x_train, y_train = idx.read_split(p["train_images"], p["train_labels"])
+  x_test, y_test = idx.read_split(p["test_images"], p["test_labels"])
+  return _make(f"idx:{directory}", x_train, y_train, x_test, y_test)
+
+
+def _load_npz(path: str) -> Dataset:
+  if not os.path.isfile(path):
+    raise DatasetError(f"npz:{path}: no such file. Save one with np.savez(path, x_train=..., "
+                       "y_train=..., x_test=..., y_test=...).")
+  with np.load(path) as f:
+    missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in f]
+    if missing:
+      raise DatasetError(f"npz:{path} lacks arrays {missing}; it needs x_train, y_train, "
+                         "x_test, y_test.")
+    arrays = {k: f[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+  for k in ("x_train", "x_test"):
+    a = arrays[k]
+    if a.dtype != np.uint8 and (a.min() < 0 or a.max() > 255):
+      raise DatasetError(f"npz:{path}: {k} values span [{a.min()}, {a.max()}]; store images "
+                         "as uint8 0..255.")
+  return _make(f"npz:{path}", **arrays)
+
+
+def _read_all(source) -> list:
+  """Every example of a TFDS data source, read in one batched call (3x faster than
+  indexing). tfds.testing.mock_data's source breaks ``__getitems__`` (it passes no self),
+  so that case falls back to indexing."""
+  try:
+    return source.__getitems__(range(len(source)))
+  except TypeError:
+    return [source[i] for i in range(len(source))]
+
+
+def _load_builtin(name: str, data_dir: str | None, manual_dir: str | None,
+                  download: bool) -> Dataset:
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  from dgd_jax.data import builders  # pylint: disable=g-import-not-at-top
+
+  cls = {"mnist": builders.DgdMnist, "fashion_mnist": builders.DgdFashionMnist}[name]
+  builder = cls(data_dir=data_dir, file_format="array_record")
+  if not builder.is_prepared():
+    manual_dir = manual_dir or DEFAULT_MANUAL_DIRS.get(name)
+    have_manual = bool(manual_dir) and os.path.isdir(manual_dir) and not idx.missing_files(
+        manual_dir)
+    if manual_dir and os.path.isdir(manual_dir) and not have_manual:
+      raise DatasetError(f"{name}: manual directory {manual_dir} lacks "
+                         f"{', '.join(idx.missing_files(manual_dir))}. "
+                         + cls.MANUAL_DOWNLOAD_INSTRUCTIONS)
+    if not have_manual and not download:
+      raise DatasetError(
+          f"{name} is not prepared in {builder.data_dir} and no IDX files were found"
+          f"{' in ' + manual_dir if manual_dir else ''}. "
+          + cls.MANUAL_DOWNLOAD_INSTRUCTIONS
+          + " Then pass --config.manual_dir=<dir>, or set --config.download=True online.")
+    config = tfds.download.DownloadConfig(manual_dir=manual_dir if have_manual else None)
+    try:
+      builder.download_and_prepare(download_config=config)
+    except idx.IdxError as e:
+      raise DatasetError(f"{name}: {e}") from e
+    except Exception as e:  # network errors come in many types
+      if have_manual:
+        raise
+      raise DatasetError(
+          f"{name}: download failed ({type(e).__name__}: {e}). Offline, "
+          + cls.MANUAL_DOWNLOAD_INSTRUCTIONS + " Then pass --config.manual_dir=<dir>.") from e
+  splits = {}
+  for split in ("train", "test"):
+    examples = _read_all(builder.as_data_source(split=split))
+    splits[split] = (np.stack([e["image"] for e in examples]),
+                     np.array([e["label"] for e in examples]))
+  return _make(name, *splits["train"], *splits["test"],
+               num_classes=builder.info.features["label"].num_classes)
+
+
+def _load_stock_tfds(name: str, data_dir: str | None) -> Dataset:
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+  if name not in tfds.list_builders(with_community_datasets=False):
+    raise DatasetError(
+        f"Unknown dataset {name!r}. Known: {', '.join(BUILT_IN)} (built in, no TensorFlow), "
+        "idx:<dir>, npz:<file>, or a TFDS catalog name such as svhn_cropped or cifar10.")
+  if importlib.util.find_spec("tensorflow") is None:
+    raise DatasetError(
+        f"{name} is a stock TFDS dataset, which needs TensorFlow: pip install 'dgd_jax[tf]' "
+        "(or use fashion_mnist, mnist, idx:<dir>, npz:<file>, which do not).")
+  builder = tfds.builder(name, data_dir=data_dir)
+  builder.download_and_prepare()
+  arrays = {}
+  for split in ("train", "test"):
+    x, y = tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1, as_supervised=True))
+    arrays[f"x_{split}"], arrays[f"y_{split}"] = x, y
+  return _make(name, num_classes=builder.info.features["label"].num_classes, **arrays)
+
+
+def load_dataset(name: str, *, data_dir: str | None = None, manual_dir: str | None = None,
+                 download: bool = True) -> Dataset:
+  """Loads a dataset by name (see the module docstring) into memory.
+
+  Args:
+    name: ``fashion_mnist``, ``mnist``, ``idx:<dir>``, ``npz:<file>`` or a TFDS name.
+    data_dir: the TFDS data dir (None: TFDS's default, ``~/tensorflow_datasets``).
+    manual_dir: where the IDX files of a built-in dataset lie (None: the dataset's default).
+    download: whether a built-in dataset may be downloaded when no manual files exist.
+  """
+  if name.startswith("idx:"):
+    return _load_idx_dir(os.path.expanduser(name[4:]))
+  if name.startswith("npz:"):
+    return _load_npz(os.path.expanduser(name[4:]))
+  if name in BUILT_IN:
+    return _load_builtin(name, data_dir or None, manual_dir or None, download)
+  return _load_stock_tfds(name, data_dir or None)

@@ -1,0 +1,18 @@
+"""Errors caused by the user's input. Each message names the cause and the fix; the command
+line prints it without a traceback."""
+
+
+class UserInputError(ValueError):
+  """Bad input: a config value, a dataset, a workdir."""
+
+
+class ConfigError(UserInputError):
+  """A config value no stage can use."""
+
+
+class DatasetError(UserInputError):
+  """A dataset that cannot be found or read."""
+
+
+class WorkdirConflictError(UserInputError):
+  """The workdir holds artefacts of another config."""

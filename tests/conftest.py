@@ -1,0 +1,54 @@
+"""Shared fixtures: real Fashion-MNIST (Debian package) prepared once, tiny generated data."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from dgd_jax.data import idx, load_dataset
+
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+@pytest.fixture(scope="session")
+def fashion_mnist(tmp_path_factory):
+  """The real Fashion-MNIST, prepared through the TFDS builder into a fresh data dir."""
+  assert not idx.missing_files(FASHION_MNIST_DIR), (
+      f"Fashion-MNIST IDX files missing from {FASHION_MNIST_DIR}: "
+      "apt-get install dataset-fashion-mnist (.ci/run does this).")
+  data_dir = tmp_path_factory.mktemp("tfds")
+  return load_dataset("fashion_mnist", data_dir=str(data_dir), download=False)
+
+
+def make_images(rng, n: int, shape=(28, 28), num_classes: int = 10):
+  """Class-dependent synthetic uint8 images (a bright square whose position is the label),
+  so that a classifier can learn them."""
+  labels = rng.integers(0, num_classes, n).astype(np.uint8)
+  images = rng.integers(0, 40, (n,) + shape).astype(np.uint8)
+  for i, label in enumerate(labels):
+    r, c = divmod(int(label), 4)
+    images[i, 2 + 6 * r:6 + 6 * r, 2 + 6 * c:6 + 6 * c] = 255
+  return images, labels
+
+
+@pytest.fixture
+def idx_dir(tmp_path):
+  """A folder with the four standard IDX files: 64 train and 32 test images."""
+  rng = np.random.default_rng(0)
+  for split, n in (("train", 64), ("test", 32)):
+    images, labels = make_images(rng, n)
+    idx.write_idx(os.path.join(tmp_path, idx.FILES[f"{split}_images"]), images)
+    idx.write_idx(os.path.join(tmp_path, idx.FILES[f"{split}_labels"]), labels)
+  return str(tmp_path)
+
+
+@pytest.fixture
+def npz_file(tmp_path):
+  """An npz dataset of learnable synthetic images: 512 train and 128 test."""
+  rng = np.random.default_rng(1)
+  x_train, y_train = make_images(rng, 512)
+  x_test, y_test = make_images(rng, 128)
+  path = os.path.join(tmp_path, "data.npz")
+  np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+  return path

@@ -1,0 +1,165 @@
+"""Data layer: real Fashion-MNIST, mock MNIST, idx:/npz:, bad inputs, teacher partitions."""
+from __future__ import annotations
+
+import gzip
+import os
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from dgd_jax.data import DatasetError, idx, load_dataset, teacher_partitions
+from dgd_jax.errors import ConfigError
+
+
+def test_fashion_mnist_real(fashion_mnist):
+  d = fashion_mnist
+  assert d.x_train.shape == (60000, 28, 28, 1) and d.x_test.shape == (10000, 28, 28, 1)
+  assert d.x_train.dtype == np.float32 and d.y_train.dtype == np.int32
+  assert d.x_train.min() == -1.0 and d.x_train.max() == 1.0
+  assert d.num_classes == 10
+  # IDX order is kept: the first training labels of Fashion-MNIST are 9 0 0 3 0 2 7 2 5 5.
+  np.testing.assert_array_equal(d.y_train[:10], [9, 0, 0, 3, 0, 2, 7, 2, 5, 5])
+  np.testing.assert_array_equal(np.bincount(d.y_train), [6000] * 10)
+  np.testing.assert_array_equal(np.bincount(d.y_test), [1000] * 10)
+
+
+def test_fashion_mnist_prepared_once_then_reused(fashion_mnist, tmp_path):
+  # A data dir that is already prepared is read without the manual files.
+  data_dir = tmp_path / "tfds"
+  first = load_dataset("fashion_mnist", data_dir=str(data_dir), download=False)
+  again = load_dataset("fashion_mnist", data_dir=str(data_dir),
+                       manual_dir=str(tmp_path / "nowhere"), download=False)
+  np.testing.assert_array_equal(first.y_test, again.y_test)
+  np.testing.assert_array_equal(first.y_test, fashion_mnist.y_test)
+
+
+def test_mnist_under_mock_data(tmp_path):
+  with tfds.testing.mock_data(num_examples=20):
+    d = load_dataset("mnist", data_dir=str(tmp_path))
+  assert d.x_train.shape == (20, 28, 28, 1) and d.x_test.shape == (20, 28, 28, 1)
+  assert d.num_classes == 10
+  assert -1.0 <= d.x_train.min() <= d.x_train.max() <= 1.0
+  assert set(np.unique(d.y_train)) <= set(range(10))
+
+
+def test_idx_dir(idx_dir):
+  d = load_dataset(f"idx:{idx_dir}")
+  assert d.x_train.shape == (64, 28, 28, 1) and d.x_test.shape == (32, 28, 28, 1)
+  raw, labels = idx.read_split(os.path.join(idx_dir, idx.FILES["train_images"]),
+                               os.path.join(idx_dir, idx.FILES["train_labels"]))
+  np.testing.assert_allclose(d.x_train, raw / 127.5 - 1.0, atol=1e-6)
+  np.testing.assert_array_equal(d.y_train, labels)
+
+
+def test_npz_file(npz_file):
+  d = load_dataset(f"npz:{npz_file}")
+  assert d.x_train.shape == (512, 28, 28, 1) and d.y_test.shape == (128,)
+  assert d.x_train.dtype == np.float32 and d.y_train.dtype == np.int32
+  assert d.num_classes == 10
+
+
+@pytest.mark.parametrize("name, message", [
+    ("idx:/no/such/dir", "no such directory"),
+    ("npz:/no/such/file.npz", "no such file"),
+    ("no_such_dataset_xyz", "Unknown dataset 'no_such_dataset_xyz'. Known: fashion_mnist, mnist"),
+])
+def test_missing_or_unknown(name, message):
+  with pytest.raises(DatasetError, match=message):
+    load_dataset(name)
+
+
+def test_idx_dir_missing_files(idx_dir):
+  os.remove(os.path.join(idx_dir, idx.FILES["test_labels"]))
+  with pytest.raises(DatasetError, match="lacks t10k-labels-idx1-ubyte.gz"):
+    load_dataset(f"idx:{idx_dir}")
+
+
+def test_idx_wrong_magic(idx_dir):
+  # Swap images and labels: each file now has the other's magic number.
+  images = os.path.join(idx_dir, idx.FILES["train_images"])
+  labels = os.path.join(idx_dir, idx.FILES["train_labels"])
+  os.rename(images, images + ".x")
+  os.rename(labels, images)
+  os.rename(images + ".x", labels)
+  with pytest.raises(idx.IdxError, match="magic number 2049, expected 2051"):
+    load_dataset(f"idx:{idx_dir}")
+
+
+def test_idx_truncated(idx_dir):
+  path = os.path.join(idx_dir, idx.FILES["train_images"])
+  with gzip.open(path) as f:
+    raw = f.read()
+  with gzip.open(path, "wb") as f:
+    f.write(raw[:-100])
+  with pytest.raises(idx.IdxError, match="truncated"):
+    load_dataset(f"idx:{idx_dir}")
+
+
+def test_idx_not_gzip(idx_dir):
+  with open(os.path.join(idx_dir, idx.FILES["test_images"]), "wb") as f:
+    f.write(b"not a gzip file at all")
+  with pytest.raises(idx.IdxError, match="not a readable"):
+    load_dataset(f"idx:{idx_dir}")
+
+
+def test_idx_count_mismatch(idx_dir):
+  idx.write_idx(os.path.join(idx_dir, idx.FILES["test_labels"]), np.zeros(31, np.uint8))
+  with pytest.raises(idx.IdxError, match="holds 32 images but .* holds 31 labels"):
+    load_dataset(f"idx:{idx_dir}")
+
+
+def test_npz_missing_arrays_and_count_mismatch(tmp_path):
+  path = str(tmp_path / "bad.npz")
+  np.savez(path, x_train=np.zeros((4, 28, 28), np.uint8), y_train=np.zeros(4))
+  with pytest.raises(DatasetError, match=r"lacks arrays \['x_test', 'y_test'\]"):
+    load_dataset(f"npz:{path}")
+  np.savez(path, x_train=np.zeros((4, 28, 28), np.uint8), y_train=np.zeros(3),
+           x_test=np.zeros((2, 28, 28), np.uint8), y_test=np.zeros(2))
+  with pytest.raises(DatasetError, match="4 images but y_train has shape"):
+    load_dataset(f"npz:{path}")
+
+
+def test_builtin_manual_dir_without_files(tmp_path):
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  (empty / "README").write_text("not IDX")
+  with pytest.raises(DatasetError, match="apt-get install dataset-fashion-mnist"):
+    load_dataset("fashion_mnist", data_dir=str(tmp_path / "tfds"), manual_dir=str(empty))
+
+
+def test_builtin_offline_without_files(tmp_path):
+  with pytest.raises(DatasetError, match="not prepared .* --config.manual_dir"):
+    load_dataset("mnist", data_dir=str(tmp_path / "tfds"), download=False)
+
+
+def test_stock_tfds_needs_tensorflow():
+  import importlib.util
+  if importlib.util.find_spec("tensorflow") is not None:
+    pytest.fail("This test checks the message shown without TensorFlow; run it in the "
+                "test environment, which does not install the [tf] extra.")
+  with pytest.raises(DatasetError, match=r"needs TensorFlow: pip install 'dgd_jax\[tf\]'"):
+    load_dataset("svhn_cropped")
+
+
+def test_partitions_disjoint_equal_deterministic():
+  x = np.arange(1003)[:, None].astype(np.float32)  # each example's value is its index
+  y = np.arange(1003) % 10
+  xp, yp, dropped = teacher_partitions(x, y, 10, seed=0)
+  assert xp.shape == (10, 100, 1) and yp.shape == (10, 100) and dropped == 3
+  ids = xp[..., 0].astype(int)
+  assert len(np.unique(ids)) == 1000  # disjoint
+  np.testing.assert_array_equal(yp, ids % 10)  # labels travel with their images
+  again, _, _ = teacher_partitions(x, y, 10, seed=0)
+  np.testing.assert_array_equal(again, xp)
+  other, _, _ = teacher_partitions(x, y, 10, seed=1)
+  assert not np.array_equal(other, xp)
+  assert not np.array_equal(ids[0], np.arange(100))  # shuffled, not contiguous slices
+
+
+def test_partitions_bad_counts():
+  x, y = np.zeros((5, 1)), np.zeros(5)
+  with pytest.raises(ConfigError, match="more than the 5 training examples"):
+    teacher_partitions(x, y, 6, seed=0)
+  with pytest.raises(ConfigError, match="at least 1"):
+    teacher_partitions(x, y, 0, seed=0)
