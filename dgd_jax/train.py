@@ -1,0 +1,138 @@
+"""Pure classifier training: state, one jitted train step, evaluation, a resumable loop.
+
+Used by the baseline stage and (lifted with ``jax.vmap``) by the teacher ensemble.
+Minibatches are drawn inside the step, uniformly with replacement, from the whole training
+array held on the device, so the step needs only (state, data, key).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from flax.training import train_state
+
+from dgd_jax import progress as progress_lib
+
+TrainState = train_state.TrainState
+
+
+@dataclasses.dataclass(frozen=True)
+class FitConfig:
+  """Hyperparameters of one classifier training run (DGD Section IV-A: Adam, batch 128,
+  learning rate decaying linearly to ``end_learning_rate``)."""
+
+  num_steps: int
+  batch_size: int = 128
+  learning_rate: float = 1e-3
+  end_learning_rate: float = 0.0
+  checkpoint_every: int = 500
+  log_every: int = 100
+  eval_batch_size: int = 1000
+
+
+def optimizer(cfg: FitConfig) -> optax.GradientTransformation:
+  """Adam with a linear learning-rate decay from ``learning_rate`` to ``end_learning_rate``."""
+  return optax.adam(optax.linear_schedule(cfg.learning_rate, cfg.end_learning_rate,
+                                          cfg.num_steps))
+
+
+def create_train_state(model: nn.Module, tx: optax.GradientTransformation, key: jax.Array,
+                       image_shape: tuple[int, ...]) -> TrainState:
+  params = model.init(key, jnp.zeros((1,) + tuple(image_shape), jnp.float32))
+  return TrainState.create(apply_fn=model.apply, params=params, tx=tx)
+
+
+def cross_entropy(logits: jnp.ndarray, labels: jnp.ndarray) -> jnp.ndarray:
+  """Mean softmax cross-entropy with integer labels."""
+  return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+def sample_batch(key: jax.Array, x: jnp.ndarray, y: jnp.ndarray, batch_size: int):
+  """A minibatch drawn uniformly with replacement."""
+  idx = jax.random.randint(key, (batch_size,), 0, x.shape[0])
+  return x[idx], y[idx]
+
+
+def train_step(state: TrainState, x: jnp.ndarray, y: jnp.ndarray, key: jax.Array,
+               batch_size: int) -> tuple[TrainState, dict[str, jnp.ndarray]]:
+  """One Adam step on a minibatch sampled from (x, y) with ``key``. Pure; jit it."""
+  xb, yb = sample_batch(key, x, y, batch_size)
+
+  def loss_fn(params):
+    logits = state.apply_fn(params, xb)
+    return cross_entropy(logits, yb), logits
+
+  (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  accuracy = jnp.mean(jnp.argmax(logits, -1) == yb)
+  return state.apply_gradients(grads=grads), {"loss": loss, "accuracy": accuracy}
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _predict(apply_fn: Callable, params: Any, x: jnp.ndarray) -> jnp.ndarray:
+  return jnp.argmax(apply_fn(params, x), -1)
+
+
+def predict(apply_fn: Callable, params: Any, x: np.ndarray, batch_size: int = 1000
+            ) -> np.ndarray:
+  """Predicted labels for ``x`` in fixed-size chunks (the last one padded: one trace)."""
+  n = len(x)
+  batch_size = min(batch_size, max(n, 1))
+  pad = -n % batch_size
+  xp = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]) if pad else x
+  out = [np.asarray(_predict(apply_fn, params, xp[i:i + batch_size]))
+         for i in range(0, len(xp), batch_size)]
+  return np.concatenate(out)[:n] if out else np.zeros((0,), np.int32)
+
+
+def accuracy(apply_fn: Callable, params: Any, x: np.ndarray, y: np.ndarray,
+             batch_size: int = 1000) -> float:
+  """Fraction of ``x`` classified as ``y``."""
+  return float(np.mean(predict(apply_fn, params, x, batch_size) == y))
+
+
+class NonFiniteLossError(FloatingPointError):
+  pass
+
+
+def fit(state: TrainState, x: np.ndarray, y: np.ndarray, key: jax.Array, cfg: FitConfig,
+        checkpoint_dir: str, name: str, log: Callable[[dict], None] = lambda m: None
+        ) -> TrainState:
+  """Runs ``cfg.num_steps`` train steps, resuming from the latest Orbax checkpoint in
+  ``checkpoint_dir``. Step s uses ``fold_in(key, s)``, so a resumed run draws the same
+  minibatches as an uninterrupted one."""
+  options = ocp.CheckpointManagerOptions(max_to_keep=1, create=True,
+                                         enable_async_checkpointing=False)
+  with ocp.CheckpointManager(checkpoint_dir, options=options) as manager:
+    start = manager.latest_step()
+    if start is not None:
+      restored = manager.restore(start, args=ocp.args.StandardRestore(
+          {"params": state.params, "opt_state": state.opt_state}))
+      state = state.replace(step=start, **restored)
+    start = start or 0
+    step_fn = jax.jit(functools.partial(train_step, batch_size=cfg.batch_size),
+                      donate_argnums=0)
+    x_dev, y_dev = jnp.asarray(x), jnp.asarray(y)
+    bar = progress_lib.Progress(name, cfg.num_steps, start=start,
+                                examples_per_step=cfg.batch_size)
+    for step in range(start, cfg.num_steps):
+      state, metrics = step_fn(state, x_dev, y_dev, jax.random.fold_in(key, step))
+      done = step + 1
+      if done % cfg.log_every == 0 or done == cfg.num_steps:
+        metrics = {k: float(v) for k, v in metrics.items()}
+        if not np.isfinite(metrics["loss"]):
+          raise NonFiniteLossError(f"{name}: loss is {metrics['loss']} at step {done}; "
+                                   "lower the learning rate.")
+        bar.update(done, metrics)
+        log({"step": done, **metrics})
+      if done % cfg.checkpoint_every == 0 or done == cfg.num_steps:
+        manager.save(done, args=ocp.args.StandardSave(
+            {"params": state.params, "opt_state": state.opt_state}))
+    manager.wait_until_finished()
+  return state

@@ -1,0 +1,55 @@
+"""The paper classifier: im2col convolution equals lax.conv, shapes, parameter counts."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dgd_jax.models.classifier import Classifier, Conv3x3, max_pool_2x2
+
+
+def num_params(params) -> int:
+  return sum(x.size for x in jax.tree.leaves(params))
+
+
+def test_conv3x3_equals_lax_conv():
+  x = jax.random.normal(jax.random.key(0), (2, 7, 5, 3))
+  conv = Conv3x3(4)
+  params = conv.init(jax.random.key(1), x)
+  p = params["params"]
+  expected = jax.lax.conv_general_dilated(
+      x, p["kernel"], (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) + p["bias"]
+  np.testing.assert_allclose(conv.apply(params, x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_max_pool_2x2():
+  x = jnp.arange(2 * 5 * 4 * 1, dtype=jnp.float32).reshape(2, 5, 4, 1)
+  out = max_pool_2x2(x)
+  assert out.shape == (2, 2, 2, 1)
+  expected = jax.lax.reduce_window(x[:, :4], -jnp.inf, jax.lax.max, (1, 2, 2, 1),
+                                   (1, 2, 2, 1), "VALID")
+  np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("image_shape, hidden, width, expected_params", [
+    # conv1 3*3*1*64+64, conv2 3*3*64*128+128, head 7*7*128*10+10
+    ((28, 28, 1), (), 1.0, 640 + 73856 + 62730),
+    # width 0.25: 16 and 32 channels
+    ((28, 28, 1), (), 0.25, (9 * 16 + 16) + (9 * 16 * 32 + 32) + (7 * 7 * 32 * 10 + 10)),
+    # SVHN variant: FC 384 and 192 after 8*8*128 features
+    ((32, 32, 3), (384, 192), 1.0,
+     (9 * 3 * 64 + 64) + 73856 + (8 * 8 * 128 * 384 + 384) + (384 * 192 + 192) + 1930),
+])
+def test_classifier_shapes_and_params(image_shape, hidden, width, expected_params):
+  model = Classifier(num_classes=10, width=width, hidden=hidden)
+  x = jnp.zeros((3,) + image_shape)
+  params = model.init(jax.random.key(0), x)
+  assert num_params(params) == expected_params
+  logits, features = model.apply(params, x, with_features=True)
+  assert logits.shape == (3, 10)
+  c2 = round(128 * width)
+  side = image_shape[0] // 4
+  assert features.shape == (3, hidden[-1] if hidden else side * side * c2)
+  np.testing.assert_allclose(model.apply(params, x), logits)
+  np.testing.assert_allclose(model.apply(params, x, method=Classifier.backbone), features)
