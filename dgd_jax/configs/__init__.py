@@ -1,0 +1,1 @@
+"""Config files: each defines ``get_config(arg)``; ``arg`` is '<dataset>[,<preset>...]'."""

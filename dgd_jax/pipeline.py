@@ -1,0 +1,111 @@
+"""Runs a method's stages in a workdir, reusing finished stages, and writes the report.
+
+A method is a sequence of stage names; each stage is a pure-ish function of the config
+slice it declares (``CONFIG_KEYS``), the dataset and a key derived from ``config.seed``.
+Its outputs are cached under ``<workdir>/<stage>/`` and reused by any later run whose slice
+matches; a mismatching slice is refused before anything is written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import zlib
+from typing import Callable
+
+import jax
+import ml_collections
+from absl import logging
+
+from dgd_jax import report as report_lib
+from dgd_jax.data import Dataset, load_dataset
+from dgd_jax.errors import ConfigError
+from dgd_jax.stages import baseline
+from dgd_jax.workdir import Stage, Workdir
+
+
+@dataclasses.dataclass(frozen=True)
+class StageSpec:
+  config_keys: tuple[str, ...]
+  run: Callable[["Context"], dict]
+
+
+STAGES: dict[str, StageSpec] = {
+    "baseline": StageSpec(baseline.CONFIG_KEYS, baseline.run),
+}
+METHODS: dict[str, tuple[str, ...]] = {
+    "baseline": ("baseline",),
+}
+
+
+@dataclasses.dataclass
+class Context:
+  """What a stage gets: the config, its folder, the data (loaded on first use), keys."""
+
+  config: ml_collections.ConfigDict
+  workdir: Workdir
+  stage: Stage
+
+  @functools.cached_property
+  def dataset(self) -> Dataset:
+    return _load(self.config)
+
+  def key(self, purpose: str) -> jax.Array:
+    """A key for one purpose, derived from the root key ``config.seed`` by ``fold_in``."""
+    return jax.random.fold_in(jax.random.key(self.config.seed),
+                              zlib.crc32(purpose.encode()) & 0x7FFFFFFF)
+
+  def log(self, metrics: dict) -> None:
+    self.workdir.log_metrics(self.stage.name, metrics)
+
+
+_DATASET_CACHE: dict[tuple, Dataset] = {}
+
+
+def _load(config) -> Dataset:
+  key = (config.dataset, config.data_dir, config.manual_dir, config.download)
+  if key not in _DATASET_CACHE:
+    _DATASET_CACHE.clear()  # keep at most one dataset in memory
+    _DATASET_CACHE[key] = load_dataset(config.dataset, data_dir=config.data_dir or None,
+                                       manual_dir=config.manual_dir or None,
+                                       download=config.download)
+  return _DATASET_CACHE[key]
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """Raises ConfigError naming the field and the fix for values no stage can use."""
+  if config.method not in METHODS:
+    raise ConfigError(f"config.method={config.method!r}; known methods: {sorted(METHODS)}.")
+  if not config.model.width > 0:
+    raise ConfigError(f"config.model.width={config.model.width}; it must be > 0.")
+  for name in ("num_steps", "batch_size"):
+    if config.baseline[name] < 1:
+      raise ConfigError(f"config.baseline.{name}={config.baseline[name]}; it must be >= 1.")
+  if not config.baseline.learning_rate > 0:
+    raise ConfigError(f"config.baseline.learning_rate={config.baseline.learning_rate}; "
+                     "it must be > 0.")
+
+
+def run(config: ml_collections.ConfigDict, workdir: str,
+        stages: tuple[str, ...] | None = None) -> dict:
+  """Runs ``stages`` (default: all of ``config.method``) and returns the report dict."""
+  check_config(config)
+  names = tuple(stages) if stages else METHODS[config.method]
+  unknown = [n for n in names if n not in STAGES]
+  if unknown:
+    raise ConfigError(f"Unknown stages {unknown}; this method has {list(METHODS[config.method])}.")
+  wd = Workdir(workdir)
+  planned = [wd.stage(n, config, STAGES[n].config_keys) for n in names]
+  for stage in planned:  # refuse conflicts before writing anything
+    stage.check()
+  wd.record_config(config)
+  results = {}
+  for stage in planned:
+    if stage.done():
+      logging.info("%s: reusing the finished stage in %s", stage.name, stage.path)
+    else:
+      stage.begin()
+      stage.finish(STAGES[stage.name].run(Context(config, wd, stage)))
+    results[stage.name] = stage.result()
+  report = report_lib.build(config, results)
+  report_lib.write(wd.path, report)
+  return report

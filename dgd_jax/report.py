@@ -1,0 +1,43 @@
+"""report.json and report.md: what a run produced, with accuracies as fractions in [0, 1]."""
+from __future__ import annotations
+
+import os
+
+from dgd_jax.workdir import plain, write_json
+
+# What each method's epsilon covers. The baseline is trained on the private data without
+# noise and so has no differential-privacy guarantee.
+PRIVACY_NOTES = {
+    "baseline": "Trained on the private training set without noise: no differential-privacy "
+                "guarantee (epsilon = infinity). Do not release it as a private model.",
+}
+
+
+def build(config, results: dict) -> dict:
+  headline = results.get(config.method, {})
+  return {
+      "method": config.method,
+      "dataset": config.dataset,
+      "preset": config.preset,
+      "test_accuracy": headline.get("test_accuracy"),
+      "privacy": {"epsilon": None if config.method == "baseline" else "see ledger",
+                  "note": PRIVACY_NOTES.get(config.method, "")},
+      "stages": results,
+      "config": plain(config),
+  }
+
+
+def write(workdir: str, report: dict) -> None:
+  write_json(os.path.join(workdir, "report.json"), report)
+  lines = [f"# dgd_jax report: {report['method']} on {report['dataset']} "
+           f"({report['preset']} preset)", ""]
+  if report["test_accuracy"] is not None:
+    lines += [f"**Test accuracy: {100 * report['test_accuracy']:.2f}%**", ""]
+  lines += ["## Privacy", "", report["privacy"]["note"], "", "## Stages", "",
+            "| stage | result |", "|---|---|"]
+  for name, result in report["stages"].items():
+    shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in result.items())
+    lines.append(f"| {name} | {shown} |")
+  with open(os.path.join(workdir, "report.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")

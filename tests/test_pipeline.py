@@ -1,0 +1,111 @@
+"""The command line and the workdir: report, reuse of finished stages, refusal of another
+config's workdir, clear errors without tracebacks."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dgd_jax import pipeline
+from dgd_jax.configs import baseline as baseline_config
+from dgd_jax.errors import ConfigError, WorkdirConflictError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--config.baseline.num_steps=40", "--config.baseline.batch_size=32",
+        "--config.log_every=20", "--config.checkpoint_every=20"]
+
+
+def tiny_config(npz_file):
+  config = baseline_config.get_config(f"npz:{npz_file},cpu")
+  config.baseline.num_steps = 40
+  config.baseline.batch_size = 32
+  config.log_every = 20
+  return config
+
+
+def test_get_config_presets():
+  paper = baseline_config.get_config("fashion_mnist")
+  cpu = baseline_config.get_config("fashion_mnist,cpu")
+  assert paper.dataset == cpu.dataset == "fashion_mnist"
+  assert paper.model.width == 1.0 and cpu.model.width < 1.0
+  assert cpu.baseline.num_steps < paper.baseline.num_steps
+  assert baseline_config.get_config("svhn_cropped").model.hidden == (384, 192)
+  with pytest.raises(ConfigError, match="several datasets"):
+    baseline_config.get_config("mnist,fashion_mnist")
+
+
+def test_run_reuse_and_conflict(npz_file, tmp_path):
+  workdir = str(tmp_path / "w")
+  report = pipeline.run(tiny_config(npz_file), workdir)
+  assert 0.0 <= report["test_accuracy"] <= 1.0
+  assert report["test_accuracy"] > 0.3  # the synthetic classes are easy; chance is 0.1
+  with open(os.path.join(workdir, "report.json")) as f:
+    assert json.load(f)["test_accuracy"] == report["test_accuracy"]
+  for name in ("config.json", "metrics.jsonl", "report.md", "baseline/stage.json",
+               "baseline/result.json"):
+    assert os.path.exists(os.path.join(workdir, name)), name
+  assert os.listdir(os.path.join(workdir, "baseline", "checkpoints"))
+
+  def snapshot():
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      metrics = f.read()
+    with open(os.path.join(workdir, "baseline", "result.json")) as f:
+      return metrics, f.read()
+
+  before = snapshot()
+  again = pipeline.run(tiny_config(npz_file), workdir)  # reuses: no new training
+  assert again["test_accuracy"] == report["test_accuracy"]
+  assert snapshot() == before
+
+  other = tiny_config(npz_file)
+  other.model.width = 0.5
+  with pytest.raises(WorkdirConflictError, match=r"model.width: 0.5 here, 0.25 in the workdir"):
+    pipeline.run(other, workdir)
+  assert snapshot() == before  # nothing lost or overwritten
+
+
+def test_bad_config_values(npz_file, tmp_path):
+  with pytest.raises(ConfigError, match="learning_rate=0.0"):
+    config = tiny_config(npz_file)
+    config.baseline.learning_rate = 0.0
+    pipeline.run(config, str(tmp_path / "w"))
+  with pytest.raises(ConfigError, match="Unknown stages"):
+    pipeline.run(tiny_config(npz_file), str(tmp_path / "w"), stages=("teachers_xyz",))
+  assert not os.path.exists(tmp_path / "w")  # refused before writing anything
+
+
+def test_foreign_directory_refused(npz_file, tmp_path):
+  workdir = tmp_path / "w"
+  (workdir / "baseline").mkdir(parents=True)
+  (workdir / "baseline" / "notes.txt").write_text("mine")
+  with pytest.raises(WorkdirConflictError, match="has no stage.json"):
+    pipeline.run(tiny_config(npz_file), str(workdir))
+  assert (workdir / "baseline" / "notes.txt").read_text() == "mine"
+
+
+def run_cli(*args):
+  return subprocess.run([sys.executable, "-m", "dgd_jax.main", *args], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_cli_end_to_end(npz_file, tmp_path):
+  workdir = str(tmp_path / "cli")
+  config = f"--config=dgd_jax/configs/baseline.py:npz:{npz_file},cpu"
+  done = run_cli(config, f"--workdir={workdir}", *TINY)
+  assert done.returncode == 0, done.stderr[-3000:]
+  summary = json.loads(done.stdout.strip().splitlines()[-1])
+  assert summary["method"] == "baseline" and 0 <= summary["test_accuracy"] <= 1
+  assert "ETA" in done.stderr  # progress lines with rate and ETA
+
+  refused = run_cli(config, f"--workdir={workdir}", *TINY, "--config.seed=7")
+  assert refused.returncode != 0
+  assert "error:" in refused.stderr and "seed: 7 here, 0 in the workdir" in refused.stderr
+  assert "Traceback" not in refused.stderr
+
+  missing = run_cli("--config=dgd_jax/configs/baseline.py:idx:/no/such/dir,cpu",
+                    f"--workdir={tmp_path / 'm'}", *TINY)
+  assert missing.returncode != 0 and "no such directory" in missing.stderr
+  assert "Traceback" not in missing.stderr
