@@ -1,0 +1,4 @@
+"""Models (flax linen): the paper classifier, the DAFL generator, the convolutional VAE."""
+from dgd_jax.models.classifier import Classifier
+from dgd_jax.models.generator import Generator
+from dgd_jax.models.vae import VAE
