@@ -44,10 +44,11 @@ class Context:
   config: ml_collections.ConfigDict
   workdir: Workdir
   stage: Stage
+  load_dataset: Callable[[], Dataset]
 
-  @functools.cached_property
+  @property
   def dataset(self) -> Dataset:
-    return _load(self.config)
+    return self.load_dataset()
 
   def key(self, purpose: str) -> jax.Array:
     """A key for one purpose, derived from the root key ``config.seed`` by ``fold_in``."""
@@ -56,19 +57,6 @@ class Context:
 
   def log(self, metrics: dict) -> None:
     self.workdir.log_metrics(self.stage.name, metrics)
-
-
-_DATASET_CACHE: dict[tuple, Dataset] = {}
-
-
-def _load(config) -> Dataset:
-  key = (config.dataset, config.data_dir, config.manual_dir, config.download)
-  if key not in _DATASET_CACHE:
-    _DATASET_CACHE.clear()  # keep at most one dataset in memory
-    _DATASET_CACHE[key] = load_dataset(config.dataset, data_dir=config.data_dir or None,
-                                       manual_dir=config.manual_dir or None,
-                                       download=config.download)
-  return _DATASET_CACHE[key]
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
@@ -98,13 +86,16 @@ def run(config: ml_collections.ConfigDict, workdir: str,
   for stage in planned:  # refuse conflicts before writing anything
     stage.check()
   wd.record_config(config)
+  dataset = functools.cache(lambda: load_dataset(  # loaded once, by the first stage that runs
+      config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None,
+      download=config.download))
   results = {}
   for stage in planned:
     if stage.done():
       logging.info("%s: reusing the finished stage in %s", stage.name, stage.path)
     else:
       stage.begin()
-      stage.finish(STAGES[stage.name].run(Context(config, wd, stage)))
+      stage.finish(STAGES[stage.name].run(Context(config, wd, stage, dataset)))
     results[stage.name] = stage.result()
   report = report_lib.build(config, results)
   report_lib.write(wd.path, report)

@@ -20,8 +20,8 @@ def build(config, results: dict) -> dict:
       "dataset": config.dataset,
       "preset": config.preset,
       "test_accuracy": headline.get("test_accuracy"),
-      "privacy": {"epsilon": None if config.method == "baseline" else "see ledger",
-                  "note": PRIVACY_NOTES.get(config.method, "")},
+      "privacy": {"epsilon": None, "delta": None, "accountant": None,
+                  "note": PRIVACY_NOTES[config.method]},
       "stages": results,
       "config": plain(config),
   }

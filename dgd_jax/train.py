@@ -19,6 +19,7 @@ import orbax.checkpoint as ocp
 from flax.training import train_state
 
 from dgd_jax import progress as progress_lib
+from dgd_jax.errors import ConfigError
 
 TrainState = train_state.TrainState
 
@@ -97,8 +98,8 @@ def accuracy(apply_fn: Callable, params: Any, x: np.ndarray, y: np.ndarray,
   return float(np.mean(predict(apply_fn, params, x, batch_size) == y))
 
 
-class NonFiniteLossError(FloatingPointError):
-  pass
+class NonFiniteLossError(ConfigError):
+  """The loss became NaN or infinite: the run stops at once instead of training on."""
 
 
 def fit(state: TrainState, x: np.ndarray, y: np.ndarray, key: jax.Array, cfg: FitConfig,

@@ -163,3 +163,13 @@ def test_partitions_bad_counts():
     teacher_partitions(x, y, 6, seed=0)
   with pytest.raises(ConfigError, match="at least 1"):
     teacher_partitions(x, y, 0, seed=0)
+
+
+def test_download_checksums_registered():
+  # The online path verifies every official file against checksums.tsv beside builders.py.
+  from dgd_jax.data import builders
+  for cls in (builders.DgdMnist, builders.DgdFashionMnist):
+    urls = {cls.URL + name for name in idx.FILES.values()}
+    infos = cls.url_infos
+    assert urls <= set(infos), urls - set(infos)
+    assert all(len(infos[u].checksum) == 64 and infos[u].size > 0 for u in urls)

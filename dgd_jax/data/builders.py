@@ -41,9 +41,12 @@ class _IdxImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     )
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    manual = dl_manager._manual_dir  # pylint: disable=protected-access
-    if manual and not idx.missing_files(os.fspath(manual)):
-      paths = {k: os.path.join(os.fspath(manual), n) for k, n in idx.FILES.items()}
+    try:
+      manual = os.fspath(dl_manager.manual_dir)
+    except AssertionError:  # no manual dir configured, or it is empty
+      manual = None
+    if manual and not idx.missing_files(manual):
+      paths = {k: os.path.join(manual, n) for k, n in idx.FILES.items()}
     else:
       paths = {k: os.fspath(p) for k, p in dl_manager.download(
           {k: self.URL + n for k, n in idx.FILES.items()}).items()}

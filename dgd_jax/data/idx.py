@@ -11,6 +11,8 @@ import os
 
 import numpy as np
 
+from dgd_jax.errors import DatasetError
+
 IMAGES_MAGIC = 2051  # 0x00000803: uint8, 3 dimensions
 LABELS_MAGIC = 2049  # 0x00000801: uint8, 1 dimension
 
@@ -23,7 +25,7 @@ FILES = {
 }
 
 
-class IdxError(ValueError):
+class IdxError(DatasetError):
   """A malformed or missing IDX file."""
 
 

@@ -139,10 +139,8 @@ def _load_builtin(name: str, data_dir: str | None, manual_dir: str | None,
     config = tfds.download.DownloadConfig(manual_dir=manual_dir if have_manual else None)
     try:
       builder.download_and_prepare(download_config=config)
-    except idx.IdxError as e:
-      raise DatasetError(f"{name}: {e}") from e
     except Exception as e:  # network errors come in many types
-      if have_manual:
+      if have_manual or isinstance(e, DatasetError):
         raise
       raise DatasetError(
           f"{name}: download failed ({type(e).__name__}: {e}). Offline, "
