@@ -61,10 +61,9 @@ def sample_batch(key: jax.Array, x: jnp.ndarray, y: jnp.ndarray, batch_size: int
   return x[idx], y[idx]
 
 
-def train_step(state: TrainState, x: jnp.ndarray, y: jnp.ndarray, key: jax.Array,
-               batch_size: int) -> tuple[TrainState, dict[str, jnp.ndarray]]:
-  """One Adam step on a minibatch sampled from (x, y) with ``key``. Pure; jit it."""
-  xb, yb = sample_batch(key, x, y, batch_size)
+def update(state: TrainState, xb: jnp.ndarray, yb: jnp.ndarray
+           ) -> tuple[TrainState, dict[str, jnp.ndarray]]:
+  """One optimizer step on the cross-entropy of the minibatch (xb, yb)."""
 
   def loss_fn(params):
     logits = state.apply_fn(params, xb)
@@ -73,6 +72,12 @@ def train_step(state: TrainState, x: jnp.ndarray, y: jnp.ndarray, key: jax.Array
   (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   accuracy = jnp.mean(jnp.argmax(logits, -1) == yb)
   return state.apply_gradients(grads=grads), {"loss": loss, "accuracy": accuracy}
+
+
+def train_step(state: TrainState, x: jnp.ndarray, y: jnp.ndarray, key: jax.Array,
+               batch_size: int) -> tuple[TrainState, dict[str, jnp.ndarray]]:
+  """One Adam step on a minibatch sampled from (x, y) with ``key``. Pure; jit it."""
+  return update(state, *sample_batch(key, x, y, batch_size))
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -102,12 +107,26 @@ class NonFiniteLossError(ConfigError):
   """The loss became NaN or infinite: the run stops at once instead of training on."""
 
 
-def fit(state: TrainState, x: np.ndarray, y: np.ndarray, key: jax.Array, cfg: FitConfig,
-        checkpoint_dir: str, name: str, log: Callable[[dict], None] = lambda m: None
-        ) -> TrainState:
-  """Runs ``cfg.num_steps`` train steps, resuming from the latest Orbax checkpoint in
-  ``checkpoint_dir``. Step s uses ``fold_in(key, s)``, so a resumed run draws the same
-  minibatches as an uninterrupted one."""
+def summarize(metrics: dict[str, jax.Array]) -> dict[str, float]:
+  """Scalars as floats; per-member arrays (a teacher axis) as mean, min and max."""
+  out = {}
+  for k, v in metrics.items():
+    v = np.asarray(v)
+    if v.ndim == 0:
+      out[k] = float(v)
+    else:
+      out.update({k: float(v.mean()), f"{k}_min": float(v.min()), f"{k}_max": float(v.max())})
+  return out
+
+
+def run_steps(state: Any, step_fn: Callable, key: jax.Array, cfg: FitConfig,
+              checkpoint_dir: str, name: str, log: Callable[[dict], None] = lambda m: None,
+              examples_per_step: int | None = None) -> Any:
+  """Runs ``state, metrics = step_fn(state, fold_in(key, s))`` for s in [start, num_steps),
+  resuming from the latest Orbax checkpoint in ``checkpoint_dir``; a resumed run draws the
+  same keys as an uninterrupted one. ``step_fn`` should be jitted with the state donated.
+  Logs progress (rate, ETA) and metrics every ``cfg.log_every`` steps; a non-finite loss
+  stops the run."""
   options = ocp.CheckpointManagerOptions(max_to_keep=1, create=True,
                                          enable_async_checkpointing=False)
   with ocp.CheckpointManager(checkpoint_dir, options=options) as manager:
@@ -117,17 +136,14 @@ def fit(state: TrainState, x: np.ndarray, y: np.ndarray, key: jax.Array, cfg: Fi
           {"params": state.params, "opt_state": state.opt_state}))
       state = state.replace(step=start, **restored)
     start = start or 0
-    step_fn = jax.jit(functools.partial(train_step, batch_size=cfg.batch_size),
-                      donate_argnums=0)
-    x_dev, y_dev = jnp.asarray(x), jnp.asarray(y)
     bar = progress_lib.Progress(name, cfg.num_steps, start=start,
-                                examples_per_step=cfg.batch_size)
+                                examples_per_step=examples_per_step or cfg.batch_size)
     for step in range(start, cfg.num_steps):
-      state, metrics = step_fn(state, x_dev, y_dev, jax.random.fold_in(key, step))
+      state, metrics = step_fn(state, jax.random.fold_in(key, step))
       done = step + 1
       if done % cfg.log_every == 0 or done == cfg.num_steps:
-        metrics = {k: float(v) for k, v in metrics.items()}
-        if not np.isfinite(metrics["loss"]):
+        metrics = summarize(metrics)
+        if not np.isfinite(metrics["loss"]):  # a mean over teachers is NaN if any is
           raise NonFiniteLossError(f"{name}: loss is {metrics['loss']} at step {done}; "
                                    "lower the learning rate.")
         bar.update(done, metrics)
@@ -137,3 +153,13 @@ def fit(state: TrainState, x: np.ndarray, y: np.ndarray, key: jax.Array, cfg: Fi
             {"params": state.params, "opt_state": state.opt_state}))
     manager.wait_until_finished()
   return state
+
+
+def fit(state: TrainState, x: np.ndarray, y: np.ndarray, key: jax.Array, cfg: FitConfig,
+        checkpoint_dir: str, name: str, log: Callable[[dict], None] = lambda m: None
+        ) -> TrainState:
+  """Trains one classifier on (x, y) for ``cfg.num_steps`` steps (see ``run_steps``)."""
+  x_dev, y_dev = jnp.asarray(x), jnp.asarray(y)
+  step = jax.jit(functools.partial(train_step, batch_size=cfg.batch_size), donate_argnums=0)
+  return run_steps(state, lambda s, k: step(s, x_dev, y_dev, k), key, cfg, checkpoint_dir,
+                   name, log)

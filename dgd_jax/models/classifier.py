@@ -49,11 +49,12 @@ class Classifier(nn.Module):
   backbone features before the head (the f(.) of DGD Eq. 2 and Eq. 6)."""
 
   num_classes: int = 10
-  width: float = 1.0
+  width: float = 1.0  # multiplies ``channels``
   hidden: Sequence[int] = ()  # () for MNIST/Fashion-MNIST, (384, 192) for SVHN
+  channels: tuple[int, int] = (64, 128)  # conv1, conv2 at width 1 (DGD IV-A)
 
   def setup(self):
-    c1, c2 = (max(1, round(c * self.width)) for c in (64, 128))
+    c1, c2 = (max(1, round(c * self.width)) for c in self.channels)
     self.conv1 = Conv3x3(c1)
     self.conv2 = Conv3x3(c2)
     self.fcs = [nn.Dense(h, kernel_init=xavier) for h in self.hidden]
