@@ -1,0 +1,152 @@
+"""The teacher ensemble: one teacher's pure train step, lifted over a teacher axis.
+
+Every array of the ensemble has the teacher axis first: parameters and optimizer state
+[n, ...], keys [n], partitions [n, m]. Teachers index one shared training set
+(``x_all``, ``y_all``; not copied per teacher): member i samples its minibatch from
+``indices[i, :sizes[i]]``. Rows padded to a common length, each with its own ``size``,
+let ensembles of different sizes (a teacher-count sweep) train as one program.
+
+Lifting: ``member_step`` is written for one teacher and lifted with ``jax.vmap`` over
+chunks of ``chunk`` teachers, the chunks run by ``lax.map`` (a scan). ``chunk = n`` is the
+plain vmap over all teachers, best on GPU/TPU; on XLA:CPU the batched matmuls of a wide
+vmap run several times slower than small chunks (see ``python -m dgd_jax.bench``), so
+the CPU default is a small chunk. Either way there is no Python loop over teachers and
+one jitted program per ensemble. The program runs under ``jax.shard_map`` over the
+'teachers' mesh (``parallel.py``): each device steps its own teachers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, PartitionSpec as P
+
+from dgd_jax import parallel, train
+
+# Teachers per vmapped chunk when the config says 0 ("auto"): measured with
+# `python -m dgd_jax.bench teachers` on a 2-core CPU (README, Speed).
+AUTO_CHUNK = {"cpu": 1}
+
+
+def auto_chunk(chunk: int, num_teachers: int) -> int:
+  """``chunk`` if given (> 0), else the backend's default (all teachers off CPU)."""
+  if chunk > 0:
+    return min(chunk, num_teachers)
+  return min(AUTO_CHUNK.get(jax.default_backend(), num_teachers), num_teachers)
+
+
+@dataclasses.dataclass(frozen=True)
+class Partitions:
+  """Each member's training examples as rows of indices into the shared training set.
+
+  indices: [n, m] int32, row i valid up to ``sizes[i]`` (the rest is padding).
+  sizes: [n] int32, each >= 1.
+  """
+
+  indices: np.ndarray
+  sizes: np.ndarray
+
+  @classmethod
+  def stack(cls, rows: list[np.ndarray]) -> "Partitions":
+    """Pads index rows of different lengths to a common length (a sweep's members)."""
+    width = max(len(r) for r in rows)
+    indices = np.zeros((len(rows), width), np.int32)
+    for i, r in enumerate(rows):
+      indices[i, :len(r)] = r
+    return cls(indices, np.array([len(r) for r in rows], np.int32))
+
+
+def init_teachers(model: nn.Module, tx: optax.GradientTransformation, key: jax.Array,
+                  num_teachers: int, image_shape: tuple[int, ...]) -> train.TrainState:
+  """n independently initialised teachers (member i from ``split(key, n)[i]``), stacked."""
+  keys = jax.random.split(key, num_teachers)
+  return jax.vmap(lambda k: train.create_train_state(model, tx, k, image_shape))(keys)
+
+
+def member_step(state: train.TrainState, x_all: jnp.ndarray, y_all: jnp.ndarray,
+                indices: jnp.ndarray, size: jnp.ndarray, key: jax.Array, batch_size: int):
+  """One teacher's step: a minibatch drawn uniformly (with replacement) from its own
+  partition ``indices[:size]``, then one optimizer update."""
+  rows = jax.random.randint(key, (batch_size,), 0, size)
+  idx = indices[rows]
+  return train.update(state, x_all[idx], y_all[idx])
+
+
+def _lift(fn, chunk: int):
+  """``fn`` over the leading axis of its tuple argument: vmap within chunks, lax.map
+  across them."""
+  return lambda xs: jax.lax.map(fn, xs, batch_size=chunk if chunk > 1 else None)
+
+
+def make_train_step(mesh: Mesh, batch_size: int, chunk: int):
+  """A jitted ``step(state, x_all, y_all, indices, sizes, key) -> (state, metrics [n])``;
+  member i uses ``split(key, n)[i]``. The state is donated."""
+
+  def local(state, x_all, y_all, indices, sizes, keys):
+    def one(args):
+      s, idx, size, k = args
+      return member_step(s, x_all, y_all, idx, size, k, batch_size)
+    return _lift(one, chunk)((state, indices, sizes, keys))
+
+  sharded = jax.shard_map(local, mesh=mesh, in_specs=(P(parallel.AXIS), P(), P(),
+                                                       P(parallel.AXIS), P(parallel.AXIS),
+                                                       P(parallel.AXIS)),
+                          out_specs=P(parallel.AXIS))
+
+  @functools.partial(jax.jit, donate_argnums=0)
+  def step(state, x_all, y_all, indices, sizes, key):
+    keys = jax.random.split(key, indices.shape[0])
+    return sharded(state, x_all, y_all, indices, sizes, keys)
+
+  return step
+
+
+def make_predict_fn(mesh: Mesh, apply_fn, chunk: int):
+  """A jitted ``predict(params, x) -> labels [n, Q]``: every teacher's argmax label for
+  each query, sharded over the teacher axis like ``params``."""
+
+  def local(params, x):
+    return _lift(lambda p: jnp.argmax(apply_fn(p, x), -1).astype(jnp.int32), chunk)(params)
+
+  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(parallel.AXIS), P()),
+                               out_specs=P(parallel.AXIS)))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def histogram(labels: jnp.ndarray, num_classes: int) -> jnp.ndarray:
+  """Vote histograms [Q, K] from teacher labels [n, Q]: the sum over the teacher axis
+  (across devices when ``labels`` is sharded)."""
+  return jax.nn.one_hot(labels, num_classes, dtype=jnp.int32).sum(axis=0)
+
+
+def _in_chunks(fn, queries: np.ndarray, query_chunk: int, axis: int) -> np.ndarray:
+  """``fn`` over ``queries`` ``query_chunk`` at a time (the last chunk padded, so ``fn``
+  traces once), results concatenated along ``axis``."""
+  q = len(queries)
+  query_chunk = max(1, min(query_chunk, q))
+  pad = -q % query_chunk
+  if pad:
+    queries = np.concatenate([queries, np.zeros((pad,) + queries.shape[1:], queries.dtype)])
+  out = [np.asarray(fn(queries[i:i + query_chunk]))
+         for i in range(0, len(queries), query_chunk)]
+  return np.take(np.concatenate(out, axis=axis), np.arange(q), axis=axis)
+
+
+def teacher_predictions(predict_fn, params: Any, queries: np.ndarray,
+                        query_chunk: int = 500) -> np.ndarray:
+  """Every teacher's label for every query, [n, Q] (memory: n x ``query_chunk``)."""
+  return _in_chunks(lambda x: predict_fn(params, x), queries, query_chunk, axis=1)
+
+
+def vote_histograms(predict_fn, params: Any, queries: np.ndarray, num_classes: int,
+                    query_chunk: int = 500) -> np.ndarray:
+  """Vote histograms [Q, K] int32 for any number of queries, ``query_chunk`` at a time,
+  so device memory stays bounded."""
+  return _in_chunks(lambda x: histogram(predict_fn(params, x), num_classes), queries,
+                    query_chunk, axis=0)

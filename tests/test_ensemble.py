@@ -1,0 +1,140 @@
+"""The teacher ensemble: lifting equals a loop, sharding equals one device, votes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dgd_jax import ensemble, parallel, train
+from dgd_jax.models.classifier import Classifier
+
+N, BATCH, SHAPE = 3, 8, (28, 28, 1)
+
+
+def setup_ensemble(n=N, chunk=1):
+  model = Classifier(width=0.125)
+  tx = train.optimizer(train.FitConfig(num_steps=10))
+  state = ensemble.init_teachers(model, tx, jax.random.key(0), n, SHAPE)
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.uniform(-1, 1, (n * 16,) + SHAPE), jnp.float32)
+  y = jnp.asarray(rng.integers(0, 10, n * 16), jnp.int32)
+  parts = ensemble.Partitions.stack([np.arange(i * 16, i * 16 + 16 - i) for i in range(n)])
+  return model, tx, state, x, y, parts
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3])
+def test_lifted_step_equals_loop_over_members(chunk):
+  model, tx, state, x, y, parts = setup_ensemble()
+  mesh = parallel.teacher_mesh(N, jax.devices()[:1])
+  step = ensemble.make_train_step(mesh, BATCH, chunk)
+  key = jax.random.key(5)
+  keys = jax.random.split(key, N)
+  looped = []
+  for i in range(N):  # the same member code, one teacher at a time, same keys
+    member = train.create_train_state(model, tx, jax.random.split(jax.random.key(0), N)[i],
+                                      SHAPE)
+    member, metrics = ensemble.member_step(member, x, y, jnp.asarray(parts.indices[i]),
+                                           parts.sizes[i], keys[i], BATCH)
+    looped.append((member.params, metrics["loss"]))
+  new_state, metrics = step(state, x, y, jnp.asarray(parts.indices), jnp.asarray(parts.sizes),
+                            key)
+  for i, (params, loss) in enumerate(looped):
+    chex.assert_trees_all_close(jax.tree.map(lambda a: a[i], new_state.params), params,
+                                rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(metrics["loss"][i], loss, rtol=1e-5)
+
+
+def test_members_sample_only_their_partition():
+  # Member 1 owns examples 16..30; labels elsewhere are 0, on its partition 7: after
+  # training on its own data only, it predicts 7 everywhere.
+  model, tx, state, x, _, parts = setup_ensemble()
+  y = np.zeros(len(x), np.int32)
+  y[parts.indices[1, :parts.sizes[1]]] = 7
+  mesh = parallel.teacher_mesh(N, jax.devices()[:1])
+  step = ensemble.make_train_step(mesh, BATCH, 1)
+  for s in range(10):
+    state, _ = step(state, x, jnp.asarray(y), jnp.asarray(parts.indices),
+                    jnp.asarray(parts.sizes), jax.random.key(s))
+  labels = ensemble.teacher_predictions(ensemble.make_predict_fn(mesh, model.apply, 1),
+                                        state.params, np.asarray(x))
+  assert np.all(labels[1] == 7) and np.all(labels[0] == 0) and np.all(labels[2] == 0)
+
+
+def test_vote_histograms_sum_to_teachers_and_match_predictions():
+  model, _, state, x, _, _ = setup_ensemble()
+  mesh = parallel.teacher_mesh(N, jax.devices()[:1])
+  predict = ensemble.make_predict_fn(mesh, model.apply, 2)
+  queries = np.asarray(x)[:37]  # not a multiple of the query chunk
+  votes = ensemble.vote_histograms(predict, state.params, queries, 10, query_chunk=16)
+  labels = ensemble.teacher_predictions(predict, state.params, queries, query_chunk=16)
+  assert votes.shape == (37, 10) and labels.shape == (N, 37)
+  np.testing.assert_array_equal(votes.sum(axis=1), N)
+  expected = np.stack([np.bincount(labels[:, q], minlength=10) for q in range(37)])
+  np.testing.assert_array_equal(votes, expected)
+  for i in range(N):
+    np.testing.assert_array_equal(
+        labels[i], np.argmax(model.apply(jax.tree.map(lambda a: a[i], state.params), queries),
+                             -1))
+
+
+def test_partitions_stack_pads_and_records_sizes():
+  parts = ensemble.Partitions.stack([np.array([5, 6, 7]), np.array([1])])
+  np.testing.assert_array_equal(parts.indices, [[5, 6, 7], [1, 0, 0]])
+  np.testing.assert_array_equal(parts.sizes, [3, 1])
+
+
+SHARDED_SCRIPT = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np
+    from dgd_jax import ensemble, parallel, train
+    from dgd_jax.models.classifier import Classifier
+    assert jax.device_count() == 8, jax.devices()
+    n = 16
+    model = Classifier(width=0.125)
+    tx = train.optimizer(train.FitConfig(num_steps=10))
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.uniform(-1, 1, (n * 8, 28, 28, 1)), jnp.float32)
+    y = jnp.asarray(rng.integers(0, 10, n * 8), jnp.int32)
+    idx = jnp.arange(n * 8, dtype=jnp.int32).reshape(n, 8)
+    sizes = jnp.full((n,), 8, jnp.int32)
+    out = {}
+    for name, devices in (("one", jax.devices()[:1]), ("eight", jax.devices())):
+      mesh = parallel.teacher_mesh(n, devices)
+      state = parallel.shard_teachers(
+          ensemble.init_teachers(model, tx, jax.random.key(0), n, (28, 28, 1)), mesh)
+      step = ensemble.make_train_step(mesh, 4, 1)
+      args = parallel.replicate((x, y), mesh) + parallel.shard_teachers((idx, sizes), mesh)
+      for s in range(3):
+        state, metrics = step(state, *args, jax.random.key(s))
+      predict = ensemble.make_predict_fn(mesh, model.apply, 1)
+      votes = ensemble.vote_histograms(predict, state.params, np.asarray(x), 10, 40)
+      out[name] = (jax.device_get(state.params), np.asarray(metrics["loss"]), votes,
+                   len(state.params["params"]["head"]["bias"].sharding.device_set))
+    assert out["one"][3] == 1 and out["eight"][3] == 8, (out["one"][3], out["eight"][3])
+    for a, b in zip(jax.tree.leaves(out["one"][0]), jax.tree.leaves(out["eight"][0])):
+      np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out["one"][1], out["eight"][1], rtol=1e-4)
+    np.testing.assert_array_equal(out["one"][2], out["eight"][2])
+    print("SHARDED_OK")
+""")
+
+
+def test_sharded_equals_single_device_on_8_cpu_devices():
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  done = subprocess.run([sys.executable, "-c", SHARDED_SCRIPT], env=env, capture_output=True,
+                        text=True, timeout=300)
+  assert "SHARDED_OK" in done.stdout, done.stderr[-3000:]
+
+
+def test_teacher_mesh_uses_a_divisor_of_the_teacher_count():
+  devices = jax.devices()[:1] * 8  # stand-ins: only the count matters here
+  assert parallel.teacher_mesh(250, devices).devices.size == 5
+  assert parallel.teacher_mesh(16, devices).devices.size == 8
+  assert parallel.teacher_mesh(7, devices).devices.size == 7
