@@ -18,8 +18,8 @@ from absl import logging
 
 from dgd_jax import report as report_lib
 from dgd_jax.data import Dataset, load_dataset
-from dgd_jax.errors import ConfigError
-from dgd_jax.stages import baseline
+from dgd_jax.errors import ConfigError, UserInputError
+from dgd_jax.stages import baseline, teacher_sweep, teachers
 from dgd_jax.workdir import Stage, Workdir
 
 
@@ -31,9 +31,13 @@ class StageSpec:
 
 STAGES: dict[str, StageSpec] = {
     "baseline": StageSpec(baseline.CONFIG_KEYS, baseline.run),
+    "teachers": StageSpec(teachers.CONFIG_KEYS, teachers.run),
+    "teacher_sweep": StageSpec(teacher_sweep.CONFIG_KEYS, teacher_sweep.run),
 }
 METHODS: dict[str, tuple[str, ...]] = {
     "baseline": ("baseline",),
+    "teachers": ("teachers",),
+    "teacher_sweep": ("teacher_sweep",),
 }
 
 
@@ -65,12 +69,23 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"config.method={config.method!r}; known methods: {sorted(METHODS)}.")
   if not config.model.width > 0:
     raise ConfigError(f"config.model.width={config.model.width}; it must be > 0.")
-  for name in ("num_steps", "batch_size"):
-    if config.baseline[name] < 1:
-      raise ConfigError(f"config.baseline.{name}={config.baseline[name]}; it must be >= 1.")
-  if not config.baseline.learning_rate > 0:
-    raise ConfigError(f"config.baseline.learning_rate={config.baseline.learning_rate}; "
-                     "it must be > 0.")
+  for block in ("baseline", "teachers"):  # the training blocks this config has
+    if block not in config:
+      continue
+    for name in ("num_steps", "batch_size"):
+      if config[block][name] < 1:
+        raise ConfigError(f"config.{block}.{name}={config[block][name]}; it must be >= 1.")
+    if not config[block].learning_rate > 0:
+      raise ConfigError(f"config.{block}.learning_rate={config[block].learning_rate}; "
+                        "it must be > 0.")
+  if "num_teachers" in config and config.num_teachers < 1:
+    raise ConfigError(f"config.num_teachers={config.num_teachers}; it must be >= 1.")
+  for block in ("teachers", "sweep"):
+    if block in config and not all(b > 0 for b in config[block].noise_scales):
+      raise ConfigError(f"config.{block}.noise_scales={config[block].noise_scales}: Laplace "
+                        "scales must be > 0 (the plurality vote is reported separately).")
+  if "sweep" in config and not all(n >= 1 for n in config.sweep.sizes):
+    raise ConfigError(f"config.sweep.sizes={config.sweep.sizes}: teacher counts must be >= 1.")
 
 
 def run(config: ml_collections.ConfigDict, workdir: str,
@@ -95,7 +110,12 @@ def run(config: ml_collections.ConfigDict, workdir: str,
       logging.info("%s: reusing the finished stage in %s", stage.name, stage.path)
     else:
       stage.begin()
-      stage.finish(STAGES[stage.name].run(Context(config, wd, stage, dataset)))
+      try:
+        result = STAGES[stage.name].run(Context(config, wd, stage, dataset))
+      except UserInputError:
+        stage.abandon_if_empty()  # e.g. too many teachers: let a fixed config use the dir
+        raise
+      stage.finish(result)
     results[stage.name] = stage.result()
   report = report_lib.build(config, results)
   report_lib.write(wd.path, report)

@@ -10,7 +10,11 @@ from dgd_jax.workdir import plain, write_json
 PRIVACY_NOTES = {
     "baseline": "Trained on the private training set without noise: no differential-privacy "
                 "guarantee (epsilon = infinity). Do not release it as a private model.",
+    "teachers": "Teachers are trained on the private data without noise and must never be "
+                "released. The ensemble accuracies here are evaluations on the test set, "
+                "not releases; labels released to a student are accounted when queried.",
 }
+PRIVACY_NOTES["teacher_sweep"] = PRIVACY_NOTES["teachers"]
 
 
 def build(config, results: dict) -> dict:

@@ -18,6 +18,7 @@ import datetime
 import hashlib
 import json
 import os
+import shutil
 from typing import Any
 
 import ml_collections
@@ -101,6 +102,11 @@ class Stage:
     write_json(os.path.join(self.path, "stage.json"),
                {"stage": self.name, "hash": fingerprint(self.config_part),
                 "config": self.config_part})
+
+  def abandon_if_empty(self) -> None:
+    """Removes what ``begin`` wrote if the stage stopped before saving any artefact."""
+    if not os.path.isdir(self.checkpoint_dir) or not os.listdir(self.checkpoint_dir):
+      shutil.rmtree(self.path, ignore_errors=True)
 
   def done(self) -> bool:
     return os.path.exists(self.result_path)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from dgd_jax import pipeline
@@ -109,3 +110,54 @@ def test_cli_end_to_end(npz_file, tmp_path):
                     f"--workdir={tmp_path / 'm'}", *TINY)
   assert missing.returncode != 0 and "no such directory" in missing.stderr
   assert "Traceback" not in missing.stderr
+
+
+def teachers_config(npz_file, num_teachers=4):
+  from dgd_jax.configs import teachers as teachers_config_file
+  config = teachers_config_file.get_config(f"npz:{npz_file},cpu")
+  config.num_teachers = num_teachers
+  config.teachers.num_steps = 30
+  config.log_every = 10
+  return config
+
+
+def test_teachers_stage(npz_file, tmp_path):
+  workdir = tmp_path / "t"
+  report = pipeline.run(teachers_config(npz_file), str(workdir))
+  result = report["stages"]["teachers"]
+  assert result["num_teachers"] == 4 and result["examples_per_teacher"] == 128
+  assert result["dropped_examples"] == 0
+  for k in ("teacher_accuracy_mean", "plurality_accuracy", "lnmax_accuracy_scale_20",
+            "lnmax_accuracy_scale_40"):
+    assert 0.0 <= result[k] <= 1.0, k
+  assert result["teacher_accuracy_min"] <= result["teacher_accuracy_mean"] <= \
+      result["teacher_accuracy_max"]
+  votes = np.load(workdir / "teachers" / "test_votes.npy")
+  assert votes.shape == (128, 10) and (votes.sum(axis=1) == 4).all()
+
+
+def test_too_many_teachers_is_refused_and_leaves_the_workdir_usable(npz_file, tmp_path):
+  workdir = tmp_path / "t"
+  with pytest.raises(ConfigError, match="num_teachers=600 is more than the 512 training"):
+    pipeline.run(teachers_config(npz_file, num_teachers=600), str(workdir))
+  assert not (workdir / "teachers").exists()
+  pipeline.run(teachers_config(npz_file, num_teachers=2), str(workdir))  # fixed config runs
+
+
+def test_teacher_sweep_writes_csv_and_plot(npz_file, tmp_path):
+  from dgd_jax.configs import teacher_sweep as sweep_config_file
+  config = sweep_config_file.get_config(f"npz:{npz_file},cpu")
+  config.sweep.sizes = (2, 4, 8)
+  config.sweep.noise_scales = (1.0, 40.0)
+  config.teachers.num_steps = 20
+  config.log_every = 10
+  report = pipeline.run(config, str(tmp_path / "s"))
+  result = report["stages"]["teacher_sweep"]
+  assert result["members_trained"] == 14
+  assert [r["teachers"] for r in result["table"]] == [2, 4, 8]
+  assert [r["examples_per_teacher"] for r in result["table"]] == [256, 128, 64]
+  with open(tmp_path / "s" / "teacher_sweep" / "sweep.csv") as f:
+    lines = f.read().strip().splitlines()
+  assert len(lines) == 4 and "lnmax_accuracy_scale_40" in lines[0]
+  png = (tmp_path / "s" / "teacher_sweep" / "sweep.png").read_bytes()
+  assert png[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,4 +1,4 @@
 """Data: offline TFDS builders, bring-your-own IDX/npz loaders, teacher partitions."""
 from dgd_jax.data.loaders import BUILT_IN, Dataset, load_dataset
 from dgd_jax.errors import DatasetError
-from dgd_jax.data.partitions import teacher_partitions
+from dgd_jax.data.partitions import partition_indices, teacher_partitions

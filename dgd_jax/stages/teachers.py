@@ -1,0 +1,86 @@
+"""Teachers stage: n teachers on disjoint partitions of the private training set (PATE
+Section 2.1, DGD Section III-A), trained as one lifted program, evaluated alone and as an
+ensemble (plurality and LNMax) on the test set."""
+from __future__ import annotations
+
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dgd_jax import aggregation, ensemble, parallel, train
+from dgd_jax.data import partition_indices
+from dgd_jax.stages.baseline import classifier
+
+CONFIG_KEYS = ("seed", "dataset", "model", "num_teachers", "teachers")
+
+
+def fit_config(config) -> train.FitConfig:
+  t = config.teachers
+  return train.FitConfig(num_steps=t.num_steps, batch_size=t.batch_size,
+                         learning_rate=t.learning_rate, end_learning_rate=t.end_learning_rate,
+                         checkpoint_every=config.checkpoint_every, log_every=config.log_every)
+
+
+def train_members(ctx, rows: list[np.ndarray], name: str):
+  """Trains one teacher per index row (into the training set) as one program on the
+  teacher mesh; returns (params [n, ...], predict_fn, seconds)."""
+  config, data = ctx.config, ctx.dataset
+  n = len(rows)
+  model = classifier(config, data.num_classes)
+  cfg = fit_config(config)
+  chunk = ensemble.auto_chunk(config.teachers.chunk, n)
+  mesh = parallel.teacher_mesh(n)
+  parts = ensemble.Partitions.stack(rows)
+  init_key, train_key = jax.random.split(ctx.key(name))
+  state = parallel.shard_teachers(
+      ensemble.init_teachers(model, train.optimizer(cfg), init_key, n, data.image_shape), mesh)
+  x_all, y_all = parallel.replicate((jnp.asarray(data.x_train), jnp.asarray(data.y_train)),
+                                    mesh)
+  indices, sizes = parallel.shard_teachers((jnp.asarray(parts.indices),
+                                            jnp.asarray(parts.sizes)), mesh)
+  step = ensemble.make_train_step(mesh, cfg.batch_size, chunk)
+  t0 = time.perf_counter()
+  state = train.run_steps(state, lambda s, k: step(s, x_all, y_all, indices, sizes, k),
+                          train_key, cfg, ctx.stage.checkpoint_dir, name, ctx.log,
+                          examples_per_step=n * cfg.batch_size)
+  seconds = time.perf_counter() - t0
+  return state.params, ensemble.make_predict_fn(mesh, model.apply, chunk), seconds
+
+
+def ensemble_accuracies(labels: np.ndarray, y: np.ndarray, num_classes: int,
+                        noise_scales, key: jax.Array) -> dict:
+  """Per-teacher accuracy (mean/min/max), plurality accuracy and LNMax accuracy at each
+  Laplace scale, from teacher labels [n, Q] on a labelled evaluation set."""
+  per_teacher = (labels == y).mean(axis=1)
+  votes = np.stack([(labels == k).sum(axis=0) for k in range(num_classes)], axis=1)
+  out = {
+      "teacher_accuracy_mean": float(per_teacher.mean()),
+      "teacher_accuracy_min": float(per_teacher.min()),
+      "teacher_accuracy_max": float(per_teacher.max()),
+      "plurality_accuracy": float(np.mean(np.argmax(votes, -1) == y)),
+  }
+  for scale in noise_scales:
+    noisy = aggregation.lnmax(jax.random.fold_in(key, int(scale * 1000)), jnp.asarray(votes),
+                              float(scale))
+    out[f"lnmax_accuracy_scale_{scale:g}"] = float(np.mean(np.asarray(noisy.labels) == y))
+  return out, votes
+
+
+def run(ctx) -> dict:
+  config, data = ctx.config, ctx.dataset
+  rows = list(partition_indices(len(data.x_train), config.num_teachers, config.seed))
+  params, predict, seconds = train_members(ctx, rows, "teachers")
+  labels = ensemble.teacher_predictions(predict, params, data.x_test)
+  result, votes = ensemble_accuracies(labels, data.y_test, data.num_classes,
+                                      config.teachers.noise_scales, ctx.key("teachers_eval"))
+  np.save(os.path.join(ctx.stage.path, "test_votes.npy"), votes)
+  return {
+      "num_teachers": config.num_teachers,
+      "examples_per_teacher": len(rows[0]),
+      "dropped_examples": len(data.x_train) - sum(len(r) for r in rows),
+      "train_seconds": seconds,
+      **result,
+  }
