@@ -138,3 +138,20 @@ def test_teacher_mesh_uses_a_divisor_of_the_teacher_count():
   assert parallel.teacher_mesh(250, devices).devices.size == 5
   assert parallel.teacher_mesh(16, devices).devices.size == 8
   assert parallel.teacher_mesh(7, devices).devices.size == 7
+
+
+def test_bench_prints_one_json_line():
+  from dgd_jax import bench
+  # Hand count for the paper CNN on 28x28x1: conv1 2*784*9*64, conv2 2*196*9*64*128,
+  # head 2*49*128*10; training = 3x forward minus conv1's input gradient.
+  assert bench.train_flops_per_example(28, 1, 64, 128) == 3 * (903168 + 28901376 + 125440) \
+      - 903168
+  done = subprocess.run(
+      [sys.executable, "-m", "dgd_jax.bench", "teachers", "--teachers=4", "--batch=4",
+       "--steps=1", "--conv1=4", "--conv2=8", "--examples_per_teacher=8"],
+      capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  import json
+  result = json.loads(done.stdout.strip().splitlines()[-1])
+  assert result["teachers"] == 4 and result["examples_per_second"] > 0
+  assert 0 < result["fraction_of_matmul_peak"] < 1.5
