@@ -32,8 +32,15 @@ def _require_positive(name: str, value: float) -> None:
         "non-private vote).")
 
 
+def _require_histograms(votes: jnp.ndarray) -> None:
+  if votes.ndim != 2 or votes.shape[1] < 2:
+    raise ConfigError(f"votes must be histograms [queries, classes >= 2]; got shape "
+                      f"{votes.shape}. Pass ensemble.vote_histograms(...) output.")
+
+
 def plurality(votes: jnp.ndarray) -> Aggregate:
   """The non-private plurality vote: argmax of each histogram."""
+  _require_histograms(votes)
   labels = jnp.argmax(votes, axis=-1).astype(jnp.int32)
   return Aggregate(labels, jnp.ones(labels.shape, bool), votes)
 
@@ -42,6 +49,7 @@ def lnmax(key: jax.Array, votes: jnp.ndarray, scale: float) -> Aggregate:
   """Laplacian noisy max: argmax_j (n_j + Lap(scale)) (PATE Eq. 1; DGD Eq. 3 with
   scale = 2 / eps0). ``scale`` = b = 1 / gamma."""
   _require_positive("scale", scale)
+  _require_histograms(votes)
   noisy = votes + scale * jax.random.laplace(key, votes.shape)
   return plurality(noisy)._replace(votes=votes)
 
@@ -49,6 +57,7 @@ def lnmax(key: jax.Array, votes: jnp.ndarray, scale: float) -> Aggregate:
 def gnmax(key: jax.Array, votes: jnp.ndarray, sigma: float) -> Aggregate:
   """Gaussian noisy max: argmax_j (n_j + N(0, sigma^2)) (PATE 2018 Section 4.1)."""
   _require_positive("sigma", sigma)
+  _require_histograms(votes)
   noisy = votes + sigma * jax.random.normal(key, votes.shape)
   return plurality(noisy)._replace(votes=votes)
 
@@ -59,6 +68,7 @@ def confident_gnmax(key: jax.Array, votes: jnp.ndarray, threshold: float, sigma1
   >= threshold, then release GNMax with sigma2; unanswered queries get label -1."""
   _require_positive("sigma1", sigma1)
   _require_positive("sigma2", sigma2)
+  _require_histograms(votes)
   check_key, label_key = jax.random.split(key)
   noisy_max = votes.max(axis=-1) + sigma1 * jax.random.normal(check_key, votes.shape[:-1])
   answered = noisy_max >= threshold

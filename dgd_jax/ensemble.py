@@ -28,6 +28,7 @@ import optax
 from jax.sharding import Mesh, PartitionSpec as P
 
 from dgd_jax import parallel, train
+from dgd_jax.errors import ConfigError
 
 # Teachers per vmapped chunk when the config says 0 ("auto"): measured with
 # `python -m dgd_jax.bench teachers` on a 2-core CPU (README, Speed).
@@ -51,6 +52,14 @@ class Partitions:
 
   indices: np.ndarray
   sizes: np.ndarray
+
+  def __post_init__(self):
+    if self.indices.ndim != 2 or self.sizes.shape != self.indices.shape[:1]:
+      raise ConfigError(f"Partitions need indices [n, m] and sizes [n]; got "
+                        f"{self.indices.shape} and {self.sizes.shape}.")
+    if self.sizes.size and (self.sizes.min() < 1 or self.sizes.max() > self.indices.shape[1]):
+      raise ConfigError(f"Partition sizes must lie in [1, {self.indices.shape[1]}]; got "
+                        f"{self.sizes.min()}..{self.sizes.max()}: every teacher needs data.")
 
   @classmethod
   def stack(cls, rows: list[np.ndarray]) -> "Partitions":

@@ -80,3 +80,9 @@ def test_confident_gnmax():
 def test_zero_or_negative_noise_is_refused(call):
   with pytest.raises(ConfigError, match="needs noise > 0"):
     call()
+
+
+@pytest.mark.parametrize("votes", [jnp.zeros((5,)), jnp.zeros((5, 1)), jnp.zeros((2, 3, 4))])
+def test_mismatched_vote_shapes_are_refused(votes):
+  with pytest.raises(ConfigError, match=r"histograms \[queries, classes >= 2\]"):
+    aggregation.lnmax(jax.random.key(0), votes, 20.0)

@@ -155,3 +155,13 @@ def test_bench_prints_one_json_line():
   result = json.loads(done.stdout.strip().splitlines()[-1])
   assert result["teachers"] == 4 and result["examples_per_second"] > 0
   assert 0 < result["fraction_of_matmul_peak"] < 1.5
+
+
+def test_bad_partitions_are_refused():
+  from dgd_jax.errors import ConfigError
+  with pytest.raises(ConfigError, match=r"indices \[n, m\] and sizes \[n\]"):
+    ensemble.Partitions(np.zeros((3, 4), np.int32), np.ones(2, np.int32))
+  with pytest.raises(ConfigError, match="every teacher needs data"):
+    ensemble.Partitions(np.zeros((2, 4), np.int32), np.array([4, 0], np.int32))
+  with pytest.raises(ConfigError, match="every teacher needs data"):
+    ensemble.Partitions(np.zeros((2, 4), np.int32), np.array([5, 1], np.int32))
