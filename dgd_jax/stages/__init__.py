@@ -1,2 +1,21 @@
-"""Pipeline stages. Each is a ``StageSpec``: the config keys it depends on, and a function
-``run(ctx) -> result dict`` that trains/evaluates and returns JSON-able outputs."""
+"""Pipeline stages. Each module defines ``CONFIG_KEYS`` (the config slice its artefacts
+depend on) and ``run(ctx) -> dict`` (JSON-able outputs); ``pipeline.STAGES`` lists them.
+Helpers shared by stages live here."""
+from __future__ import annotations
+
+from dgd_jax import train
+from dgd_jax.models.classifier import Classifier
+
+
+def classifier(config, num_classes: int) -> Classifier:
+  """The paper classifier at the config's width (baseline, teachers and students)."""
+  return Classifier(num_classes=num_classes, width=config.model.width,
+                    hidden=tuple(config.model.hidden))
+
+
+def fit_config(config, block: str) -> train.FitConfig:
+  """Training hyperparameters from ``config.<block>`` (e.g. 'baseline', 'teachers')."""
+  b = config[block]
+  return train.FitConfig(num_steps=b.num_steps, batch_size=b.batch_size,
+                         learning_rate=b.learning_rate, end_learning_rate=b.end_learning_rate,
+                         checkpoint_every=config.checkpoint_every, log_every=config.log_every)

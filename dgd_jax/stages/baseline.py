@@ -8,21 +8,9 @@ import time
 import jax
 
 from dgd_jax import train
-from dgd_jax.models.classifier import Classifier
+from dgd_jax.stages import classifier, fit_config
 
 CONFIG_KEYS = ("seed", "dataset", "model", "baseline")
-
-
-def classifier(config, num_classes: int) -> Classifier:
-  return Classifier(num_classes=num_classes, width=config.model.width,
-                    hidden=tuple(config.model.hidden))
-
-
-def fit_config(config) -> train.FitConfig:
-  b = config.baseline
-  return train.FitConfig(num_steps=b.num_steps, batch_size=b.batch_size,
-                         learning_rate=b.learning_rate, end_learning_rate=b.end_learning_rate,
-                         checkpoint_every=config.checkpoint_every, log_every=config.log_every)
 
 
 def run(ctx) -> dict:
@@ -30,7 +18,7 @@ def run(ctx) -> dict:
   config, data = ctx.config, ctx.dataset
   model = classifier(config, data.num_classes)
   init_key, train_key = jax.random.split(ctx.key("baseline"))
-  cfg = fit_config(config)
+  cfg = fit_config(config, "baseline")
   state = train.create_train_state(model, train.optimizer(cfg), init_key, data.image_shape)
   t0 = time.perf_counter()
   state = train.fit(state, data.x_train, data.y_train, train_key, cfg,

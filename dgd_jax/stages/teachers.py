@@ -12,16 +12,9 @@ import numpy as np
 
 from dgd_jax import aggregation, ensemble, parallel, train
 from dgd_jax.data import partition_indices
-from dgd_jax.stages.baseline import classifier
+from dgd_jax.stages import classifier, fit_config
 
 CONFIG_KEYS = ("seed", "dataset", "model", "num_teachers", "teachers")
-
-
-def fit_config(config) -> train.FitConfig:
-  t = config.teachers
-  return train.FitConfig(num_steps=t.num_steps, batch_size=t.batch_size,
-                         learning_rate=t.learning_rate, end_learning_rate=t.end_learning_rate,
-                         checkpoint_every=config.checkpoint_every, log_every=config.log_every)
 
 
 def train_members(ctx, rows: list[np.ndarray], name: str):
@@ -30,7 +23,7 @@ def train_members(ctx, rows: list[np.ndarray], name: str):
   config, data = ctx.config, ctx.dataset
   n = len(rows)
   model = classifier(config, data.num_classes)
-  cfg = fit_config(config)
+  cfg = fit_config(config, "teachers")
   chunk = ensemble.auto_chunk(config.teachers.chunk, n)
   mesh = parallel.teacher_mesh(n)
   parts = ensemble.Partitions.stack(rows)
