@@ -1,0 +1,232 @@
+r"""Privacy planner: epsilon of planned (or recorded) teacher queries under every accountant.
+
+  python -m dgd_jax.privacy --mechanism=lnmax --noise_scale=40 --queries=27 --delta=1e-5
+  python -m dgd_jax.privacy --mechanism=lnmax --noise_scale=20 --votes=/tmp/votes.npy --json
+  python -m dgd_jax.privacy --mechanism=gnmax --noise_scale=40 --target_epsilon=1 --delta=1e-5
+  python -m dgd_jax.privacy --mechanism=confident_gnmax --threshold=200 --sigma1=150 \
+      --sigma2=40 --queries=1000
+  python -m dgd_jax.privacy --mechanism=dpdfd --noise_scale=100 --noise_convention=multiplier \
+      --norm_bound=1e-3 --batch_size=64 --queries=1000 [--dpdfd_normalization=batch]
+
+``--target_epsilon`` calibrates: without ``--queries`` it gives the most queries (DPDFD: steps)
+that fit, without the noise parameter the least noise; ``--vae_eps1`` counts towards the target.
+``--max_epsilon`` refuses a plan above it. Parses flags and calls the library; the library never
+reads FLAGS.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+from absl import app, flags
+
+from dgd_jax.errors import ConfigError, UserInputError
+from dgd_jax.privacy import calibrate, conversion, dpdfd, ledger, releases
+
+_MECHANISM = flags.DEFINE_string(
+    "mechanism", None, f"One of {', '.join(releases.MECHANISMS)}.")
+_NOISE_SCALE = flags.DEFINE_float(
+    "noise_scale", None, "lnmax: Laplace scale b (= 1/gamma = 2/eps0); gnmax: Gaussian sigma; "
+    "dpdfd: sigma in --noise_convention.")
+_THRESHOLD = flags.DEFINE_float("threshold", None, "confident_gnmax: vote threshold T.")
+_SIGMA1 = flags.DEFINE_float("sigma1", None, "confident_gnmax: threshold-step noise std.")
+_SIGMA2 = flags.DEFINE_float("sigma2", None, "confident_gnmax: answer (GNMax) noise std.")
+_QUERIES = flags.DEFINE_integer(
+    "queries", None, "Number of queries (dpdfd: training steps T). Default with --votes: its rows.")
+_ANSWERED = flags.DEFINE_integer(
+    "answered", None, "confident_gnmax without --votes: how many queries of a finished run were "
+    "answered. Realised (depends on the private votes): reported only as the data-dependent "
+    "rdp_answered_only; every data-independent epsilon charges all --queries.")
+_ANSWERED_MASK = flags.DEFINE_string(
+    "answered_mask", None, "confident_gnmax with --votes: .npy boolean mask of the answered "
+    "queries of a finished run (realised, as --answered).")
+_DELTA = flags.DEFINE_float("delta", 1e-5, "delta of (epsilon, delta)-DP, in (0, 1).")
+_VOTES = flags.DEFINE_string(
+    "votes", None, ".npy array of vote histograms [queries, classes] for the data-dependent "
+    "analysis.")
+_TARGET = flags.DEFINE_float(
+    "target_epsilon", None, "Calibrate: most queries (no --queries) or least noise (no noise "
+    "flag) meeting this epsilon under --accountant.")
+_ACCOUNTANT = flags.DEFINE_string(
+    "accountant", "rdp", f"Accountant for calibration and --max_epsilon: one of "
+    f"{', '.join(ledger.ACCOUNTANTS)}.")
+_MAX_EPSILON = flags.DEFINE_float(
+    "max_epsilon", None, "Refuse (exit 1) if the planned epsilon under --accountant exceeds this.")
+_NORM_BOUND = flags.DEFINE_float("norm_bound", None, "dpdfd: gradient norm bound C.")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", None, "dpdfd: synthetic batch size B.")
+_NUM_TEACHERS = flags.DEFINE_integer("num_teachers", 1, "dpdfd: number of teachers n.")
+_NOISE_CONVENTION = flags.DEFINE_string(
+    "noise_convention", None, "dpdfd (required): 'multiplier' (noise std = sigma * C, Eq. 4) or "
+    "'std' (noise std = sigma, Theorem 3's reading).")
+_RELATION = flags.DEFINE_string(
+    "dpdfd_relation", dpdfd.DEFAULT_RELATION, "dpdfd: 'whole_batch' (default, conservative: one "
+    "private example may change the teacher and so every gradient of a batch; one teacher: T "
+    "releases of sensitivity 2BC, or 2 sqrt(B) C with --dpdfd_normalization=batch) or 'theorem3' "
+    "(n B T releases of 2C: " + dpdfd.THEOREM3_CONDITIONS + ").")
+_NORMALIZATION = flags.DEFINE_string(
+    "dpdfd_normalization", dpdfd.DEFAULT_NORMALIZATION, "dpdfd: 'per_sample' (C g_i / (||g_i|| + "
+    "e); default, valid for both) or 'batch' (C g_i / (||g||_2 + e), the whole batch's gradient "
+    "norm, as Eq. 4 prints it).")
+_VAE_EPS1 = flags.DEFINE_float(
+    "vae_eps1", 0.0, "DGD's VAE latent-noise eps1 (pure DP, added to every accountant); DGD uses "
+    "0.01.")
+_MOMENT_ORDERS = flags.DEFINE_list(
+    "moment_orders", [f"{l:g}" for l in conversion.DEFAULT_MOMENT_ORDERS],
+    "Orders l of the PATE 2017 moments accountant.")
+_JSON = flags.DEFINE_bool("json", False, "Print one JSON object instead of the table.")
+
+
+def _load(path: str, what: str) -> np.ndarray:
+  try:
+    return np.load(path, allow_pickle=False)
+  except (OSError, ValueError) as e:
+    raise ConfigError(f"cannot read {what} from {path!r} ({e}): pass a .npy file written with "
+                      "numpy.save.") from None
+
+
+def _noise_name(mechanism: str) -> str:
+  return "sigma2" if mechanism == "confident_gnmax" else "noise_scale"
+
+
+def _describe(release: releases.Release) -> str:
+  if isinstance(release, releases.LNMaxQueries):
+    return (f"lnmax, {release.queries} queries, Laplace scale b = {release.noise_scale:g} "
+            f"(per-query pure epsilon 2/b = {release.eps0:.6g})")
+  if isinstance(release, releases.GNMaxQueries):
+    return f"gnmax, {release.queries} queries, Gaussian sigma = {release.sigma:g}"
+  if isinstance(release, releases.ConfidentGNMaxQueries):
+    answered = (f" ({release.num_answered} answered: realised, used only by rdp_answered_only)"
+                if release.realised else "")
+    return (f"confident_gnmax, {release.queries} queries{answered}, "
+            f"threshold = {release.threshold:g}, sigma1 = {release.sigma1:g}, "
+            f"sigma2 = {release.sigma2:g}")
+  return (f"dpdfd, {release.steps} steps, sigma = {release.noise:g} as {release.noise_convention} "
+          f"(noise std {release.noise_std:.6g}), C = {release.norm_bound:g}, "
+          f"B = {release.batch_size}, n = {release.num_teachers}, relation {release.relation}, "
+          f"{release.normalization} normalisation")
+
+
+def _plan(mechanism: str) -> tuple[releases.Release, dict]:
+  """The release record the flags describe, calibrated when --target_epsilon is given."""
+  votes = _load(_VOTES.value, "votes") if _VOTES.value else None
+  answered = (_load(_ANSWERED_MASK.value, "answered mask") if _ANSWERED_MASK.value
+              else _ANSWERED.value)
+  noise = _SIGMA2.value if mechanism == "confident_gnmax" else _NOISE_SCALE.value
+  params = dict(queries=_QUERIES.value, noise_scale=_NOISE_SCALE.value,
+                threshold=_THRESHOLD.value, sigma1=_SIGMA1.value, sigma2=_SIGMA2.value,
+                votes=votes, answered=answered, norm_bound=_NORM_BOUND.value,
+                batch_size=_BATCH_SIZE.value, num_teachers=_NUM_TEACHERS.value,
+                noise_convention=_NOISE_CONVENTION.value, relation=_RELATION.value,
+                normalization=_NORMALIZATION.value)
+  if _TARGET.value is None:
+    return releases.build_release(mechanism, **params), {}
+  if votes is not None:
+    raise ConfigError("--target_epsilon plans queries before any votes exist (data-independent):"
+                      " drop --votes.")
+  if answered is not None:
+    raise ConfigError("--target_epsilon plans a run before it happens and charges every query; "
+                      "--answered/--answered_mask is the realised outcome of a finished run: drop "
+                      "it to calibrate, or pass --queries without --target_epsilon to see the "
+                      "run's realised cost.")
+  kwargs = dict(moment_orders=_moment_orders(), others=_pure_terms())
+  if _QUERIES.value is None:
+    template = releases.build_release(mechanism, **{**params, "queries": 1})
+    n = calibrate.max_queries(template, _TARGET.value, _DELTA.value, _ACCOUNTANT.value, **kwargs)
+    if n == 0:
+      one = calibrate.epsilon_of(template, _DELTA.value, _ACCOUNTANT.value, **kwargs)
+      pure = sum(r.epsilon for r in kwargs["others"])
+      fix = ("raise --target_epsilon or lower --vae_eps1, which alone uses it up" if pure >=
+             _TARGET.value else f"raise --target_epsilon or the noise (--{_noise_name(mechanism)})")
+      including = f", including {pure:g} from --vae_eps1" if pure else ""
+      raise ConfigError(
+          f"no query fits in --target_epsilon={_TARGET.value:g}: a single query alone gives "
+          f"epsilon {one:.6g} ({_ACCOUNTANT.value}, delta = {_DELTA.value:g}{including}). Fix: "
+          f"{fix}.")
+    calibration = {"solve_for": "queries", "target_epsilon": _TARGET.value,
+                   "accountant": _ACCOUNTANT.value, "max_queries": n}
+    return template.with_count(n), calibration
+  if noise is None:
+    template = releases.build_release(mechanism, **{**params, _noise_name(mechanism): 1.0})
+    x = calibrate.min_noise(template, _TARGET.value, _DELTA.value, _ACCOUNTANT.value, **kwargs)
+    calibration = {"solve_for": template.noise_field, "target_epsilon": _TARGET.value,
+                   "accountant": _ACCOUNTANT.value, "min_noise": x}
+    return template.with_noise(x), calibration
+  raise ConfigError(f"--target_epsilon solves for --queries or --{_noise_name(mechanism)}: leave "
+                    "one of them unset.")
+
+
+def _pure_terms() -> list[releases.PureDpRelease]:
+  """The pure-DP terms the flags add to the ledger (DGD's eps1)."""
+  if not _VAE_EPS1.value:
+    return []
+  return [releases.PureDpRelease(_VAE_EPS1.value, "dgd_vae_eps1",
+                                 "DGD Sec. III-E latent noise 2c/eps1")]
+
+
+def _moment_orders() -> np.ndarray:
+  try:
+    return np.array([float(x) for x in _MOMENT_ORDERS.value])
+  except ValueError:
+    raise ConfigError(f"--moment_orders={','.join(_MOMENT_ORDERS.value)} must be numbers, e.g. "
+                      "1,2,3,4,5,6,7,8.") from None
+
+
+def _table(title: str, reports: dict, delta: float) -> list[str]:
+  lines = [title, "", f"{'accountant':<28} {'epsilon':>12} {'delta':>8} {'order':>7}  note"]
+  for name, r in reports.items():
+    order = "-" if r.order is None else f"{r.order:g}"
+    note = r.note.replace(f". {ledger.DATA_DEPENDENT_WARNING}", "")
+    flag = "[DATA-DEPENDENT] " if r.data_dependent else ""
+    lines.append(f"{name:<28} {r.epsilon:>12.6f} {delta:>8.0e} {order:>7}  {flag}{note}")
+  return lines
+
+
+def run() -> str:
+  """The planner's output for the parsed flags."""
+  if _MECHANISM.value is None:
+    raise ConfigError(f"pass --mechanism: one of {', '.join(releases.MECHANISMS)}.")
+  mechanism = _MECHANISM.value
+  delta = _DELTA.value
+  release, calibration = _plan(mechanism)
+  book = ledger.PrivacyLedger([release, *_pure_terms()], moment_orders=_moment_orders())
+  budget = None
+  if _MAX_EPSILON.value is not None:
+    accountant = _ACCOUNTANT.value if _ACCOUNTANT.present else None
+    budget = book.check_budget(_MAX_EPSILON.value, delta, accountant)
+  summary = book.to_json(delta)
+  if _JSON.value:
+    out = {"mechanism": mechanism, "queries": release.count, **summary}
+    if calibration:
+      out["calibration"] = calibration
+    if budget is not None:
+      out["budget"] = {"max_epsilon": _MAX_EPSILON.value, "checked": budget.to_json()}
+    return json.dumps(out)
+  lines = _table(f"Privacy plan: {_describe(release)}; delta = {delta:g}",
+                 book.epsilons(delta), delta)
+  if book.data_dependent:
+    lines += [""] + _table("Data-independent (DP guarantees of the plan, every query charged):",
+                           book.epsilons(delta, data_dependent=False), delta)
+  if calibration:
+    solved = (f"max --queries = {calibration['max_queries']}" if "max_queries" in calibration
+              else f"min --{_noise_name(mechanism)} = {calibration['min_noise']:.9g}")
+    lines += ["", f"Calibration for epsilon <= {calibration['target_epsilon']:g} "
+                  f"({calibration['accountant']}, delta = {delta:g}): {solved}"]
+  if budget is not None:
+    lines += ["", f"Budget check: epsilon {budget.epsilon:.6f} ({budget.accountant}, delta = "
+                  f"{delta:g}) <= max_epsilon {_MAX_EPSILON.value:g}: within budget."]
+  lines += ["", "Not covered by these epsilons:"] + [f"- {n}" for n in book.not_covered()]
+  return "\n".join(lines)
+
+
+def main(argv):
+  if len(argv) > 1:
+    sys.exit(f"error: unexpected arguments {argv[1:]}: every option is a --flag.")
+  try:
+    print(run())
+  except UserInputError as e:
+    sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,114 @@
+"""Calibration: the most releases, or the least noise, that keep a planned release within a target
+(epsilon, delta) under a chosen accountant. Data-independent (a plan precedes the votes); found by
+monotone search, so the answer meets the target and one more release (or slightly less noise)
+does not.
+
+The release is given as a template record (``releases.*``): ``max_queries`` varies its count
+(queries, or steps for DPDFD), ``min_noise`` its noise parameter (b for LNMax, sigma for GNMax,
+sigma2 for Confident-GNMax with sigma1 and the threshold fixed, sigma for DPDFD in the record's
+noise convention). ``others`` are the fixed releases recorded with it (e.g. DGD's eps1 as a
+``PureDpRelease``): the whole ledger, template plus others, must meet the target.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from dgd_jax.errors import ConfigError
+from dgd_jax.privacy import checks
+from dgd_jax.privacy.ledger import PrivacyLedger
+from dgd_jax.privacy.releases import PureDpRelease, Release
+
+MAX_COUNT = 10 ** 9
+
+
+def epsilon_of(release: Release, delta: float, accountant: str, others: Iterable[Release] = (),
+               **ledger_kwargs) -> float:
+  """Data-independent epsilon of one release record, with the fixed releases ``others``, under
+  ``accountant``."""
+  return PrivacyLedger([release, *others], **ledger_kwargs).epsilon(
+      delta, accountant, data_dependent=False).epsilon
+
+
+def _template(release: Release) -> Release:
+  if not isinstance(release, Release) or isinstance(release, PureDpRelease):
+    raise ConfigError(f"calibration needs a release record with a count and noise; got {release!r}")
+  if release.has_votes:
+    raise ConfigError("calibration plans releases before any votes exist, so it is "
+                      "data-independent: pass the release without votes.")
+  if release.realised:
+    raise ConfigError("calibration plans releases before the run, charging every query; the "
+                      "answered count or mask is the realised outcome of a finished run: pass "
+                      "the release without answered (drop --answered/--answered_mask).")
+  return release
+
+
+def _others(others: Iterable[Release]) -> tuple[Release, ...]:
+  others = tuple(others)
+  for r in others:
+    if not isinstance(r, Release) or r.data_dependent:
+      raise ConfigError(f"calibration's fixed releases must be data-independent release records; "
+                        f"got {r!r}.")
+  return others
+
+
+def max_queries(release: Release, target_epsilon: float, delta: float, accountant: str = "rdp",
+                others: Iterable[Release] = (), **ledger_kwargs) -> int:
+  """The largest count n with epsilon(n), ``others`` included, <= target_epsilon (0 when even one
+  release exceeds it)."""
+  release = _template(release)
+  others = _others(others)
+  target = checks.positive("target_epsilon", target_epsilon)
+  delta = checks.delta(delta)
+
+  def fits(n: int) -> bool:
+    return epsilon_of(release.with_count(n), delta, accountant, others, **ledger_kwargs) <= target
+
+  if not fits(1):
+    return 0
+  low, high = 1, 2
+  while fits(high):  # exponential search for a count that does not fit
+    low, high = high, 2 * high
+    if high > MAX_COUNT:
+      raise ConfigError(f"more than {MAX_COUNT} releases fit in epsilon {target:g}: the target is "
+                        "too loose to calibrate; lower it or the noise.")
+  while high - low > 1:  # fits(low) and not fits(high)
+    mid = (low + high) // 2
+    low, high = (mid, high) if fits(mid) else (low, mid)
+  return low
+
+
+def min_noise(release: Release, target_epsilon: float, delta: float, accountant: str = "rdp",
+              rtol: float = 1e-9, others: Iterable[Release] = (), **ledger_kwargs) -> float:
+  """The smallest noise parameter (to relative tolerance ``rtol``) with epsilon, ``others``
+  included, <= target."""
+  release = _template(release)
+  others = _others(others)
+  target = checks.positive("target_epsilon", target_epsilon)
+  delta = checks.delta(delta)
+  pure = [r for r in others if isinstance(r, PureDpRelease)]
+  if pure and sum(r.epsilon for r in pure) >= target:
+    raise ConfigError(f"the pure-DP terms alone ({', '.join(r.label for r in pure)}: epsilon "
+                      f"{sum(r.epsilon for r in pure):g}) use up the target epsilon {target:g}: "
+                      "no noise meets it; raise the target or lower those terms.")
+
+  def fits(noise: float) -> bool:
+    return epsilon_of(release.with_noise(noise), delta, accountant, others,
+                      **ledger_kwargs) <= target
+
+  high = release.noise_parameter
+  while not fits(high):  # grow until the target is met
+    high *= 2.0
+    if high > 1e12:
+      raise ConfigError(f"no noise up to 1e12 meets epsilon {target:g} for {release.count} "
+                        f"{release.mechanism} releases (e.g. Confident-GNMax's threshold step "
+                        "alone may exceed it): raise the target or change the fixed parameters.")
+  low = high / 2.0
+  while fits(low):  # shrink until it is not
+    low, high = low / 2.0, low
+    if low < 1e-12:
+      return high
+  while high / low - 1.0 > rtol:  # bisection in log space: fits(high), not fits(low)
+    mid = math.sqrt(low * high)
+    low, high = (low, mid) if fits(mid) else (mid, high)
+  return high

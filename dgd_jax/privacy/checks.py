@@ -1,0 +1,97 @@
+"""Input checks shared by the privacy modules. Each failure raises ``ConfigError`` with a message
+that names the bad value and the fix."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dgd_jax.errors import ConfigError
+
+
+def positive(name: str, value: float, what: str = "") -> float:
+  """A finite number > 0 (noise scales, norm bounds, epsilons)."""
+  try:
+    value = float(value)
+  except (TypeError, ValueError):
+    raise ConfigError(f"{name}={value!r} is not a number: pass a positive number{what}.") from None
+  if not math.isfinite(value) or value <= 0:
+    raise ConfigError(f"{name}={value} must be a finite number > 0{what}: zero or negative noise "
+                      "gives no privacy; pass a positive value.")
+  return value
+
+
+def non_negative(name: str, value: float) -> float:
+  try:
+    value = float(value)
+  except (TypeError, ValueError):
+    raise ConfigError(f"{name}={value!r} is not a number: pass a number >= 0.") from None
+  if not math.isfinite(value) or value < 0:
+    raise ConfigError(f"{name}={value} must be a finite number >= 0.")
+  return value
+
+
+def count(name: str, value: int, minimum: int = 1) -> int:
+  """A whole number >= minimum (queries, steps, batch sizes)."""
+  try:
+    number = float(value)
+  except (TypeError, ValueError):
+    number = math.nan
+  if isinstance(value, bool) or not number.is_integer() or number < minimum:
+    raise ConfigError(f"{name}={value!r} must be a whole number >= {minimum}.")
+  return int(number)
+
+
+def delta(value: float) -> float:
+  """The delta of (epsilon, delta)-DP, strictly inside (0, 1)."""
+  try:
+    value = float(value)
+  except (TypeError, ValueError):
+    raise ConfigError(f"delta={value!r} is not a number: pass a delta in (0, 1), e.g. "
+                      "1e-5.") from None
+  if not (0.0 < value < 1.0):
+    raise ConfigError(f"delta={value} is outside (0, 1): pass a delta in (0, 1), typically "
+                      "below 1/(number of private examples), e.g. 1e-5.")
+  return value
+
+
+def orders(name: str, values, minimum: float) -> np.ndarray:
+  """A non-empty 1-D array of finite orders, each > minimum."""
+  arr = np.atleast_1d(np.asarray(values, dtype=np.float64))
+  if arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= minimum):
+    raise ConfigError(f"{name} must be a non-empty list of finite numbers > {minimum}; "
+                      f"got {values!r}.")
+  return arr
+
+
+def votes(value, queries: int | None = None) -> np.ndarray:
+  """Vote histograms ``[queries, classes]``: finite, non-negative, at least 2 classes. Returns a
+  read-only float64 copy."""
+  try:
+    arr = np.array(value, dtype=np.float64)
+  except (TypeError, ValueError):
+    raise ConfigError("votes must be a numeric array of vote histograms "
+                      "[queries, classes].") from None
+  if arr.ndim != 2:
+    raise ConfigError(f"votes has shape {arr.shape}; it must be 2-D [queries, classes] (one row "
+                      "of teacher vote counts per query). Reshape it, e.g. votes[None, :] for one "
+                      "query.")
+  if arr.shape[0] < 1 or arr.shape[1] < 2:
+    raise ConfigError(f"votes has shape {arr.shape}; it needs at least 1 query and 2 classes.")
+  if not np.all(np.isfinite(arr)):
+    raise ConfigError("votes contains NaN or infinite counts: pass finite vote counts.")
+  if np.any(arr < 0):
+    bad = tuple(int(i) for i in np.argwhere(arr < 0)[0])
+    raise ConfigError(f"votes contains negative counts (first at [query, class] = {bad}): vote "
+                      "counts are numbers of teachers and must be >= 0.")
+  if queries is not None and arr.shape[0] != queries:
+    raise ConfigError(f"votes has {arr.shape[0]} rows but queries={queries}: pass one vote "
+                      "histogram per query (or leave queries unset).")
+  arr.setflags(write=False)
+  return arr
+
+
+def choice(name: str, value: str, allowed) -> str:
+  if value not in allowed:
+    raise ConfigError(f"unknown {name} {value!r}: use one of {', '.join(allowed)}.")
+  return value

@@ -1,0 +1,139 @@
+"""dp-accounting events for dgd_jax's releases, and their per-order RDP curves.
+
+Neighbouring relation of the teacher-vote mechanisms (LNMax, GNMax, Confident-GNMax): REPLACE-ONE.
+Two private datasets of the same size are neighbours when one example is substituted for another.
+dgd_jax's partitioner (``dgd_jax.data.partitions.partition_indices``) shuffles ``range(total)`` with
+a seed and deals equal shards, so the shard of position k depends only on (total, seed): replacing
+the example at position k changes one teacher's training set, hence at most one vote, which moves
+from class a to class b, so two histogram counts change by 1 each (L1 2, L2 sqrt(2)). Adding or
+removing an example changes ``total``, re-deals every shard and can change every teacher: the
+vote-sensitivity argument does NOT hold for add/remove-one neighbours with this partitioner. An
+add/remove-one guarantee needs a partition in which an example's teacher does not depend on the
+other examples (e.g. a keyed hash of a stable example ID), which dgd_jax does not do yet.
+
+The sensitivity of each release between neighbours is folded into the event's noise multiplier:
+
+    LaplaceDpEvent(noise_multiplier = laplace_scale / L1_sensitivity)
+    GaussianDpEvent(noise_multiplier = gaussian_std / L2_sensitivity)
+
+How dp-accounting 0.6 treats the relation for these non-subsampled events (checked in the tests):
+
+* ``RdpAccountant`` accepts REPLACE_ONE for Laplace and Gaussian events and ignores the relation for
+  them (the RDP of a shift by the sensitivity): it is built with ``NEIGHBORING_RELATION``
+  (REPLACE_ONE) and gives the same numbers as under ADD_OR_REMOVE_ONE.
+* ``PLDAccountant`` refuses LaplaceDpEvent under REPLACE_ONE, and for GaussianDpEvent under
+  REPLACE_ONE it reads the noise multiplier per example contribution and doubles the shift (remove
+  one contribution, add another). Our multipliers already carry the full shift between replace-one
+  neighbours, so that would count it twice. The PLD of "outputs shift by at most the sensitivity, in
+  either direction" is dp-accounting's ADD_OR_REMOVE_ONE PLD of the same event (without subsampling
+  adding and removing give the same shift): ``PLD_RELATION``.
+
+For these non-subsampled additive mechanisms the privacy loss depends only on the size of the shift
+between neighbouring outputs, so the numbers equal the ones computed before this relation was made
+explicit; what matters is the sensitivity stated by each mechanism module (see ``pate2017``,
+``pate2018``, ``dpdfd``).
+
+``rdp_curve`` gives the same RDP curves as ``dp_accounting.rdp.RdpAccountant`` (tests check
+agreement) so that the classic conversion and the data-dependent bounds, which dp-accounting does
+not provide, can use them.
+"""
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import numpy as np
+
+from dgd_jax.privacy import checks
+
+# The dataset relation of the teacher-vote mechanisms (module docstring); RdpAccountant uses it.
+NEIGHBORING_RELATION = dp_accounting.NeighboringRelation.REPLACE_ONE
+# dp-accounting's PLD parametrisation of a shift by the sensitivity (module docstring).
+PLD_RELATION = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+# PLD discretisation: 1e-4 unless a Laplace event's loss range needs more than this many buckets.
+PLD_INTERVAL = 1e-4
+PLD_MAX_BUCKETS = 200_000
+
+
+def pld_interval(evs) -> float:
+  """Value discretisation for the PLD of ``evs``: 1e-4, coarser for Laplace events of huge pure
+  epsilon (range [-1/m, 1/m]) so one event has at most ``PLD_MAX_BUCKETS`` buckets. Pessimistic
+  discretisation is an upper bound at any interval; the coarser one only costs tightness."""
+  laplace = [e.noise_multiplier for ev in evs for e, _ in flatten(ev)
+             if isinstance(e, dp_accounting.LaplaceDpEvent)]
+  if not laplace:
+    return PLD_INTERVAL
+  return max(PLD_INTERVAL, 2.0 / (min(laplace) * PLD_MAX_BUCKETS))
+
+
+def laplace_event(scale: float, l1_sensitivity: float, count: int = 1) -> dp_accounting.DpEvent:
+  """``count`` Laplace releases of scale ``scale`` on a query of L1 sensitivity
+  ``l1_sensitivity``."""
+  scale = checks.positive("Laplace scale", scale)
+  event = dp_accounting.LaplaceDpEvent(noise_multiplier=scale / l1_sensitivity)
+  return event if count == 1 else dp_accounting.SelfComposedDpEvent(event, count)
+
+
+def gaussian_event(std: float, l2_sensitivity: float, count: int = 1) -> dp_accounting.DpEvent:
+  """``count`` Gaussian releases of absolute std ``std`` on a query of L2 sensitivity
+  ``l2_sensitivity``."""
+  std = checks.positive("Gaussian std", std)
+  event = dp_accounting.GaussianDpEvent(noise_multiplier=std / l2_sensitivity)
+  return event if count == 1 else dp_accounting.SelfComposedDpEvent(event, count)
+
+
+def laplace_rdp(pure_eps: float, orders) -> np.ndarray:
+  """Exact RDP of a Laplace mechanism with pure epsilon ``pure_eps`` (= sensitivity / scale):
+  eps + log(1 + (lam-1)/(2lam-1) * (exp((1-2lam) eps) - 1)) / (lam-1)  (Mironov 2017 Prop. 6)."""
+  lam = checks.orders("orders", orders, minimum=1.0)
+  return pure_eps + np.log1p((lam - 1.0) / (2.0 * lam - 1.0)
+                             * np.expm1((1.0 - 2.0 * lam) * pure_eps)) / (lam - 1.0)
+
+
+def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
+  """RDP of a Gaussian mechanism with std / L2 sensitivity = ``noise_multiplier``:
+  lam / (2 m^2)  (Mironov 2017 Prop. 7)."""
+  lam = checks.orders("orders", orders, minimum=1.0)
+  return lam / (2.0 * noise_multiplier ** 2)
+
+
+def rdp_curve(event: dp_accounting.DpEvent, orders) -> np.ndarray:
+  """Per-order RDP of a (composed) Laplace/Gaussian event, summed over its compositions."""
+  if isinstance(event, dp_accounting.SelfComposedDpEvent):
+    return event.count * rdp_curve(event.event, orders)
+  if isinstance(event, dp_accounting.ComposedDpEvent):
+    return sum((rdp_curve(e, orders) for e in event.events),
+               np.zeros_like(np.asarray(orders, dtype=np.float64)))
+  if isinstance(event, dp_accounting.LaplaceDpEvent):
+    return laplace_rdp(1.0 / event.noise_multiplier, orders)
+  if isinstance(event, dp_accounting.GaussianDpEvent):
+    return gaussian_rdp(event.noise_multiplier, orders)
+  raise ValueError(f"no RDP curve for {event!r}")
+
+
+def flatten(event: dp_accounting.DpEvent,
+            count: int = 1) -> list[tuple[dp_accounting.DpEvent, int]]:
+  """(leaf event, total count) pairs of a composed event."""
+  if isinstance(event, dp_accounting.SelfComposedDpEvent):
+    return flatten(event.event, count * event.count)
+  if isinstance(event, dp_accounting.ComposedDpEvent):
+    return [pair for e in event.events for pair in flatten(e, count)]
+  return [(event, count)]
+
+
+def gaussian_equivalent(events) -> float | None:
+  """If every leaf is Gaussian, the noise multiplier of the single Gaussian mechanism equal to
+  their composition, (sum_i count_i / m_i^2)^(-1/2); otherwise None."""
+  leaves = [pair for e in events for pair in flatten(e)]
+  if not leaves or not all(isinstance(e, dp_accounting.GaussianDpEvent) for e, _ in leaves):
+    return None
+  return 1.0 / math.sqrt(sum(c / e.noise_multiplier ** 2 for e, c in leaves))
+
+
+def laplace_pure_epsilon(evs) -> float | None:
+  """If every leaf is Laplace, their basic composition sum_i count_i / m_i (pure DP, valid at any
+  delta); otherwise None."""
+  leaves = [pair for e in evs for pair in flatten(e)]
+  if not leaves or not all(isinstance(e, dp_accounting.LaplaceDpEvent) for e, _ in leaves):
+    return None
+  return sum(c / e.noise_multiplier for e, c in leaves)

@@ -1,0 +1,369 @@
+"""The privacy ledger: every release of private information is recorded here and turned into
+(epsilon, delta) by every accountant that applies. Host-side NumPy/SciPy/dp-accounting only.
+
+Neighbouring relation: replace-one for the teacher-vote mechanisms (``events`` explains why, and
+why add/remove-one does not hold with dgd_jax's partitioner); DPDFD's default bound holds for any
+two datasets.
+
+Data-independent accountants (a DP guarantee for the plan; every planned release charged):
+
+* ``advanced_composition``: LNMax only. T eps0^2 + eps0 sqrt(2 T ln(1/delta)) as written in PATE
+  2017 App. B and DGD Sec. III-E (``pate2017.advanced_composition_epsilon``).
+* ``moments_accountant``: LNMax only. PATE 2017's moments accountant over orders l = 1..8:
+  eps = min_l (sum alpha(l) + ln(1/delta)) / l. Data-independent alpha from Thm. 3; DATA-DEPENDENT
+  (Thm. 1 with Lemma 4) for records that carry vote histograms (the name PATE 2017 gives it).
+* ``rdp``: dp-accounting ``RdpAccountant`` on the records' events, improved conversion.
+* ``rdp_classic``: the same RDP curve, classic conversion rdp + ln(1/delta)/(lam - 1).
+* ``pld``: dp-accounting ``PLDAccountant`` (pessimistic discretisation); when every event is
+  Gaussian their composition is one Gaussian and its epsilon is computed exactly
+  (``dp_accounting.get_epsilon_gaussian``).
+* ``dpdfd_theorem3``: a single DPDFD record under relation 'theorem3': the paper's claim
+  (Theorem 3), valid only under ``dpdfd.THEOREM3_CONDITIONS``.
+
+Data-dependent accountants (``data_dependent=True``; functions of the private data, not DP
+guarantees, never used by ``check_budget``):
+
+* ``moments_accountant`` with votes (above).
+* ``rdp_data_dependent`` / ``rdp_classic_data_dependent``: when votes are recorded, the per-query
+  data-dependent RDP (PATE 2017 Thm. 1 for LNMax, PATE 2018 Thm. 6 and the exact threshold bound
+  for (Confident-)GNMax; every query charged), improved / classic conversion.
+* ``rdp_answered_only``: when a Confident-GNMax record carries the realised ``answered`` count or
+  mask: the GNMax step charged on the answered queries only (``REALISED_WARNING``).
+
+Pure-DP terms (``PureDpRelease``, e.g. DGD's eps1) are added to every accountant's epsilon (basic
+composition), as DGD does.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+import dp_accounting
+from dp_accounting import pld as dp_pld
+from dp_accounting import rdp as dp_rdp
+
+from dgd_jax.errors import ConfigError
+from dgd_jax.privacy import checks, conversion, dpdfd, events, pate2017
+from dgd_jax.privacy.releases import DpdfdSteps, LNMaxQueries, PureDpRelease, Release
+
+ACCOUNTANTS = ("advanced_composition", "moments_accountant", "rdp", "rdp_classic", "pld",
+               "dpdfd_theorem3", "rdp_data_dependent", "rdp_classic_data_dependent",
+               "rdp_answered_only")
+
+DATA_DEPENDENT_WARNING = (
+    "DATA-DEPENDENT: this epsilon is a function of the private vote histograms (PATE 2017 Sec. "
+    "3.3). Publishing it is not differentially private without a smooth-sensitivity treatment "
+    "(PATE 2018 Sec. 4), and it bounds the privacy loss of this dataset against its neighbours "
+    "only.")
+
+REALISED_WARNING = (
+    "REALISED: the realised cost of this run, charging the GNMax step only on the queries that "
+    "were answered; which queries were answered depends on the private votes, so this is not a "
+    "DP guarantee unless a privacy filter with a budget fixed in advance per Renyi order is "
+    "enforced (Feldman & Zrnic 2021), which dgd_jax does not do. The data-independent epsilons "
+    "charge every query.")
+
+# The relation the teacher-vote guarantees hold under (events.NEIGHBORING_RELATION).
+VOTE_RELATION_NOTE = (
+    "Neighbours: replace-one (one private example substituted, dataset size fixed), which moves "
+    "one teacher's vote because dgd_jax deals shards by position. Add/remove-one is not covered: "
+    "dgd_jax's partitioner re-deals every shard when the dataset size changes; it needs a "
+    "partition where an example's teacher does not depend on the other examples (e.g. a keyed "
+    "hash of a stable example ID).")
+
+_DGD_EXCLUSIONS = (
+    "Not covered: the teachers; in DGD, the baseline classifier (trained on the private data "
+    "without noise), the generator trained against it, its synthetic data and the VAE trained on "
+    "them. The DGD student also learns from those, so this epsilon bounds the label queries, not "
+    "everything the student saw; none of these models may be released as private. (PATE assumes "
+    "the student's unlabelled data is public.)")
+
+# What the label-query epsilon does NOT cover, per mechanism.
+NOT_COVERED = {
+    "lnmax": "Covers the noisy label answers only. " + _DGD_EXCLUSIONS,
+    "gnmax": (
+        "Covers the noisy label answers only. Not covered: the teachers, and any baseline, "
+        "generator or synthetic data derived from the private data without noise (DGD+)."),
+    "confident_gnmax": (
+        "Covers the noisy threshold checks and label answers only. Not covered: the teachers "
+        "(no DP guarantee), and any baseline classifier, generator, synthetic data or VAE derived "
+        "from the private data without noise (DGD, DGD+); none of them may be released as "
+        "private. The data-independent epsilons charge the GNMax answer on every query; an "
+        "answered-only cost is a realised value, not a DP guarantee."),
+    "dpdfd": (
+        "The teacher model is not private. The default relation 'whole_batch' assumes nothing "
+        "about how the teacher depends on the private data (one teacher: T releases of "
+        "sensitivity 2BC, or 2 sqrt(B) C under batch normalisation by ||g||_2; n teachers: B T "
+        "releases of 2nC). Relation 'theorem3' is " + dpdfd.THEOREM3_CONDITIONS + "."),
+    "pure": (
+        "DGD's eps1 protects synthetic examples fed to the VAE, not private examples; it is "
+        "added to the total as the paper does (never makes the total smaller)."),
+}
+
+VOTE_MECHANISMS = ("lnmax", "gnmax", "confident_gnmax")
+
+
+@dataclasses.dataclass(frozen=True)
+class EpsilonReport:
+  """One accountant's (epsilon, delta) for the whole ledger."""
+
+  epsilon: float
+  delta: float
+  accountant: str
+  order: float | None
+  data_dependent: bool
+  note: str
+
+  def to_json(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+def _describe_events(evs) -> str:
+  parts = [f"{count} x {type(e).__name__}({e.noise_multiplier:.6g})"
+           for ev in evs for e, count in events.flatten(ev)]
+  return " + ".join(parts)
+
+
+class PrivacyLedger:
+  """Records releases; reports (epsilon, delta) under every applicable accountant."""
+
+  def __init__(self, releases: Iterable[Release] = (), *,
+               orders=conversion.DEFAULT_RDP_ORDERS,
+               moment_orders=conversion.DEFAULT_MOMENT_ORDERS):
+    self.orders = checks.orders("orders", orders, minimum=1.0)
+    self.moment_orders = checks.orders("moment_orders", moment_orders, minimum=0.0)
+    self._releases: list[Release] = []
+    for release in releases:
+      self.record(release)
+
+  def record(self, release: Release) -> None:
+    """Adds one release record (a frozen ``releases.*`` dataclass)."""
+    if not isinstance(release, Release):
+      raise ConfigError(f"{release!r} is not a release record: record an LNMaxQueries, "
+                        "GNMaxQueries, ConfidentGNMaxQueries, DpdfdSteps or PureDpRelease.")
+    self._releases.append(release)
+
+  @property
+  def releases(self) -> tuple[Release, ...]:
+    return tuple(self._releases)
+
+  @property
+  def data_dependent(self) -> bool:
+    """Whether any record carries private-data-dependent values (votes, realised answers)."""
+    return any(r.data_dependent for r in self._releases)
+
+  def not_covered(self) -> list[str]:
+    """What the epsilons do not cover, for the mechanisms in the ledger."""
+    mechanisms = list(dict.fromkeys(r.mechanism for r in self._releases))
+    notes = [NOT_COVERED[m] for m in mechanisms]
+    if any(m in VOTE_MECHANISMS for m in mechanisms):
+      notes.append(VOTE_RELATION_NOTE)
+    if any(r.has_votes for r in self._releases):
+      notes.append(DATA_DEPENDENT_WARNING)
+    if any(r.realised for r in self._releases):
+      notes.append(REALISED_WARNING)
+    return notes
+
+  # ---- accountants -------------------------------------------------------------------------
+
+  def epsilons(self, delta: float, data_dependent: bool = True,
+               accountants: Iterable[str] | None = None) -> dict[str, EpsilonReport]:
+    """Every applicable accountant's report at ``delta`` (or only those named in
+    ``accountants``). With ``data_dependent=False`` recorded votes and realised answered counts
+    are ignored: the plan before any query is answered, every planned release charged."""
+    delta = checks.delta(delta)
+    if not self._releases:
+      raise ConfigError("the privacy ledger is empty: record the planned releases first.")
+    wanted = ACCOUNTANTS if accountants is None else tuple(accountants)
+    for name in wanted:
+      checks.choice("accountant", name, ACCOUNTANTS)
+    mechanisms = [r for r in self._releases if not isinstance(r, PureDpRelease)]
+    pure = [r for r in self._releases if isinstance(r, PureDpRelease)]
+    extra = sum(r.epsilon for r in pure)
+    suffix = (f"; plus {extra:.6g} pure DP ({', '.join(r.label for r in pure)}) by basic "
+              "composition" if pure else "")
+    out: dict[str, EpsilonReport] = {}
+    for name in ACCOUNTANTS:
+      if name not in wanted:
+        continue
+      result = getattr(self, f"_{name}")(mechanisms, delta, data_dependent)
+      if result is None:
+        continue
+      eps, order, note, dependent = result
+      order = None if order is None else float(order)
+      grid = self.moment_orders if name == "moments_accountant" else self.orders
+      if order is not None and order >= grid.max():
+        note += (" (optimum at the edge of the order grid, the largest order tried: more orders "
+                 "could lower it; the value is a valid bound)")
+      elif order is not None and order <= grid.min():
+        note += (" (optimum at the edge of the order grid, the smallest order tried: orders "
+                 "closer to 1 could lower it; the value is a valid bound)")
+      if dependent and any(r.has_votes for r in mechanisms):
+        note = f"{note}. {DATA_DEPENDENT_WARNING}"
+      out[name] = EpsilonReport(float(eps) + extra, delta, name, order, dependent, note + suffix)
+    return out
+
+  # Each accountant: (mechanism records, delta, data_dependent) -> (eps, order, note,
+  # data-dependent), or None where it does not apply.
+
+  def _advanced_composition(self, mechanisms, delta, data_dependent):
+    del data_dependent
+    if not mechanisms or not all(isinstance(r, LNMaxQueries) for r in mechanisms):
+      return None
+    eps = pate2017.advanced_composition_epsilon([r.eps0 for r in mechanisms],
+                                                [r.queries for r in mechanisms], delta)
+    return eps, None, ("PATE 2017 App. B / DGD Sec. III-E: T eps0^2 + eps0 sqrt(2 T ln(1/delta)), "
+                       f"eps0 = 2/b = {', '.join(f'{r.eps0:.6g}' for r in mechanisms)} per query"
+                       ), False
+
+  def _moments_accountant(self, mechanisms, delta, data_dependent):
+    if not mechanisms or not all(isinstance(r, LNMaxQueries) for r in mechanisms):
+      return None
+    use_votes = data_dependent and any(r.has_votes for r in mechanisms)
+    alpha = sum(r.log_moments(self.moment_orders, use_votes) for r in mechanisms)
+    eps, order = conversion.moments_epsilon(self.moment_orders, alpha, delta)
+    kind = ("data-dependent (Thm. 1 with Lemma 4's q, used where q <= 1/(e^(2/b)+1))" if use_votes
+            else "data-independent (Thm. 3: alpha(l) <= 2 gamma^2 l(l+1))")
+    orders = ", ".join(f"{l:g}" for l in self.moment_orders)
+    return eps, order, (f"PATE 2017 moments accountant, {kind}, orders l = {orders}; "
+                        "order = l"), use_votes
+
+  def _rdp(self, mechanisms, delta, data_dependent):
+    del data_dependent
+    if not mechanisms:
+      return 0.0, None, "no noisy-aggregation releases", False
+    evs = [r.event() for r in mechanisms]
+    accountant = dp_rdp.RdpAccountant(self.orders.tolist(), events.NEIGHBORING_RELATION)
+    accountant.compose(dp_accounting.ComposedDpEvent(evs))
+    eps, order = accountant.get_epsilon_and_optimal_order(delta)
+    return eps, order, (f"dp-accounting RdpAccountant (REPLACE_ONE) on {_describe_events(evs)}, "
+                        "improved conversion; order = lambda"), False
+
+  def _rdp_classic(self, mechanisms, delta, data_dependent):
+    del data_dependent
+    if not mechanisms:
+      return 0.0, None, "no noisy-aggregation releases", False
+    curve = sum(r.rdp(self.orders) for r in mechanisms)
+    eps, order = conversion.classic_epsilon(self.orders, curve, delta)
+    return eps, order, ("the same RDP curve, classic conversion rdp + ln(1/delta)/(lambda-1); "
+                        "order = lambda"), False
+
+  def _pld(self, mechanisms, delta, data_dependent):
+    del data_dependent
+    if not mechanisms:
+      return 0.0, None, "no noisy-aggregation releases", False
+    evs = [r.event() for r in mechanisms]
+    multiplier = events.gaussian_equivalent(evs)
+    if multiplier is not None:
+      # Root found to 1e-12 by brentq; rounded up by that tolerance.
+      eps = dp_accounting.get_epsilon_gaussian(multiplier, delta, tol=1e-12) + 1e-12
+      return eps, None, (f"composition of Gaussians = one Gaussian with noise multiplier "
+                         f"{multiplier:.6g}; exact (dp_accounting.get_epsilon_gaussian, +1e-12)"
+                         ), False
+    interval = events.pld_interval(evs)
+    accountant = dp_pld.PLDAccountant(events.PLD_RELATION, value_discretization_interval=interval)
+    accountant.compose(dp_accounting.ComposedDpEvent(evs))
+    eps = accountant.get_epsilon(delta)
+    note = ("dp-accounting PLDAccountant (a shift by the sensitivity either way: its "
+            f"ADD_OR_REMOVE_ONE parametrisation; pessimistic, discretisation {interval:g}) on "
+            f"{_describe_events(evs)}")
+    pure = events.laplace_pure_epsilon(evs)
+    if pure is not None and not eps <= pure:
+      # dp-accounting's Laplace PLD overflows (infinite mass) above a pure epsilon of about 700.
+      eps, note = pure, (f"{note} gives {eps:g}; replaced by the basic composition of the pure "
+                         f"(1/m)-DP Laplace events, sum count/m = {pure:.6g} (delta = 0)")
+    return eps, None, note, False
+
+  def _dpdfd_theorem3(self, mechanisms, delta, data_dependent):
+    del data_dependent
+    if (len(mechanisms) != 1 or not isinstance(mechanisms[0], DpdfdSteps)
+        or mechanisms[0].relation != "theorem3"):
+      return None
+    r = mechanisms[0]
+    eps, order = dpdfd.theorem3_epsilon(r.noise_std, r.norm_bound, r.batch_size, r.steps, delta,
+                                        r.num_teachers, self.orders)
+    return eps, order, (
+        f"DPDFD Theorem 3 with sigma read as the absolute std {r.noise_std:.6g} (noise "
+        f"{r.noise:g} as {r.noise_convention}); n B T = {r.num_teachers * r.batch_size * r.steps} "
+        f"Gaussian releases of L2 sensitivity 2C, no subsampling: {dpdfd.THEOREM3_CONDITIONS}; "
+        "order = lambda"), False
+
+  _DATA_DEPENDENT_WHAT = ("per-query data-dependent RDP (PATE 2017 Thm. 1 for LNMax, PATE 2018 "
+                          "Thm. 6 for GNMax, exact Bernoulli divergence for the threshold step; "
+                          "every query charged)")
+
+  def _rdp_data_dependent(self, mechanisms, delta, data_dependent):
+    if not (data_dependent and any(r.has_votes for r in mechanisms)):
+      return None
+    curve = sum(r.rdp_data_dependent(self.orders) for r in mechanisms)
+    eps, order = conversion.improved_epsilon(self.orders, curve, delta)
+    return eps, order, f"{self._DATA_DEPENDENT_WHAT}, improved conversion; order = lambda", True
+
+  def _rdp_classic_data_dependent(self, mechanisms, delta, data_dependent):
+    if not (data_dependent and any(r.has_votes for r in mechanisms)):
+      return None
+    curve = sum(r.rdp_data_dependent(self.orders) for r in mechanisms)
+    eps, order = conversion.classic_epsilon(self.orders, curve, delta)
+    return eps, order, f"{self._DATA_DEPENDENT_WHAT}, classic conversion; order = lambda", True
+
+  def _rdp_answered_only(self, mechanisms, delta, data_dependent):
+    if not (data_dependent and any(r.realised for r in mechanisms)):
+      return None
+    curve = sum(r.rdp_answered_only(self.orders) for r in mechanisms)
+    eps, order = conversion.improved_epsilon(self.orders, curve, delta)
+    per_query = ("data-dependent per-query RDP" if any(r.has_votes for r in mechanisms)
+                 else "data-independent per-query RDP")
+    return eps, order, (f"{REALISED_WARNING} Threshold step on every query, GNMax on the "
+                        f"answered ones, {per_query}, improved conversion; order = lambda"), True
+
+  def epsilon(self, delta: float, accountant: str, data_dependent: bool = True) -> EpsilonReport:
+    """One accountant's report; ConfigError when it does not apply to these releases."""
+    checks.choice("accountant", accountant, ACCOUNTANTS)
+    reports = self.epsilons(delta, data_dependent, accountants=[accountant])
+    if accountant not in reports:
+      raise ConfigError(f"accountant {accountant!r} does not apply to these releases "
+                        f"({', '.join(r.mechanism for r in self._releases)}): use one of "
+                        f"{', '.join(self.epsilons(delta, data_dependent))}.")
+    return reports[accountant]
+
+  def check_budget(self, max_epsilon: float, delta: float,
+                   accountant: str | None = None) -> EpsilonReport:
+    """Refuses (ConfigError) when the planned releases exceed ``max_epsilon`` at ``delta``.
+
+    The plan is data-independent (votes and realised answered counts are ignored: every planned
+    release is charged). Without ``accountant`` the smallest data-independent epsilon is used:
+    each accountant is a valid upper bound, so their minimum is one too. Returns the report that
+    was checked."""
+    max_epsilon = checks.positive("max_epsilon", max_epsilon)
+    if accountant is None:
+      report = min(self.epsilons(delta, data_dependent=False).values(), key=lambda r: r.epsilon)
+    else:
+      report = self.epsilon(delta, accountant, data_dependent=False)
+    if not report.epsilon <= max_epsilon:
+      plan = ", ".join(f"{r.count} {r.mechanism} releases" for r in self._releases
+                       if not isinstance(r, PureDpRelease))
+      raise ConfigError(
+          f"the planned releases ({plan}) give epsilon = {report.epsilon:.6g} "
+          f"({report.accountant}, delta = {delta:g}), above the maximum epsilon {max_epsilon:g}. "
+          "Fix: fewer queries/steps or more noise; `python -m dgd_jax.privacy ... "
+          f"--target_epsilon={max_epsilon:g}` gives the largest number of queries that fits.")
+    return report
+
+  def to_json(self, delta: float) -> dict:
+    """A JSON-ready summary for report.json. ``data_dependent_accountants`` names every key of
+    ``epsilons`` whose value depends on private data; ``data_independent_epsilons`` (present when
+    the ledger holds data-dependent values) are the DP guarantees of the plan."""
+    reports = self.epsilons(delta)
+    out = {
+        "delta": delta,
+        "epsilons": {name: r.epsilon for name, r in reports.items()},
+        "data_dependent_accountants": [name for name, r in reports.items() if r.data_dependent],
+        "details": {name: r.to_json() for name, r in reports.items()},
+        "releases": [r.describe() for r in self._releases],
+        "data_dependent": self.data_dependent,
+        "not_covered": self.not_covered(),
+    }
+    if self.data_dependent:
+      out["data_independent_epsilons"] = {
+          name: r.epsilon for name, r in self.epsilons(delta, data_dependent=False).items()}
+    return out

@@ -1,0 +1,351 @@
+"""Release records: one frozen dataclass per kind of private release that a ``PrivacyLedger``
+holds. Each record knows its dp-accounting event (data-independent: the plan, every planned release
+charged), its RDP curve, and, when it carries the teachers' vote histograms, its data-dependent RDP
+curve. A Confident-GNMax record may also carry the realised ``answered`` count or mask of a run:
+that is a function of the private votes, so it only enters the realised accountant
+(``rdp_answered_only``), never the data-independent epsilons."""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import dp_accounting
+import numpy as np
+
+from dgd_jax.errors import ConfigError
+from dgd_jax.privacy import checks, dpdfd, events, pate2017, pate2018
+
+
+def _describe_votes(votes) -> dict | None:
+  return None if votes is None else {"queries": int(votes.shape[0]), "classes": int(votes.shape[1])}
+
+
+class Release:
+  """Common interface of the release records."""
+
+  mechanism: ClassVar[str]
+  noise_field: ClassVar[str]  # the parameter ``with_noise`` sets (calibration)
+  count_field: ClassVar[str]  # the parameter ``with_count`` sets (calibration)
+  votes = None
+
+  @property
+  def count(self) -> int:
+    return getattr(self, self.count_field)
+
+  @property
+  def noise_parameter(self) -> float:
+    return getattr(self, self.noise_field)
+
+  @property
+  def has_votes(self) -> bool:
+    """Carries the teachers' vote histograms (private data)."""
+    return self.votes is not None
+
+  @property
+  def realised(self) -> bool:
+    """Carries a realised, vote-dependent quantity of a run other than the votes (Confident-GNMax's
+    answered queries)."""
+    return False
+
+  @property
+  def data_dependent(self) -> bool:
+    """Carries anything that depends on the private data (votes or a realised count)."""
+    return self.has_votes or self.realised
+
+  def with_count(self, count: int) -> "Release":
+    return dataclasses.replace(self, **{self.count_field: count})
+
+  def with_noise(self, noise: float) -> "Release":
+    return dataclasses.replace(self, **{self.noise_field: noise})
+
+  def event(self) -> dp_accounting.DpEvent:
+    raise NotImplementedError
+
+  def rdp(self, orders) -> np.ndarray:
+    """Data-independent RDP curve, summed over the record's releases."""
+    return events.rdp_curve(self.event(), orders)
+
+  def rdp_data_dependent(self, orders) -> np.ndarray:
+    """Data-dependent RDP curve where votes are recorded, else the data-independent one. Every
+    planned release is charged."""
+    return self.rdp(orders)
+
+  def rdp_answered_only(self, orders) -> np.ndarray:
+    """Realised RDP curve of the run: only the releases that happened (Confident-GNMax's answered
+    queries), per-query data-dependent where votes are recorded. Not a DP guarantee."""
+    return self.rdp_data_dependent(orders)
+
+  def describe(self) -> dict:
+    out = {"mechanism": self.mechanism}
+    for field in dataclasses.fields(self):
+      value = getattr(self, field.name)
+      if field.name == "votes":
+        out["votes"] = _describe_votes(value)
+      elif isinstance(value, np.ndarray):
+        out[field.name] = int(value.sum())  # an answered mask: how many were answered
+      else:
+        out[field.name] = value
+    return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LNMaxQueries(Release):
+  """``queries`` LNMax label queries with Laplace scale ``noise_scale`` = b = 1/gamma = 2/eps0."""
+
+  noise_scale: float
+  queries: int
+  votes: np.ndarray | None = None
+
+  mechanism: ClassVar[str] = "lnmax"
+  noise_field: ClassVar[str] = "noise_scale"
+  count_field: ClassVar[str] = "queries"
+
+  def __post_init__(self):
+    object.__setattr__(self, "noise_scale", checks.positive("noise_scale (Laplace b)",
+                                                            self.noise_scale))
+    object.__setattr__(self, "queries", checks.count("queries", self.queries))
+    if self.votes is not None:
+      object.__setattr__(self, "votes", checks.votes(self.votes, self.queries))
+
+  @property
+  def eps0(self) -> float:
+    """Per-query pure epsilon 2/b."""
+    return pate2017.per_query_epsilon(self.noise_scale)
+
+  def event(self) -> dp_accounting.DpEvent:
+    return pate2017.query_event(self.noise_scale, self.queries)
+
+  def log_moments(self, moment_orders, data_dependent: bool = True) -> np.ndarray:
+    votes = self.votes if data_dependent else None
+    return pate2017.log_moments(self.noise_scale, self.queries, moment_orders, votes)
+
+  def rdp_data_dependent(self, orders) -> np.ndarray:
+    if self.votes is None:
+      return self.rdp(orders)
+    return pate2017.rdp_data_dependent(self.votes, self.noise_scale, orders)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GNMaxQueries(Release):
+  """``queries`` GNMax label queries with Gaussian std ``sigma`` on each count."""
+
+  sigma: float
+  queries: int
+  votes: np.ndarray | None = None
+
+  mechanism: ClassVar[str] = "gnmax"
+  noise_field: ClassVar[str] = "sigma"
+  count_field: ClassVar[str] = "queries"
+
+  def __post_init__(self):
+    object.__setattr__(self, "sigma", checks.positive("sigma (GNMax noise)", self.sigma))
+    object.__setattr__(self, "queries", checks.count("queries", self.queries))
+    if self.votes is not None:
+      object.__setattr__(self, "votes", checks.votes(self.votes, self.queries))
+
+  def event(self) -> dp_accounting.DpEvent:
+    return pate2018.gnmax_event(self.sigma, self.queries)
+
+  def rdp_data_dependent(self, orders) -> np.ndarray:
+    if self.votes is None:
+      return self.rdp(orders)
+    return np.sum(pate2018.gnmax_rdp_data_dependent(self.votes, self.sigma, orders), axis=0)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ConfidentGNMaxQueries(Release):
+  """``queries`` Confident-GNMax queries: a noisy threshold check (std ``sigma1``) on every query,
+  a GNMax answer (std ``sigma2``) on the answered ones.
+
+  The data-independent event (``event``, ``rdp``) and the data-dependent curve
+  (``rdp_data_dependent``) charge the threshold check AND the GNMax answer on every query: which
+  queries pass the threshold depends on the private votes, so charging only the answered ones is
+  not a data-independent guarantee. ``answered`` (None, a count, or with ``votes`` a boolean mask)
+  records the realised outcome of a run; it only feeds ``rdp_answered_only``, the realised cost of
+  this run, which is not a DP guarantee unless a privacy filter with a budget fixed in advance per
+  Renyi order is enforced (Feldman & Zrnic 2021), which dgd_jax does not do."""
+
+  threshold: float
+  sigma1: float
+  sigma2: float
+  queries: int
+  answered: int | np.ndarray | None = None
+  votes: np.ndarray | None = None
+
+  mechanism: ClassVar[str] = "confident_gnmax"
+  noise_field: ClassVar[str] = "sigma2"
+  count_field: ClassVar[str] = "queries"
+
+  def __post_init__(self):
+    object.__setattr__(self, "threshold", float(self.threshold))
+    if not np.isfinite(self.threshold):
+      raise ConfigError(f"threshold={self.threshold} must be a finite number of votes.")
+    object.__setattr__(self, "sigma1", checks.positive("sigma1 (threshold noise)", self.sigma1))
+    object.__setattr__(self, "sigma2", checks.positive("sigma2 (GNMax noise)", self.sigma2))
+    queries = checks.count("queries", self.queries)
+    object.__setattr__(self, "queries", queries)
+    if self.votes is not None:
+      object.__setattr__(self, "votes", checks.votes(self.votes, queries))
+    answered = self.answered
+    if isinstance(answered, (list, tuple, np.ndarray)):
+      mask = np.asarray(answered)
+      if mask.dtype != bool or mask.shape != (queries,):
+        raise ConfigError(f"answered mask must be a boolean array of shape ({queries},); got "
+                          f"dtype {mask.dtype}, shape {mask.shape}.")
+      mask = mask.copy()
+      mask.setflags(write=False)
+      object.__setattr__(self, "answered", mask)
+    elif answered is not None:
+      answered = checks.count("answered", answered, minimum=0)
+      if answered > queries:
+        raise ConfigError(f"answered={answered} exceeds queries={queries}: the answered count is "
+                          "how many of the run's queries passed the threshold, so it cannot "
+                          "exceed them; pass --queries (the number asked) >= --answered.")
+      if self.votes is not None:
+        raise ConfigError("with votes, pass answered as a boolean mask over the queries (which "
+                          "ones passed the threshold), not a count.")
+      object.__setattr__(self, "answered", answered)
+
+  @property
+  def num_answered(self) -> int:
+    if self.answered is None:
+      return self.queries
+    if isinstance(self.answered, np.ndarray):
+      return int(self.answered.sum())
+    return self.answered
+
+  @property
+  def realised(self) -> bool:
+    return self.answered is not None
+
+  def with_count(self, count: int) -> "Release":
+    return dataclasses.replace(self, queries=count, answered=None)
+
+  def event(self) -> dp_accounting.DpEvent:
+    # Every query: the threshold check and the GNMax answer (answered or not: data-independent).
+    return dp_accounting.ComposedDpEvent([pate2018.threshold_event(self.sigma1, self.queries),
+                                          pate2018.gnmax_event(self.sigma2, self.queries)])
+
+  def _per_query_rdp(self, orders) -> tuple[np.ndarray, np.ndarray]:
+    """(threshold-step RDP, GNMax RDP) per query, shape [queries, orders]: data-dependent with
+    votes, data-independent without."""
+    lam = checks.orders("orders", orders, minimum=1.0)
+    if self.votes is None:
+      return (np.tile(pate2018.threshold_rdp(self.sigma1, lam), (self.queries, 1)),
+              np.tile(pate2018.gnmax_rdp(self.sigma2, lam), (self.queries, 1)))
+    return (pate2018.threshold_rdp_data_dependent(self.votes, self.threshold, self.sigma1, lam),
+            pate2018.gnmax_rdp_data_dependent(self.votes, self.sigma2, lam))
+
+  def rdp_data_dependent(self, orders) -> np.ndarray:
+    if self.votes is None:
+      return self.rdp(orders)
+    step1, step2 = self._per_query_rdp(orders)
+    return np.sum(step1, axis=0) + np.sum(step2, axis=0)  # GNMax charged on every query
+
+  def rdp_answered_only(self, orders) -> np.ndarray:
+    step1, step2 = self._per_query_rdp(orders)
+    if isinstance(self.answered, np.ndarray):
+      step2 = step2[self.answered]
+    else:
+      step2 = step2[:self.num_answered]  # identical rows without votes
+    return np.sum(step1, axis=0) + np.sum(step2, axis=0)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DpdfdSteps(Release):
+  """``steps`` DPDFD training steps (Algorithm 1) with noise ``noise`` in ``noise_convention``
+  ('multiplier': std = noise * C, Eq. 4; 'std': std = noise, Fig. 1 / Theorem 3).
+
+  ``relation`` 'whole_batch' (default) is the conservative bound, valid for one teacher trained on
+  the private data; ``normalization`` 'batch' (Eq. 4's ||g||_2) tightens it from 2 B C to
+  2 sqrt(B) C per step. 'theorem3' is the paper's claim, valid only under its conditions
+  (``dpdfd.THEOREM3_CONDITIONS``)."""
+
+  noise: float
+  noise_convention: str
+  norm_bound: float
+  batch_size: int
+  steps: int
+  num_teachers: int = 1
+  relation: str = dpdfd.DEFAULT_RELATION
+  normalization: str = dpdfd.DEFAULT_NORMALIZATION
+
+  mechanism: ClassVar[str] = "dpdfd"
+  noise_field: ClassVar[str] = "noise"
+  count_field: ClassVar[str] = "steps"
+
+  def __post_init__(self):
+    self.event()  # validates every field
+
+  @property
+  def noise_std(self) -> float:
+    return dpdfd.absolute_noise_std(self.noise, self.noise_convention, self.norm_bound)
+
+  def event(self) -> dp_accounting.DpEvent:
+    return dpdfd.event(self.noise, self.noise_convention, self.norm_bound, self.batch_size,
+                       self.steps, self.num_teachers, self.relation, self.normalization)
+
+  def describe(self) -> dict:
+    count, sensitivity = dpdfd.releases(self.norm_bound, self.batch_size, self.steps,
+                                        self.num_teachers, self.relation, self.normalization)
+    return {**super().describe(), "noise_std": self.noise_std, "gaussian_releases": count,
+            "l2_sensitivity": sensitivity}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PureDpRelease(Release):
+  """A pure-DP term composed by adding its epsilon (basic composition), e.g. DGD's VAE latent
+  noise eps1 (``local.vae_latent_epsilon``)."""
+
+  epsilon: float
+  label: str
+  note: str = ""
+
+  mechanism: ClassVar[str] = "pure"
+
+  def __post_init__(self):
+    object.__setattr__(self, "epsilon", checks.non_negative("epsilon", self.epsilon))
+
+  def event(self) -> dp_accounting.DpEvent:
+    raise ConfigError("a PureDpRelease has no dp-accounting event: the ledger adds its epsilon.")
+
+
+MECHANISMS = {cls.mechanism: cls for cls in (LNMaxQueries, GNMaxQueries, ConfidentGNMaxQueries,
+                                             DpdfdSteps)}
+
+
+def _need(mechanism: str, **values) -> None:
+  missing = [name for name, value in values.items() if value is None]
+  if missing:
+    raise ConfigError(f"mechanism {mechanism!r} needs {', '.join(missing)}: pass "
+                      f"{' '.join(f'--{name}=<value>' for name in missing)}.")
+
+
+def build_release(mechanism: str, *, queries: int | None, noise_scale: float | None = None,
+                  threshold: float | None = None, sigma1: float | None = None,
+                  sigma2: float | None = None, votes=None, answered=None,
+                  norm_bound: float | None = None, batch_size: int | None = None,
+                  num_teachers: int = 1, noise_convention: str | None = None,
+                  relation: str = dpdfd.DEFAULT_RELATION,
+                  normalization: str = dpdfd.DEFAULT_NORMALIZATION) -> Release:
+  """One release record from planner-style parameters (``noise_scale`` is Laplace b for lnmax,
+  the Gaussian sigma for gnmax and DPDFD's sigma for dpdfd; ``queries`` is DPDFD's steps T)."""
+  checks.choice("mechanism", mechanism, tuple(MECHANISMS))
+  if votes is not None:
+    votes = checks.votes(votes, queries)
+    queries = votes.shape[0]
+  if mechanism == "lnmax":
+    _need(mechanism, noise_scale=noise_scale, queries=queries)
+    return LNMaxQueries(noise_scale, queries, votes)
+  if mechanism == "gnmax":
+    _need(mechanism, noise_scale=noise_scale, queries=queries)
+    return GNMaxQueries(noise_scale, queries, votes)
+  if mechanism == "confident_gnmax":
+    _need(mechanism, threshold=threshold, sigma1=sigma1, sigma2=sigma2, queries=queries)
+    return ConfidentGNMaxQueries(threshold, sigma1, sigma2, queries, answered, votes)
+  if votes is not None:
+    raise ConfigError("dpdfd has no vote histograms: drop --votes.")
+  _need(mechanism, noise_scale=noise_scale, queries=queries, norm_bound=norm_bound,
+        batch_size=batch_size, noise_convention=noise_convention)
+  return DpdfdSteps(noise_scale, noise_convention, norm_bound, batch_size, queries, num_teachers,
+                    relation, normalization)

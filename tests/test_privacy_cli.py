@@ -1,0 +1,219 @@
+"""The planner CLI, `python -m dgd_jax.privacy`, run as a user runs it (one subprocess per case)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dgd_jax import privacy
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def planner(*args):
+  return subprocess.run([sys.executable, "-m", "dgd_jax.privacy", *args], cwd=REPO,
+                        capture_output=True, text=True, timeout=120, check=False)
+
+
+DPDFD = ["--mechanism=dpdfd", "--noise_scale=100", "--noise_convention=multiplier",
+         "--norm_bound=1e-3", "--batch_size=64", "--queries=1000", "--json"]
+CONFIDENT = ["--mechanism=confident_gnmax", "--threshold=200", "--sigma1=150", "--sigma2=40"]
+# Planner runs shared by the tests below, started together (each is one interpreter start-up).
+RUNS = {
+    "dpdfd_default": DPDFD,
+    "dpdfd_theorem3": DPDFD + ["--dpdfd_relation=theorem3"],
+    "confident_answered": CONFIDENT + ["--queries=1000", "--answered=600"],
+    "confident_mask": CONFIDENT + ["--votes={votes}", "--answered_mask={mask}", "--json"],
+    "votes_table": ["--mechanism=lnmax", "--noise_scale=20", "--votes={votes}"],
+    "eps1_calibration": ["--mechanism=lnmax", "--noise_scale=40", "--target_epsilon=1",
+                         "--vae_eps1=0.01", "--json"],
+    "tiny_scale": ["--mechanism=lnmax", "--noise_scale=1e-3", "--queries=10", "--json"],
+    "no_query_fits": ["--mechanism=lnmax", "--noise_scale=1", "--target_epsilon=0.5"],
+    "answered_with_target": CONFIDENT + ["--answered=600", "--target_epsilon=5"],
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  folder = tmp_path_factory.mktemp("planner")
+  rng = np.random.default_rng(0)
+  votes = np.zeros((40, 10), dtype=np.int64)
+  votes[:, 0] = rng.integers(120, 250, size=40)
+  votes[:, 1] = 250 - votes[:, 0]
+  np.save(folder / "votes.npy", votes)
+  np.save(folder / "mask.npy", votes[:, 0] >= 200)
+  paths = {"votes": folder / "votes.npy", "mask": folder / "mask.npy"}
+  procs = {name: subprocess.Popen(
+      [sys.executable, "-m", "dgd_jax.privacy", *(a.format(**paths) for a in args)], cwd=REPO,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name, args in RUNS.items()}
+  out = {}
+  for name, proc in procs.items():
+    stdout, stderr = proc.communicate(timeout=300)
+    out[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+  return out
+
+
+def ok_json(result):
+  assert result.returncode == 0, result.stderr
+  return json.loads(result.stdout)
+
+
+def test_human_table_replays_dgd_table_one():
+  result = planner("--mechanism=lnmax", "--noise_scale=40", "--queries=27", "--delta=1e-5")
+  assert result.returncode == 0, result.stderr
+  rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()
+          if line.split() and line.split()[0] in ("advanced_composition", "moments_accountant",
+                                                  "rdp", "rdp_classic", "pld")}
+  assert set(rows) == {"advanced_composition", "moments_accountant", "rdp", "rdp_classic", "pld"}
+  assert rows["advanced_composition"][1] == "1.314194"
+  assert rows["rdp"][1:4] == ["0.977543", "1e-05", "21"]
+  assert rows["pld"][1] == "0.917949"
+  assert "Not covered by these epsilons" in result.stdout
+  assert "the generator trained against it" in result.stdout
+
+
+def test_json_output():
+  result = planner("--mechanism=lnmax", "--noise_scale=40", "--queries=1300", "--json")
+  assert result.returncode == 0, result.stderr
+  out = json.loads(result.stdout)
+  assert out["delta"] == 1e-5 and out["mechanism"] == "lnmax" and out["queries"] == 1300
+  assert set(out["epsilons"]) == {"advanced_composition", "moments_accountant", "rdp",
+                                  "rdp_classic", "pld"}
+  assert round(out["epsilons"]["advanced_composition"], 6) == 11.900666
+  assert round(out["epsilons"]["rdp"], 6) == 9.341662
+  assert round(out["epsilons"]["pld"], 6) == 8.700105
+  for name, detail in out["details"].items():
+    assert detail["accountant"] == name and detail["delta"] == 1e-5
+    assert not detail["data_dependent"]
+  assert out["data_dependent_accountants"] == []
+
+
+def test_votes_give_flagged_data_dependent_epsilons(tmp_path):
+  votes = np.tile([240, 5, 5, 0, 0, 0, 0, 0, 0, 0], (100, 1))
+  path = tmp_path / "votes.npy"
+  np.save(path, votes)
+  result = planner("--mechanism=lnmax", "--noise_scale=20", f"--votes={path}", "--json")
+  assert result.returncode == 0, result.stderr
+  out = json.loads(result.stdout)
+  assert out["queries"] == 100 and out["data_dependent"]
+  assert out["details"]["moments_accountant"]["data_dependent"]
+  assert "DATA-DEPENDENT" in out["details"]["moments_accountant"]["note"]
+  assert out["epsilons"]["moments_accountant"] < out["data_independent_epsilons"][
+      "moments_accountant"] == pytest.approx(5.302585092994046, rel=1e-9)
+  assert out["epsilons"]["rdp_data_dependent"] <= out["epsilons"]["rdp"]
+  # moments_accountant keeps its PATE 2017 meaning (data-dependent with --votes), and every key of
+  # "epsilons" that depends on the votes is named.
+  assert out["data_dependent_accountants"] == ["moments_accountant", "rdp_data_dependent",
+                                               "rdp_classic_data_dependent"]
+  assert all(out["details"][name]["data_dependent"] == (name in out["data_dependent_accountants"])
+             for name in out["epsilons"])
+
+
+def test_target_epsilon_calibrates_queries_and_noise():
+  result = planner("--mechanism=lnmax", "--noise_scale=40", "--target_epsilon=1", "--json")
+  assert result.returncode == 0, result.stderr
+  out = json.loads(result.stdout)
+  assert out["calibration"]["max_queries"] == 28 and out["queries"] == 28
+  assert out["epsilons"]["rdp"] <= 1.0
+  result = planner("--mechanism=gnmax", "--queries=100", "--target_epsilon=1",
+                   "--accountant=rdp_classic")
+  assert result.returncode == 0, result.stderr
+  assert "min --noise_scale = 69.30433" in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mechanism=lnmax", "--noise_scale=0", "--queries=27"], "must be a finite number > 0"),
+    (["--mechanism=laplace", "--noise_scale=40", "--queries=27"], "unknown mechanism 'laplace'"),
+    (["--mechanism=lnmax", "--noise_scale=40", "--queries=1300", "--max_epsilon=10",
+      "--accountant=advanced_composition"], "above the maximum epsilon 10"),
+])
+def test_bad_input_exits_with_a_message_and_no_traceback(args, message):
+  result = planner(*args)
+  assert result.returncode == 1
+  assert message in result.stderr and result.stderr.startswith("error: ")
+  assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_human_table_marks_data_dependent_rows(runs):
+  result = runs["votes_table"]
+  assert result.returncode == 0, result.stderr
+  plan, independent = result.stdout.split("Data-independent (DP guarantees of the plan")
+  marked = {line.split()[0] for line in plan.splitlines() if "[DATA-DEPENDENT]" in line}
+  assert marked == {"moments_accountant", "rdp_data_dependent", "rdp_classic_data_dependent"}
+  assert "[DATA-DEPENDENT]" not in independent.split("Not covered")[0]
+
+
+@pytest.mark.parametrize("run, relation, rdp", [
+    ("dpdfd_default", "whole_batch", 1012.8982575788606),
+    ("dpdfd_theorem3", "theorem3", 35.651754019056256),
+])
+def test_dpdfd_relations(runs, run, relation, rdp):
+  out = ok_json(runs[run])
+  assert out["releases"][0]["relation"] == relation
+  assert out["epsilons"]["rdp"] == pytest.approx(rdp, rel=1e-9)
+  assert ("dpdfd_theorem3" in out["epsilons"]) == (relation == "theorem3")
+  if relation == "theorem3":
+    note = out["details"]["dpdfd_theorem3"]["note"]
+    assert "the paper's claim (Theorem 3), valid only if" in note
+    assert out["epsilons"]["dpdfd_theorem3"] == pytest.approx(rdp, rel=1e-9)
+  else:
+    assert out["details"]["rdp"]["order"] == 1.1  # flagged as the edge of the order grid
+    assert "smallest order tried" in out["details"]["rdp"]["note"]
+  assert any("disjoint data" in note for note in out["not_covered"])
+
+
+def test_confident_gnmax_charges_every_query_in_the_guarantees(runs):
+  # The plan for 1000 queries, every GNMax answer charged (the library, in-process).
+  plan = privacy.PrivacyLedger([privacy.ConfidentGNMaxQueries(200.0, 150.0, 40.0, 1000)])
+  plan = {name: r.epsilon for name, r in plan.epsilons(1e-5).items()}
+  # --answered: the table's guarantees are the plan's; the realised cost is flagged.
+  answered = runs["confident_answered"]
+  assert answered.returncode == 0, answered.stderr
+  table, independent = answered.stdout.split("Data-independent (DP guarantees of the plan")
+  rows = {line.split()[0]: line for line in table.splitlines() if line.split()}
+  for name in ("rdp", "rdp_classic", "pld"):
+    assert float(rows[name].split()[1]) == pytest.approx(plan[name], abs=1e-6), name
+    assert name in independent
+  assert "[DATA-DEPENDENT] REALISED" in rows["rdp_answered_only"]
+  assert float(rows["rdp_answered_only"].split()[1]) < plan["rdp"]
+  assert "rdp_answered_only" not in independent
+  assert "baseline" in answered.stdout and "synthetic data" in answered.stdout
+  # --votes with --answered_mask: data-independent epsilons as if all 40 queries were answered.
+  out = ok_json(runs["confident_mask"])
+  assert out["data_dependent"] and out["queries"] == 40
+  assert out["data_dependent_accountants"] == ["rdp_data_dependent", "rdp_classic_data_dependent",
+                                               "rdp_answered_only"]
+  assert out["epsilons"]["rdp_answered_only"] < out["epsilons"]["rdp_data_dependent"]
+  assert "not a DP guarantee" in out["details"]["rdp_answered_only"]["note"]
+  assert out["data_independent_epsilons"]["rdp"] == out["epsilons"]["rdp"]
+
+
+def test_calibration_counts_vae_eps1(runs):
+  out = ok_json(runs["eps1_calibration"])
+  assert out["calibration"]["max_queries"] == 27 and out["queries"] == 27
+  assert out["epsilons"]["rdp"] <= 1.0  # 0.977543 + 0.01
+  assert out["epsilons"]["rdp"] == pytest.approx(0.977543 + 0.01, abs=1e-6)
+
+
+def test_tiny_laplace_scale_gives_finite_epsilons(runs):
+  out = ok_json(runs["tiny_scale"])
+  assert all(19990 < value < float("inf") for name, value in out["epsilons"].items()
+             if name != "advanced_composition")
+
+
+@pytest.mark.parametrize("run, messages", [
+    ("no_query_fits", ["no query fits in --target_epsilon=0.5", "a single query alone gives "
+                       "epsilon 2.00282 (rdp"]),
+    ("answered_with_target", ["--answered/--answered_mask is the realised outcome of a finished "
+                              "run", "drop it to calibrate"]),
+])
+def test_calibration_errors_exit_1_with_a_message(runs, run, messages):
+  result = runs[run]
+  assert result.returncode == 1 and result.stdout == ""
+  assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+  for message in messages:
+    assert message in result.stderr
