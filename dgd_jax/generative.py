@@ -49,8 +49,8 @@ def generator_loss(logits: jnp.ndarray, features: jnp.ndarray, alpha: float = 5.
   return loss, {**t, "loss": loss, "batch_entropy": -t["neg_entropy"]}
 
 
-def generator_step(state: GeneratorState, baseline_apply: Callable, baseline_params: Any,
-                   key: jax.Array, batch_size: int, latent_dim: int, alpha: float,
+def generator_step(state: GeneratorState, key: jax.Array, baseline_apply: Callable,
+                   baseline_params: Any, batch_size: int, latent_dim: int, alpha: float,
                    beta: float) -> tuple[GeneratorState, dict[str, jnp.ndarray]]:
   """One generator update against the frozen baseline (the five steps of DGD III-B):
   draw z, generate x, apply the baseline, Eq. 2, back-propagate into the generator only."""

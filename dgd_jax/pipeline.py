@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import zlib
 from typing import Callable
 
@@ -19,7 +20,7 @@ from absl import logging
 from dgd_jax import report as report_lib
 from dgd_jax.data import Dataset, load_dataset
 from dgd_jax.errors import ConfigError, UserInputError
-from dgd_jax.stages import baseline, teacher_sweep, teachers
+from dgd_jax.stages import baseline, generator, teacher_sweep, teachers, vae
 from dgd_jax.workdir import Stage, Workdir
 
 
@@ -27,17 +28,21 @@ from dgd_jax.workdir import Stage, Workdir
 class StageSpec:
   config_keys: tuple[str, ...]
   run: Callable[["Context"], dict]
+  requires: tuple[str, ...] = ()  # stages whose artefacts this one reads
 
 
 STAGES: dict[str, StageSpec] = {
     "baseline": StageSpec(baseline.CONFIG_KEYS, baseline.run),
     "teachers": StageSpec(teachers.CONFIG_KEYS, teachers.run),
     "teacher_sweep": StageSpec(teacher_sweep.CONFIG_KEYS, teacher_sweep.run),
+    "generator": StageSpec(generator.CONFIG_KEYS, generator.run, requires=("baseline",)),
+    "vae": StageSpec(vae.CONFIG_KEYS, vae.run, requires=("generator",)),
 }
 METHODS: dict[str, tuple[str, ...]] = {
     "baseline": ("baseline",),
     "teachers": ("teachers",),
     "teacher_sweep": ("teacher_sweep",),
+    "dgd": ("baseline", "generator", "vae"),
 }
 
 
@@ -49,6 +54,7 @@ class Context:
   workdir: Workdir
   stage: Stage
   load_dataset: Callable[[], Dataset]
+  results: dict[str, dict]  # results of the stages run or reused before this one
 
   @property
   def dataset(self) -> Dataset:
@@ -62,6 +68,10 @@ class Context:
   def log(self, metrics: dict) -> None:
     self.workdir.log_metrics(self.stage.name, metrics)
 
+  def stage_path(self, name: str) -> str:
+    """The folder of an earlier stage (one of this stage's ``requires``)."""
+    return os.path.join(self.workdir.path, name)
+
 
 def check_config(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError naming the field and the fix for values no stage can use."""
@@ -69,7 +79,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"config.method={config.method!r}; known methods: {sorted(METHODS)}.")
   if not config.model.width > 0:
     raise ConfigError(f"config.model.width={config.model.width}; it must be > 0.")
-  for block in ("baseline", "teachers"):  # the training blocks this config has
+  for block in ("baseline", "teachers", "vae"):  # the training blocks this config has
     if block not in config:
       continue
     for name in ("num_steps", "batch_size"):
@@ -88,14 +98,29 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"config.sweep.sizes={config.sweep.sizes}: teacher counts must be >= 1.")
 
 
+def with_prerequisites(method: str, stages: tuple[str, ...] | None) -> tuple[str, ...]:
+  """The requested stages (default: all of ``method``) and every stage they need, in the
+  method's order."""
+  order = METHODS[method]
+  if not stages:
+    return order
+  unknown = [n for n in stages if n not in order]
+  if unknown:
+    raise ConfigError(f"Unknown stages {unknown} for method {method!r}; it has {list(order)}.")
+  needed, todo = set(), list(stages)
+  while todo:
+    name = todo.pop()
+    if name not in needed:
+      needed.add(name)
+      todo.extend(STAGES[name].requires)
+  return tuple(n for n in order if n in needed)
+
+
 def run(config: ml_collections.ConfigDict, workdir: str,
         stages: tuple[str, ...] | None = None) -> dict:
   """Runs ``stages`` (default: all of ``config.method``) and returns the report dict."""
   check_config(config)
-  names = tuple(stages) if stages else METHODS[config.method]
-  unknown = [n for n in names if n not in STAGES]
-  if unknown:
-    raise ConfigError(f"Unknown stages {unknown}; this method has {list(METHODS[config.method])}.")
+  names = with_prerequisites(config.method, stages)
   wd = Workdir(workdir)
   planned = [wd.stage(n, config, STAGES[n].config_keys) for n in names]
   for stage in planned:  # refuse conflicts before writing anything
@@ -111,7 +136,7 @@ def run(config: ml_collections.ConfigDict, workdir: str,
     else:
       stage.begin()
       try:
-        result = STAGES[stage.name].run(Context(config, wd, stage, dataset))
+        result = STAGES[stage.name].run(Context(config, wd, stage, dataset, dict(results)))
       except UserInputError:
         stage.abandon_if_empty()  # e.g. too many teachers: let a fixed config use the dir
         raise

@@ -33,3 +33,40 @@ def line_plot(path: str, x: Sequence[float], series: dict[str, Sequence[float]],
   fig.savefig(path)
   plt.close(fig)
   return True
+
+
+def image_grid(path: str, images, *, row_labels: Sequence[str] | None = None,
+               title: str = "") -> bool:
+  """Writes images [rows, cols, H, W, C] as one PNG grid, each image scaled to its own
+  min..max (synthetic images need not lie in the data range); returns False without
+  matplotlib."""
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    logging.warning("matplotlib is not installed, so %s was not drawn: "
+                    "pip install 'dgd_jax[plots]'.", path)
+    return False
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  images = np.asarray(images, np.float32)
+  rows, cols = images.shape[:2]
+  fig, axes = plt.subplots(rows, cols, figsize=(cols * 0.8, rows * 0.8 + 0.4), dpi=100,
+                           squeeze=False)
+  for r in range(rows):
+    for c in range(cols):
+      ax = axes[r][c]
+      img = images[r, c]
+      lo, hi = float(img.min()), float(img.max())
+      img = (img - lo) / (hi - lo) if hi > lo else np.zeros_like(img)
+      ax.imshow(img[..., 0] if img.shape[-1] == 1 else img, cmap="gray", vmin=0, vmax=1)
+      ax.set_xticks([])
+      ax.set_yticks([])
+      if c == 0 and row_labels is not None:
+        ax.set_ylabel(row_labels[r], fontsize=7, rotation=0, ha="right", va="center")
+  if title:
+    fig.suptitle(title, fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+  return True

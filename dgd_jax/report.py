@@ -15,6 +15,13 @@ PRIVACY_NOTES = {
                 "not releases; labels released to a student are accounted when queried.",
 }
 PRIVACY_NOTES["teacher_sweep"] = PRIVACY_NOTES["teachers"]
+PRIVACY_NOTES["dgd"] = (
+    "Not yet a private release: the DGD student and its label queries are not built. The "
+    "baseline (trained on private data without noise), the generator trained against it, the "
+    "synthetic set and the VAE carry no differential-privacy guarantee; DGD's epsilon will "
+    "cover the noisy label queries only.")
+# Stage results that report.json also shows at its top level.
+TOP_LEVEL = ("generator", "vae")
 
 
 def build(config, results: dict) -> dict:
@@ -26,6 +33,7 @@ def build(config, results: dict) -> dict:
       "test_accuracy": headline.get("test_accuracy"),
       "privacy": {"epsilon": None, "delta": None, "accountant": None,
                   "note": PRIVACY_NOTES[config.method]},
+      **{name: results[name] for name in TOP_LEVEL if name in results},
       "stages": results,
       "config": plain(config),
   }
@@ -39,9 +47,14 @@ def write(workdir: str, report: dict) -> None:
     lines += [f"**Test accuracy: {100 * report['test_accuracy']:.2f}%**", ""]
   lines += ["## Privacy", "", report["privacy"]["note"], "", "## Stages", "",
             "| stage | result |", "|---|---|"]
+  pictures = []
   for name, result in report["stages"].items():
     shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                      for k, v in result.items())
+                      for k, v in result.items() if k != "table")
     lines.append(f"| {name} | {shown} |")
+    pictures += [(k, v) for k, v in result.items() if k.endswith("_png")]
+  if pictures:
+    lines += ["", "## Pictures", ""]
+    lines += [f"![{k}]({v})" for k, v in pictures]
   with open(os.path.join(workdir, "report.md"), "w") as f:
     f.write("\n".join(lines) + "\n")

@@ -107,6 +107,26 @@ class NonFiniteLossError(ConfigError):
   """The loss became NaN or infinite: the run stops at once instead of training on."""
 
 
+def _saved(state: Any) -> dict:
+  """What a checkpoint holds: parameters, optimizer state and, for models with BatchNorm,
+  their running statistics."""
+  items = {"params": state.params, "opt_state": state.opt_state}
+  if getattr(state, "batch_stats", None) is not None:
+    items["batch_stats"] = state.batch_stats
+  return items
+
+
+def restore_params(checkpoint_dir: str, template: TrainState) -> Any:
+  """The parameters saved by ``fit``/``run_steps`` at the latest step in
+  ``checkpoint_dir`` (a finished stage's model), shaped like ``template``'s."""
+  with ocp.CheckpointManager(checkpoint_dir, options=ocp.CheckpointManagerOptions(
+      read_only=True, enable_async_checkpointing=False)) as manager:
+    step = manager.latest_step()
+    if step is None:
+      raise FileNotFoundError(f"no checkpoint in {checkpoint_dir}")
+    return manager.restore(step, args=ocp.args.StandardRestore(_saved(template)))["params"]
+
+
 def summarize(metrics: dict[str, jax.Array]) -> dict[str, float]:
   """Scalars as floats; per-member arrays (a teacher axis) as mean, min and max."""
   out = {}
@@ -132,8 +152,7 @@ def run_steps(state: Any, step_fn: Callable, key: jax.Array, cfg: FitConfig,
   with ocp.CheckpointManager(checkpoint_dir, options=options) as manager:
     start = manager.latest_step()
     if start is not None:
-      restored = manager.restore(start, args=ocp.args.StandardRestore(
-          {"params": state.params, "opt_state": state.opt_state}))
+      restored = manager.restore(start, args=ocp.args.StandardRestore(_saved(state)))
       state = state.replace(step=start, **restored)
     start = start or 0
     bar = progress_lib.Progress(name, cfg.num_steps, start=start,
@@ -149,8 +168,7 @@ def run_steps(state: Any, step_fn: Callable, key: jax.Array, cfg: FitConfig,
         bar.update(done, metrics)
         log({"step": done, **metrics})
       if done % cfg.checkpoint_every == 0 or done == cfg.num_steps:
-        manager.save(done, args=ocp.args.StandardSave(
-            {"params": state.params, "opt_state": state.opt_state}))
+        manager.save(done, args=ocp.args.StandardSave(_saved(state)))
     manager.wait_until_finished()
   return state
 

@@ -73,7 +73,7 @@ def test_bad_config_values(npz_file, tmp_path):
     config = tiny_config(npz_file)
     config.baseline.learning_rate = 0.0
     pipeline.run(config, str(tmp_path / "w"))
-  with pytest.raises(ConfigError, match="Unknown stages"):
+  with pytest.raises(ConfigError, match="Unknown stages .* for method .baseline."):
     pipeline.run(tiny_config(npz_file), str(tmp_path / "w"), stages=("teachers_xyz",))
   assert not os.path.exists(tmp_path / "w")  # refused before writing anything
 
@@ -161,3 +161,35 @@ def test_teacher_sweep_writes_csv_and_plot(npz_file, tmp_path):
   assert len(lines) == 4 and "lnmax_accuracy_scale_40" in lines[0]
   png = (tmp_path / "s" / "teacher_sweep" / "sweep.png").read_bytes()
   assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def dgd_config(npz_file):
+  from dgd_jax.configs import dgd as dgd_config_file
+  config = dgd_config_file.get_config(f"npz:{npz_file},cpu")
+  config.baseline.num_steps = 40
+  config.baseline.batch_size = 32
+  config.generator.update(rounds=2, iterations_per_round=5, batch_size=32, features=8,
+                          num_synthetic=256, decay_every=1)
+  config.vae.update(num_steps=20, batch_size=32, features=8, latent_dim=8)
+  config.log_every = 5
+  return config
+
+
+def test_generative_stream_stages(npz_file, tmp_path):
+  workdir = tmp_path / "d"
+  report = pipeline.run(dgd_config(npz_file), str(workdir), stages=("vae",))
+  assert set(report["stages"]) == {"baseline", "generator", "vae"}  # prerequisites ran
+  g = report["generator"]
+  assert g["num_synthetic"] == 256 and sum(g["class_histogram"]) == 256
+  assert 0 <= g["label_entropy"] <= np.log(10) + 1e-9
+  assert 0 <= g["synthetic_student_accuracy"] <= 1
+  assert g["raw_student_accuracy"] == report["stages"]["baseline"]["test_accuracy"]
+  assert np.isfinite(report["vae"]["negative_elbo"])
+  x = np.load(workdir / "generator" / "synthetic.npy")
+  assert x.shape == (256, 28, 28, 1) and -1 <= x.min() and x.max() <= 1
+  for png in ("generator/samples.png", "vae/reconstructions.png"):
+    assert (workdir / png).read_bytes()[:4] == b"\x89PNG"
+  metrics = (workdir / "metrics.jsonl").read_text()
+  again = pipeline.run(dgd_config(npz_file), str(workdir), stages=("generator",))
+  assert again["generator"] == g  # reused from the cache, not retrained
+  assert (workdir / "metrics.jsonl").read_text() == metrics

@@ -32,11 +32,15 @@ class Generator(nn.Module):
     image_shape: (H, W, C) of the generated images; H and W must be divisible by 4.
     latent_dim: dimensionality of the latent z.
     features: channels of the first feature map (DAFL uses 128).
+    standardize_output: DAFL's final affine-free BatchNorm, which matches data that was
+      standardised per channel (DAFL's MNIST); False keeps the tanh output in [-1, 1],
+      the range of dgd_jax's data.
   """
 
   image_shape: tuple[int, int, int] = (28, 28, 1)
   latent_dim: int = 100
   features: int = 128
+  standardize_output: bool = True
 
   @nn.compact
   def __call__(self, z: jnp.ndarray, train: bool = True) -> jnp.ndarray:
@@ -71,6 +75,7 @@ class Generator(nn.Module):
     x = nn.leaky_relu(x, negative_slope=0.2)
     x = nn.Conv(channels, (3, 3), strides=(1, 1), padding="SAME")(x)
     x = jnp.tanh(x)
-    # BatchNorm2d(channels, affine=False): per-channel standardisation of the output.
-    x = batch_norm(use_scale=False, use_bias=False)(x)
+    if self.standardize_output:
+      # BatchNorm2d(channels, affine=False): per-channel standardisation of the output.
+      x = batch_norm(use_scale=False, use_bias=False)(x)
     return x

@@ -30,6 +30,7 @@ class VAE(nn.Module):
   image_shape: tuple[int, int, int] = (28, 28, 1)
   latent_dim: int = 32
   features: int = 32
+  tanh_output: bool = True  # False: a linear output for data not bounded to [-1, 1]
 
   def setup(self) -> None:
     height, width, channels = self.image_shape
@@ -57,7 +58,7 @@ class VAE(nn.Module):
     return mean, logvar
 
   def decode(self, z: jnp.ndarray) -> jnp.ndarray:
-    """z [B, latent_dim] -> x_hat [B, H, W, C] in [-1, 1]."""
+    """z [B, latent_dim] -> x_hat [B, H, W, C] (in [-1, 1] with ``tanh_output``)."""
     height, width, _ = self.image_shape
     h = nn.relu(self.dec_dense1(z))
     h = nn.relu(self.dec_dense2(h))
@@ -65,7 +66,7 @@ class VAE(nn.Module):
     h = nn.relu(self.dec_deconv1(h))
     h = self.dec_deconv2(h)
     h = h[:, :height, :width, :]  # crop when H or W is not a multiple of 4
-    return jnp.tanh(h)
+    return jnp.tanh(h) if self.tanh_output else h
 
   def __call__(self, x: jnp.ndarray,
                key: jax.Array) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:

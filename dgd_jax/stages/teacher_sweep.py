@@ -41,5 +41,6 @@ def run(ctx) -> dict:
   plots.line_plot(os.path.join(ctx.stage.path, "sweep.png"), sizes, series,
                   xlabel="teachers", ylabel="test accuracy", logx=True,
                   title=f"Aggregated accuracy vs teacher count ({config.dataset})")
-  return {"members_trained": len(rows), "train_seconds": seconds, "csv": "sweep.csv",
-          "plot": "sweep.png", "table": table}
+  return {"members_trained": len(rows), "train_seconds": seconds,
+          "csv": "teacher_sweep/sweep.csv", "plot_png": "teacher_sweep/sweep.png",
+          "table": table}

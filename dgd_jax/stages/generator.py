@@ -1,0 +1,117 @@
+"""Generator stage (DGD Section III-B): a data-free generator trained against the frozen
+baseline with Eq. 2, a synthetic set as large as the private training set, its class
+histogram under the baseline, a picture grid, and the synthetic data's quality measure
+(DGD Fig. 4): a fresh classifier trained only on the synthetic set labelled by the
+baseline, evaluated on the real test set, beside the baseline trained on real data (RAW).
+
+A *round* is ``iterations_per_round`` generator steps (the paper's 200 rounds with the
+learning rate divided by 10 every 80 rounds; DAFL's epoch is 120 iterations).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dgd_jax import generative, plots, train
+from dgd_jax.models.generator import Generator
+from dgd_jax.stages import classifier, fit_config
+
+CONFIG_KEYS = ("seed", "dataset", "model", "baseline", "generator")
+SYNTHETIC = "synthetic.npy"
+SYNTHETIC_LABELS = "synthetic_labels.npy"
+
+
+def load_baseline(ctx):
+  """The finished baseline stage's classifier and parameters."""
+  model = classifier(ctx.config, ctx.dataset.num_classes)
+  template = train.create_train_state(model, train.optimizer(fit_config(ctx.config, "baseline")),
+                                      jax.random.key(0), ctx.dataset.image_shape)
+  params = train.restore_params(os.path.join(ctx.stage_path("baseline"), "checkpoints"),
+                                template)
+  return model, params
+
+
+def generate(state: generative.GeneratorState, key: jax.Array, num: int, batch_size: int,
+             latent_dim: int) -> np.ndarray:
+  """``num`` synthetic images from fresh latent draws, in batches of the training batch
+  size with batch statistics (as during training)."""
+
+  @jax.jit
+  def batch(key):
+    z = jax.random.normal(key, (batch_size, latent_dim))
+    x, _ = state.apply_fn({"params": state.params, "batch_stats": state.batch_stats}, z,
+                          train=True, mutable=["batch_stats"])
+    return x
+
+  out = [np.asarray(batch(jax.random.fold_in(key, i)))
+         for i in range(-(-num // batch_size))]
+  return np.concatenate(out)[:num]
+
+
+def run(ctx) -> dict:
+  config, data = ctx.config, ctx.dataset
+  g = config.generator
+  baseline, baseline_params = load_baseline(ctx)
+  gen = Generator(image_shape=data.image_shape, latent_dim=g.latent_dim, features=g.features,
+                  standardize_output=g.standardize_output)
+  init_key, train_key, sample_key, student_key = jax.random.split(ctx.key("generator"), 4)
+  variables = gen.init(init_key, jnp.zeros((2, g.latent_dim)), train=False)
+  steps_per_decay = g.decay_every * g.iterations_per_round  # lr / 10 every decay_every rounds
+  tx = optax.adam(optax.exponential_decay(g.learning_rate, steps_per_decay, 0.1,
+                                          staircase=True))
+  state = generative.GeneratorState.create(apply_fn=gen.apply, params=variables["params"],
+                                           batch_stats=variables["batch_stats"], tx=tx)
+  step = jax.jit(lambda s, k: generative.generator_step(
+      s, k, baseline.apply, baseline_params, g.batch_size, g.latent_dim, g.alpha, g.beta),
+      donate_argnums=0)
+  cfg = train.FitConfig(num_steps=g.rounds * g.iterations_per_round, batch_size=g.batch_size,
+                        checkpoint_every=config.checkpoint_every, log_every=config.log_every)
+  t0 = time.perf_counter()
+  state = train.run_steps(state, step, train_key, cfg, ctx.stage.checkpoint_dir, "generator",
+                          ctx.log)
+  seconds = time.perf_counter() - t0
+
+  num = g.num_synthetic or len(data.x_train)  # DGD IV-A: as many as the private set
+  x_syn = generate(state, sample_key, num, g.batch_size, g.latent_dim)
+  labels = train.predict(baseline.apply, baseline_params, x_syn).astype(np.int32)
+  np.save(os.path.join(ctx.stage.path, SYNTHETIC), x_syn)
+  np.save(os.path.join(ctx.stage.path, SYNTHETIC_LABELS), labels)
+  histogram = np.bincount(labels, minlength=data.num_classes)
+  p = histogram[histogram > 0] / num
+  entropy = float(-(p * np.log(p)).sum())
+
+  per_class = 10
+  grid = np.zeros((data.num_classes, per_class) + data.image_shape, np.float32)
+  for k in range(data.num_classes):
+    chosen = x_syn[labels == k][:per_class]
+    grid[k, :len(chosen)] = chosen
+  plots.image_grid(os.path.join(ctx.stage.path, "samples.png"), grid,
+                   row_labels=[f"class {k}" for k in range(data.num_classes)],
+                   title="Synthetic samples by the baseline's predicted class")
+
+  # DGD Fig. 4 "data-free" bar: the baseline's architecture and schedule on synthetic data.
+  student = classifier(config, data.num_classes)
+  student_cfg = fit_config(config, "baseline")
+  s_init, s_train = jax.random.split(student_key)
+  s_state = train.create_train_state(student, train.optimizer(student_cfg), s_init,
+                                     data.image_shape)
+  s_state = train.fit(s_state, x_syn, labels, s_train, student_cfg,
+                      os.path.join(ctx.stage.path, "student_checkpoints"), "synthetic_student",
+                      ctx.log)
+  return {
+      "num_synthetic": num,
+      "class_histogram": histogram.tolist(),
+      "label_entropy": entropy,  # nats
+      "label_entropy_fraction_of_max": entropy / float(np.log(data.num_classes)),
+      "synthetic_student_accuracy": train.accuracy(student.apply, s_state.params, data.x_test,
+                                                   data.y_test),
+      "raw_student_accuracy": ctx.results["baseline"]["test_accuracy"],
+      "synthetic_range": [float(x_syn.min()), float(x_syn.max())],
+      "train_seconds": seconds,
+      "samples_png": "generator/samples.png",
+  }

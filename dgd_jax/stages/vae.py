@@ -1,0 +1,52 @@
+"""VAE stage (DGD Section III-B): the convolutional VAE (latent c) trained on the synthetic
+set, reporting the negative-ELBO terms and a picture of reconstructions beside inputs. Its
+encoder and decoder later supply the student's VAE triples (DGD Eq. 4)."""
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax.training import train_state
+
+from dgd_jax import generative, plots, train
+from dgd_jax.models.vae import VAE, elbo_terms
+from dgd_jax.stages import fit_config
+from dgd_jax.stages.generator import CONFIG_KEYS as GENERATOR_KEYS, SYNTHETIC
+
+CONFIG_KEYS = GENERATOR_KEYS + ("vae",)
+
+
+def model(config, image_shape) -> VAE:
+  v = config.vae
+  return VAE(image_shape=image_shape, latent_dim=v.latent_dim, features=v.features,
+             tanh_output=v.tanh_output)
+
+
+def run(ctx) -> dict:
+  config = ctx.config
+  x_syn = np.load(os.path.join(ctx.stage_path("generator"), SYNTHETIC))
+  vae = model(config, x_syn.shape[1:])
+  cfg = fit_config(config, "vae")
+  init_key, train_key, eval_key = jax.random.split(ctx.key("vae"), 3)
+  params = vae.init(init_key, jnp.zeros((1,) + x_syn.shape[1:]), init_key)["params"]
+  state = train_state.TrainState.create(apply_fn=vae.apply, params=params,
+                                        tx=train.optimizer(cfg))
+  x_dev = jnp.asarray(x_syn)
+  step = jax.jit(lambda s, k: generative.vae_step(s, vae, x_dev, k, cfg.batch_size),
+                 donate_argnums=0)
+  state = train.run_steps(state, step, train_key, cfg, ctx.stage.checkpoint_dir, "vae",
+                          ctx.log)
+  held = x_syn[:1000]  # ELBO terms on a fixed slice, one sample of z each
+  terms = {k: float(v) for k, v in jax.jit(
+      lambda p: elbo_terms(vae, p, jnp.asarray(held), eval_key))(state.params).items()}
+  x_hat, _, _ = vae.apply({"params": state.params}, jnp.asarray(held[:20]), eval_key)
+  pairs = np.stack([held[:10], np.asarray(x_hat[:10]), held[10:20], np.asarray(x_hat[10:20])])
+  plots.image_grid(os.path.join(ctx.stage.path, "reconstructions.png"), pairs,
+                   row_labels=["input", "VAE", "input", "VAE"],
+                   title="VAE reconstructions of synthetic samples")
+  return {"elbo_reconstruction": terms["reconstruction"], "elbo_kl": terms["kl"],
+          "negative_elbo": terms["loss"], "per_pixel_mse": terms["reconstruction"] / held[0].size,
+          "synthetic_variance_per_pixel": float(held.var()),
+          "reconstructions_png": "vae/reconstructions.png"}
