@@ -2,9 +2,9 @@
 
 All functions are pure, keyed and jittable. They take vote histograms ``votes`` [Q, K]
 (``ensemble.vote_histograms``: how many teachers chose each of K classes for each of Q
-queries) and return an ``Aggregate`` with the released labels, which queries were answered, and the histograms
-the privacy accountant needs (data-dependent analyses use them; they are private data
-themselves and must not be released).
+queries) and return an ``Aggregate`` with the released labels, which queries were
+answered, and the histograms the privacy accountant needs (data-dependent analyses use
+them; they are private data themselves and must not be released).
 """
 from __future__ import annotations
 

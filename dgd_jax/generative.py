@@ -4,9 +4,9 @@ the frozen baseline (DGD Eq. 2, after DAFL) and the VAE trained on its synthetic
 Generator loss on a batch of synthetic x = G(z) with frozen baseline logits o(x), softmax
 p(x) and backbone features f(x) (DGD Eq. 2):
 
-  L = mean_i CE(o(x_i), argmax_j o(x_i)_j)            # one-hot term: confident samples
-      + alpha * sum_j pbar_j ln pbar_j                  # pbar = mean_i p(x_i): -H(pbar), class balance
-      - beta * mean_{i,k} |f(x_i)_k|                    # activation term: strong features
+  L = mean_i CE(o(x_i), argmax_j o(x_i)_j)   # one-hot term: confident samples
+      + alpha * sum_j pbar_j ln pbar_j         # pbar = mean_i p(x_i): -H(pbar), class balance
+      - beta * mean_{i,k} |f(x_i)_k|           # activation term: strong features
 
 The paper prints "+ beta ||f||_1" but motivates the term by real data having *higher*
 activations, so the activation is rewarded, as in DAFL's code (-features.abs().mean()).

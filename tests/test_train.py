@@ -1,7 +1,6 @@
 """Classifier training: one trace, loss goes down on real data, resume is exact."""
 from __future__ import annotations
 
-import functools
 
 import chex
 import jax

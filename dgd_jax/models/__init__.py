@@ -2,3 +2,5 @@
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.models.generator import Generator
 from dgd_jax.models.vae import VAE
+
+__all__ = ["VAE", "Classifier", "Generator"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import os
 
-import numpy as np
 
 from dgd_jax import ensemble, plots
 from dgd_jax.data import partition_indices
