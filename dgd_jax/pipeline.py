@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import time
 import zlib
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import ml_collections
@@ -20,7 +21,7 @@ from absl import logging
 from dgd_jax import report as report_lib
 from dgd_jax.data import Dataset, load_dataset
 from dgd_jax.errors import ConfigError, UserInputError
-from dgd_jax.stages import baseline, generator, teacher_sweep, teachers, vae
+from dgd_jax.stages import baseline, generator, queries, student, teacher_sweep, teachers, vae
 from dgd_jax.workdir import Stage, Workdir
 
 
@@ -29,6 +30,7 @@ class StageSpec:
   config_keys: tuple[str, ...]
   run: Callable[["Context"], dict]
   requires: tuple[str, ...] = ()  # stages whose artefacts this one reads
+  precheck: Callable[[ml_collections.ConfigDict], Any] | None = None  # before anything runs
 
 
 STAGES: dict[str, StageSpec] = {
@@ -37,12 +39,15 @@ STAGES: dict[str, StageSpec] = {
     "teacher_sweep": StageSpec(teacher_sweep.CONFIG_KEYS, teacher_sweep.run),
     "generator": StageSpec(generator.CONFIG_KEYS, generator.run, requires=("baseline",)),
     "vae": StageSpec(vae.CONFIG_KEYS, vae.run, requires=("generator",)),
+    "queries": StageSpec(queries.CONFIG_KEYS, queries.run, requires=("teachers", "generator"),
+                         precheck=queries.plan),
+    "student": StageSpec(student.CONFIG_KEYS, student.run, requires=("queries",)),
 }
 METHODS: dict[str, tuple[str, ...]] = {
     "baseline": ("baseline",),
     "teachers": ("teachers",),
     "teacher_sweep": ("teacher_sweep",),
-    "dgd": ("baseline", "generator", "vae"),
+    "dgd": ("baseline", "teachers", "generator", "vae", "queries", "student"),
 }
 
 
@@ -79,7 +84,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"config.method={config.method!r}; known methods: {sorted(METHODS)}.")
   if not config.model.width > 0:
     raise ConfigError(f"config.model.width={config.model.width}; it must be > 0.")
-  for block in ("baseline", "teachers", "vae"):  # the training blocks this config has
+  for block in ("baseline", "teachers", "vae", "student"):  # the training blocks it has
     if block not in config:
       continue
     for name in ("num_steps", "batch_size"):
@@ -121,6 +126,9 @@ def run(config: ml_collections.ConfigDict, workdir: str,
   """Runs ``stages`` (default: all of ``config.method``) and returns the report dict."""
   check_config(config)
   names = with_prerequisites(config.method, stages)
+  for name in names:  # e.g. the privacy budget guard: before anything is trained or queried
+    if STAGES[name].precheck:
+      STAGES[name].precheck(config)
   wd = Workdir(workdir)
   planned = [wd.stage(n, config, STAGES[n].config_keys) for n in names]
   for stage in planned:  # refuse conflicts before writing anything
@@ -135,12 +143,13 @@ def run(config: ml_collections.ConfigDict, workdir: str,
       logging.info("%s: reusing the finished stage in %s", stage.name, stage.path)
     else:
       stage.begin()
+      t0 = time.perf_counter()
       try:
         result = STAGES[stage.name].run(Context(config, wd, stage, dataset, dict(results)))
       except UserInputError:
         stage.abandon_if_empty()  # e.g. too many teachers: let a fixed config use the dir
         raise
-      stage.finish(result)
+      stage.finish({**result, "stage_seconds": time.perf_counter() - t0})
     results[stage.name] = stage.result()
   report = report_lib.build(config, results)
   report_lib.write(wd.path, report)

@@ -16,27 +16,56 @@ PRIVACY_NOTES = {
 }
 PRIVACY_NOTES["teacher_sweep"] = PRIVACY_NOTES["teachers"]
 PRIVACY_NOTES["dgd"] = (
-    "Not yet a private release: the DGD student and its label queries are not built. The "
+    "The epsilon covers the teachers' noisy answers to the student's label queries only. The "
     "baseline (trained on private data without noise), the generator trained against it, the "
-    "synthetic set and the VAE carry no differential-privacy guarantee; DGD's epsilon will "
-    "cover the noisy label queries only.")
+    "synthetic set and the VAE carry no differential-privacy guarantee, and the student also "
+    "learns from the synthetic set: none of them is covered.")
 # Stage results that report.json also shows at its top level.
 TOP_LEVEL = ("generator", "vae")
+# The stage whose test accuracy is the method's headline.
+HEADLINE_STAGE = {"baseline": "baseline", "dgd": "student"}
+
+
+def _privacy(config, results: dict) -> dict:
+  """Headline epsilon (data-independent, ``config.privacy.accountant``) and the rest, from
+  the queries stage's ledger."""
+  p = results["queries"]["privacy"]
+  independent = p.get("data_independent_epsilons", p["epsilons"])
+  return {
+      "queries": results["queries"]["num_queries"],
+      "delta": p["delta"],
+      "epsilon": independent[config.privacy.accountant],
+      "accountant": config.privacy.accountant,
+      "epsilons": independent,
+      "epsilons_data_dependent": {k: p["epsilons"][k] for k in p["data_dependent_accountants"]},
+      "covers": {"covered": f"{p['releases'][0]['mechanism']} answers to "
+                            f"{results['queries']['num_queries']} label queries of the "
+                            "teacher ensemble",
+                 "not_covered": [PRIVACY_NOTES[config.method]] + p["not_covered"]},
+  }
 
 
 def build(config, results: dict) -> dict:
-  headline = results.get(config.method, {})
-  return {
+  headline = results.get(HEADLINE_STAGE.get(config.method, config.method), {})
+  report = {
       "method": config.method,
       "dataset": config.dataset,
       "preset": config.preset,
       "test_accuracy": headline.get("test_accuracy"),
+      "baseline_accuracy": results.get("baseline", {}).get("test_accuracy"),
       "privacy": {"epsilon": None, "delta": None, "accountant": None,
                   "note": PRIVACY_NOTES[config.method]},
       **{name: results[name] for name in TOP_LEVEL if name in results},
+      "stage_seconds": {k: r.get("stage_seconds") for k, r in results.items()},
+      "wall_seconds": sum(r.get("stage_seconds") or 0.0 for r in results.values()),
       "stages": results,
       "config": plain(config),
   }
+  if "queries" in results:
+    report.update(_privacy(config, results))
+    report["privacy"] = {k: report[k] for k in ("epsilon", "delta", "accountant")}
+    report["privacy"]["note"] = PRIVACY_NOTES[config.method]
+  return report
 
 
 def write(workdir: str, report: dict) -> None:
@@ -45,12 +74,18 @@ def write(workdir: str, report: dict) -> None:
            f"({report['preset']} preset)", ""]
   if report["test_accuracy"] is not None:
     lines += [f"**Test accuracy: {100 * report['test_accuracy']:.2f}%**", ""]
+  if report["privacy"]["epsilon"] is not None:
+    lines += [f"**Privacy: epsilon = {report['privacy']['epsilon']:.4g} at delta = "
+              f"{report['privacy']['delta']:g} ({report['privacy']['accountant']} accountant, "
+              f"{report['queries']} queries).** Other accountants: "
+              + ", ".join(f"{k} {v:.4g}" for k, v in report["epsilons"].items())
+              + ". Not covered: " + " ".join(report["covers"]["not_covered"]), ""]
   lines += ["## Privacy", "", report["privacy"]["note"], "", "## Stages", "",
             "| stage | result |", "|---|---|"]
   pictures = []
   for name, result in report["stages"].items():
     shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                      for k, v in result.items() if k != "table")
+                      for k, v in result.items() if k not in ("table", "privacy"))
     lines.append(f"| {name} | {shown} |")
     pictures += [(k, v) for k, v in result.items() if k.endswith("_png")]
   if pictures:

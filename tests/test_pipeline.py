@@ -193,3 +193,63 @@ def test_generative_stream_stages(npz_file, tmp_path):
   again = pipeline.run(dgd_config(npz_file), str(workdir), stages=("generator",))
   assert again["generator"] == g  # reused from the cache, not retrained
   assert (workdir / "metrics.jsonl").read_text() == metrics
+
+
+def dgd_full_config(npz_file):
+  config = dgd_config(npz_file)
+  config.num_teachers = 4
+  config.teachers.num_steps = 20
+  config.queries.num_queries = 50
+  config.student.update(num_steps=30, batch_size=16)
+  return config
+
+
+def test_dgd_end_to_end_report(npz_file, tmp_path):
+  report = pipeline.run(dgd_full_config(npz_file), str(tmp_path / "d"))
+  for key in ("method", "dataset", "test_accuracy", "baseline_accuracy", "queries", "delta",
+              "epsilon", "accountant", "epsilons", "covers", "wall_seconds", "stage_seconds"):
+    assert report[key] is not None, key
+  assert report["queries"] == 50 and report["delta"] == 1e-5 and report["accountant"] == "rdp"
+  assert 0 <= report["test_accuracy"] <= 1
+  # The headline is the data-independent plan: 50 LNMax queries at b = 40.
+  from dgd_jax import privacy
+  planned = privacy.PrivacyLedger([privacy.LNMaxQueries(40.0, 50)]).epsilon(1e-5, "rdp")
+  assert report["epsilon"] == pytest.approx(planned.epsilon, rel=1e-12)
+  assert any("generator" in note for note in report["covers"]["not_covered"])
+  assert set(report["stage_seconds"]) == {"baseline", "teachers", "generator", "vae",
+                                          "queries", "student"}
+
+
+def test_budget_guard_refuses_before_anything_runs(npz_file, tmp_path):
+  config = dgd_full_config(npz_file)
+  config.privacy.max_epsilon = 0.5  # 50 queries at b = 40 need about 1.6 (rdp)
+  with pytest.raises(ConfigError, match="above the maximum epsilon 0.5"):
+    pipeline.run(config, str(tmp_path / "d"))
+  assert not (tmp_path / "d").exists()
+
+
+def test_student_never_reads_private_training_data(npz_file, tmp_path):
+  from dgd_jax.data import load_dataset
+  from dgd_jax.stages import student
+  workdir = tmp_path / "d"
+  config = dgd_full_config(npz_file)
+  pipeline.run(config, str(workdir), stages=("queries",))
+  real = load_dataset(f"npz:{npz_file}")
+
+  class TestSetOnly:  # the private training arrays raise when touched
+    x_test, y_test, num_classes, image_shape = (real.x_test, real.y_test, real.num_classes,
+                                                real.image_shape)
+
+    @property
+    def x_train(self):
+      raise AssertionError("the student stage read the private training images")
+
+    @property
+    def y_train(self):
+      raise AssertionError("the student stage read the private training labels")
+
+  wd = pipeline.Workdir(str(workdir))
+  stage = wd.stage("student", config, student.CONFIG_KEYS)
+  stage.begin()
+  result = student.run(pipeline.Context(config, wd, stage, TestSetOnly, {}))
+  assert 0 <= result["test_accuracy"] <= 1 and result["num_labelled"] == 50

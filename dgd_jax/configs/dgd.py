@@ -1,23 +1,40 @@
-r"""DGD (Discriminative-Generative Distillation, Ge et al. 2023). So far: the baseline and
-the generative stream (generator, synthetic set, VAE); teachers, queries and the student
-follow.
+r"""DGD (Discriminative-Generative Distillation, Ge et al. 2023): baseline, teachers,
+data-free generator, VAE, noisy label queries on a few synthetic samples, student.
+
+Argument: '<dataset>[,cpu][,eps10|eps1][,plus]'. ``eps10`` (default) plans 1300 queries
+and ``eps1`` 27 (DGD Table I), Laplace scale 40; ``plus`` is DGD+ (GNMax, sigma 40);
+``cpu`` shrinks widths and schedules. The budget guard refuses a plan whose
+data-independent epsilon (``privacy.accountant``, delta 1e-5) exceeds ``privacy.max_epsilon``.
 
 COMMAND (quick CPU preset):
   python -m dgd_jax.main --config=dgd_jax/configs/dgd.py:fashion_mnist,cpu \
-      --workdir=workdirs/dgd_cpu --stages=generator,vae
-COMMAND (paper preset; the generator's 200 x 120 steps of 512 are a GPU job):
-  python -m dgd_jax.main --config=dgd_jax/configs/dgd.py:fashion_mnist \
-      --workdir=workdirs/dgd_paper --stages=generator,vae
+      --workdir=workdirs/dgd_cpu
+COMMAND (Table I, eps 1; the paper preset's generator is a GPU job):
+  python -m dgd_jax.main --config=dgd_jax/configs/dgd.py:fashion_mnist,eps1 \
+      --workdir=workdirs/dgd_eps1
+
+Not built yet: the student's VAE-triple regulariser (DGD Eq. 4-6); the student stage is
+the supervised (CE) term of Eq. 1.
 """
 import ml_collections
 
 from dgd_jax.configs import baseline as baseline_config
+from dgd_jax.configs import common
+
+BUDGETS = {"eps10": (1300, 10.0), "eps1": (27, 1.0)}  # DGD Table I: queries, epsilon
 
 
 def get_config(arg: str | None = None):
-  config = baseline_config.get_config(arg)
+  items = [s.strip() for s in (arg or "").split(",") if s.strip()]
+  budget = next((s for s in items if s in BUDGETS), "eps10")
+  plus = "plus" in items
+  config = baseline_config.get_config(
+      ",".join(s for s in items if s not in BUDGETS and s != "plus"))
   paper = config.preset == "paper"
   config.method = "dgd"
+  config.budget = budget
+  config.num_teachers = 250  # DGD IV-A
+  config.teachers = common.teachers_config(config.preset)
   config.generator = ml_collections.ConfigDict(dict(
       rounds=200 if paper else 20,  # DGD IV-A: 200 rounds
       iterations_per_round=120 if paper else 25,  # a round: DAFL's epoch of 120 iterations
@@ -36,6 +53,25 @@ def get_config(arg: str | None = None):
       features=32,
       tanh_output=True,  # synthetic data lies in [-1, 1] (False: linear, for standardised data)
       num_steps=500 if paper else 300,  # DGD IV-A: 500 iterations
+      batch_size=128,
+      learning_rate=1e-3,  # decaying linearly to 0 (DGD IV-A)
+      end_learning_rate=0.0,
+  ))
+  num_queries, max_epsilon = BUDGETS[budget]
+  config.queries = ml_collections.ConfigDict(dict(
+      num_queries=num_queries,  # |D_s|
+      aggregator="gnmax" if plus else "lnmax",  # lnmax | gnmax | confident_gnmax
+      noise_scale=40.0,  # Laplace b = 2/eps0 (DGD IV-A), or the Gaussian sigma (sigma2)
+      threshold=0.0,  # Confident-GNMax only
+      sigma1=0.0,  # Confident-GNMax only
+  ))
+  config.privacy = ml_collections.ConfigDict(dict(
+      delta=1e-5,
+      accountant="rdp",  # the headline: dp-accounting RDP, improved conversion
+      max_epsilon=max_epsilon,  # budget guard; 0 disables it
+  ))
+  config.student = ml_collections.ConfigDict(dict(
+      num_steps=500,  # DGD IV-A: 500 iterations
       batch_size=128,
       learning_rate=1e-3,  # decaying linearly to 0 (DGD IV-A)
       end_learning_rate=0.0,
