@@ -6,10 +6,8 @@ from typing import Sequence
 from absl import logging
 
 
-def line_plot(path: str, x: Sequence[float], series: dict[str, Sequence[float]], *,
-              xlabel: str, ylabel: str, title: str, logx: bool = False) -> bool:
-  """Writes one line per ``series`` entry against ``x`` to ``path``; returns False (with a
-  warning) when matplotlib is not installed."""
+def _pyplot(path: str):
+  """matplotlib.pyplot on the Agg backend, or None (with a warning naming ``path``)."""
   try:
     import matplotlib  # pylint: disable=g-import-not-at-top
     matplotlib.use("Agg")
@@ -17,6 +15,16 @@ def line_plot(path: str, x: Sequence[float], series: dict[str, Sequence[float]],
   except ImportError:
     logging.warning("matplotlib is not installed, so %s was not drawn: "
                     "pip install 'dgd_jax[plots]'.", path)
+    return None
+  return plt
+
+
+def line_plot(path: str, x: Sequence[float], series: dict[str, Sequence[float]], *,
+              xlabel: str, ylabel: str, title: str, logx: bool = False) -> bool:
+  """Writes one line per ``series`` entry against ``x`` to ``path``; returns False (with a
+  warning) when matplotlib is not installed."""
+  plt = _pyplot(path)
+  if plt is None:
     return False
   fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
   for label, ys in series.items():
@@ -40,13 +48,8 @@ def image_grid(path: str, images, *, row_labels: Sequence[str] | None = None,
   """Writes images [rows, cols, H, W, C] as one PNG grid, each image scaled to its own
   min..max (synthetic images need not lie in the data range); returns False without
   matplotlib."""
-  try:
-    import matplotlib  # pylint: disable=g-import-not-at-top
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    logging.warning("matplotlib is not installed, so %s was not drawn: "
-                    "pip install 'dgd_jax[plots]'.", path)
+  plt = _pyplot(path)
+  if plt is None:
     return False
   import numpy as np  # pylint: disable=g-import-not-at-top
   images = np.asarray(images, np.float32)

@@ -44,9 +44,10 @@ def train_members(ctx, rows: list[np.ndarray], name: str):
 
 
 def ensemble_accuracies(labels: np.ndarray, y: np.ndarray, num_classes: int,
-                        noise_scales, key: jax.Array) -> dict:
+                        noise_scales, key: jax.Array) -> tuple[dict, np.ndarray]:
   """Per-teacher accuracy (mean/min/max), plurality accuracy and LNMax accuracy at each
-  Laplace scale, from teacher labels [n, Q] on a labelled evaluation set."""
+  Laplace scale, from teacher labels [n, Q] on a labelled evaluation set; also the vote
+  histograms [Q, K]."""
   per_teacher = (labels == y).mean(axis=1)
   votes = np.stack([(labels == k).sum(axis=0) for k in range(num_classes)], axis=1)
   out = {
