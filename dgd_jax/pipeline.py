@@ -41,7 +41,7 @@ STAGES: dict[str, StageSpec] = {
     "vae": StageSpec(vae.CONFIG_KEYS, vae.run, requires=("generator",)),
     "queries": StageSpec(queries.CONFIG_KEYS, queries.run, requires=("teachers", "generator"),
                          precheck=queries.plan),
-    "student": StageSpec(student.CONFIG_KEYS, student.run, requires=("queries",)),
+    "student": StageSpec(student.CONFIG_KEYS, student.run, requires=("queries", "vae")),
 }
 METHODS: dict[str, tuple[str, ...]] = {
     "baseline": ("baseline",),

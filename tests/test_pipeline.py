@@ -233,7 +233,8 @@ def test_student_never_reads_private_training_data(npz_file, tmp_path):
   from dgd_jax.stages import student
   workdir = tmp_path / "d"
   config = dgd_full_config(npz_file)
-  pipeline.run(config, str(workdir), stages=("queries",))
+  config.student.update(w_normal=1.0, w_tangent=1.0, w_entropy=0.1, unlabelled_batch_size=8)
+  pipeline.run(config, str(workdir), stages=("queries", "vae"))
   real = load_dataset(f"npz:{npz_file}")
 
   class TestSetOnly:  # the private training arrays raise when touched
@@ -253,3 +254,7 @@ def test_student_never_reads_private_training_data(npz_file, tmp_path):
   stage.begin()
   result = student.run(pipeline.Context(config, wd, stage, TestSetOnly, {}))
   assert 0 <= result["test_accuracy"] <= 1 and result["num_labelled"] == 50
+  assert result["num_unlabelled"] == 256 - 50  # D_u: the synthetic samples not queried
+  logged = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+  semi = [m for m in logged if m["stage"] == "student"]
+  assert semi and all(np.isfinite(m[k]) for m in semi for k in ("normal", "tangent", "entropy"))
