@@ -14,13 +14,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import aggregation, ensemble, parallel, privacy, train
+from dgd_jax import aggregation, ensemble, privacy, train
 from dgd_jax.errors import ConfigError
-from dgd_jax.stages import classifier, fit_config
+from dgd_jax.stages import teachers
 from dgd_jax.stages.generator import CONFIG_KEYS as GENERATOR_KEYS, SYNTHETIC
-from dgd_jax.stages.teachers import CONFIG_KEYS as TEACHER_KEYS
 
-CONFIG_KEYS = tuple(dict.fromkeys(TEACHER_KEYS + GENERATOR_KEYS + ("queries", "privacy")))
+CONFIG_KEYS = tuple(dict.fromkeys(teachers.CONFIG_KEYS + GENERATOR_KEYS +
+                                  ("queries", "privacy")))
 QUERIES = "queries.npz"  # indices into the synthetic set, noisy labels, answered mask
 VOTES = "votes.npy"  # the teachers' vote histograms: PRIVATE, used only for accounting
 
@@ -59,17 +59,11 @@ def aggregate(config, key: jax.Array, votes: np.ndarray) -> aggregation.Aggregat
 def load_teachers(ctx):
   """The finished teachers stage's stacked parameters on the teacher mesh, and its
   prediction function."""
-  config, data = ctx.config, ctx.dataset
-  n = config.num_teachers
-  model = classifier(config, data.num_classes)
-  cfg = fit_config(config, "teachers")
-  mesh = parallel.teacher_mesh(n)
-  template = parallel.shard_teachers(ensemble.init_teachers(
-      model, train.optimizer(cfg), jax.random.key(0), n, data.image_shape), mesh)
+  template, predict, *_ = teachers.new_teachers(ctx.config, ctx.dataset,
+                                                ctx.config.num_teachers, jax.random.key(0))
   params = train.restore_params(os.path.join(ctx.stage_path("teachers"), "checkpoints"),
                                 template)
-  chunk = ensemble.auto_chunk(config.teachers.chunk, n)
-  return params, ensemble.make_predict_fn(mesh, model.apply, chunk)
+  return params, predict
 
 
 def run(ctx) -> dict:

@@ -55,7 +55,6 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
     k_s, k_u, k_z, k_noise, k_dir = jax.random.split(key, 5)
     idx = jax.random.randint(k_s, (s.batch_size,), 0, x_s.shape[0])
     xb, yb = x_s[idx], y_s[idx]
-    metrics = {}
     if unsupervised:
       xu = x_u[jax.random.randint(k_u, (s.unlabelled_batch_size,), 0, x_u.shape[0])]
       mean, logvar = vae.apply({"params": vae_params}, xu, method=VAE.encode)
@@ -90,8 +89,7 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
       return loss, terms
 
     (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    metrics.update(terms, loss=loss)
-    return state.apply_gradients(grads=grads), metrics
+    return state.apply_gradients(grads=grads), {**terms, "loss": loss}
 
   return jax.jit(step, donate_argnums=0)
 

@@ -17,19 +17,26 @@ from dgd_jax.stages import classifier, fit_config
 CONFIG_KEYS = ("seed", "dataset", "model", "num_teachers", "teachers")
 
 
-def train_members(ctx, rows: list[np.ndarray], name: str):
-  """Trains one teacher per index row (into the training set) as one program on the
-  teacher mesh; returns (params [n, ...], predict_fn, seconds)."""
-  config, data = ctx.config, ctx.dataset
-  n = len(rows)
+def new_teachers(config, data, n: int, key: jax.Array):
+  """n freshly initialised teachers on the teacher mesh, and what runs them: returns
+  (state [n, ...], predict_fn, mesh, chunk, fit config). Also the template a finished
+  stage's teachers are restored into."""
   model = classifier(config, data.num_classes)
   cfg = fit_config(config, "teachers")
   chunk = ensemble.auto_chunk(config.teachers.chunk, n)
   mesh = parallel.teacher_mesh(n)
+  state = parallel.shard_teachers(
+      ensemble.init_teachers(model, train.optimizer(cfg), key, n, data.image_shape), mesh)
+  return state, ensemble.make_predict_fn(mesh, model.apply, chunk), mesh, chunk, cfg
+
+
+def train_members(ctx, rows: list[np.ndarray], name: str):
+  """Trains one teacher per index row (into the training set) as one program on the
+  teacher mesh; returns (params [n, ...], predict_fn, seconds)."""
+  config, data = ctx.config, ctx.dataset
   parts = ensemble.Partitions.stack(rows)
   init_key, train_key = jax.random.split(ctx.key(name))
-  state = parallel.shard_teachers(
-      ensemble.init_teachers(model, train.optimizer(cfg), init_key, n, data.image_shape), mesh)
+  state, predict, mesh, chunk, cfg = new_teachers(config, data, len(rows), init_key)
   x_all, y_all = parallel.replicate((jnp.asarray(data.x_train), jnp.asarray(data.y_train)),
                                     mesh)
   indices, sizes = parallel.shard_teachers((jnp.asarray(parts.indices),
@@ -38,9 +45,9 @@ def train_members(ctx, rows: list[np.ndarray], name: str):
   t0 = time.perf_counter()
   state = train.run_steps(state, lambda s, k: step(s, x_all, y_all, indices, sizes, k),
                           train_key, cfg, ctx.stage.checkpoint_dir, name, ctx.log,
-                          examples_per_step=n * cfg.batch_size)
+                          examples_per_step=len(rows) * cfg.batch_size)
   seconds = time.perf_counter() - t0
-  return state.params, ensemble.make_predict_fn(mesh, model.apply, chunk), seconds
+  return state.params, predict, seconds
 
 
 def ensemble_accuracies(labels: np.ndarray, y: np.ndarray, num_classes: int,
@@ -49,7 +56,7 @@ def ensemble_accuracies(labels: np.ndarray, y: np.ndarray, num_classes: int,
   Laplace scale, from teacher labels [n, Q] on a labelled evaluation set; also the vote
   histograms [Q, K]."""
   per_teacher = (labels == y).mean(axis=1)
-  votes = np.stack([(labels == k).sum(axis=0) for k in range(num_classes)], axis=1)
+  votes = np.asarray(ensemble.histogram(jnp.asarray(labels), num_classes))
   out = {
       "teacher_accuracy_mean": float(per_teacher.mean()),
       "teacher_accuracy_min": float(per_teacher.min()),
