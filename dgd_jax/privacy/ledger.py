@@ -292,19 +292,21 @@ class PrivacyLedger:
                           "Thm. 6 for GNMax, exact Bernoulli divergence for the threshold step; "
                           "every query charged)")
 
-  def _rdp_data_dependent(self, mechanisms, delta, data_dependent):
+  def _data_dependent_rdp(self, mechanisms, delta, data_dependent, classic: bool):
+    """The per-query data-dependent RDP curve, converted classically or by dp-accounting."""
     if not (data_dependent and any(r.has_votes for r in mechanisms)):
       return None
     curve = sum(r.rdp_data_dependent(self.orders) for r in mechanisms)
-    eps, order = conversion.improved_epsilon(self.orders, curve, delta)
-    return eps, order, f"{self._DATA_DEPENDENT_WHAT}, improved conversion; order = lambda", True
+    convert = conversion.classic_epsilon if classic else conversion.improved_epsilon
+    eps, order = convert(self.orders, curve, delta)
+    kind = "classic" if classic else "improved"
+    return eps, order, f"{self._DATA_DEPENDENT_WHAT}, {kind} conversion; order = lambda", True
+
+  def _rdp_data_dependent(self, mechanisms, delta, data_dependent):
+    return self._data_dependent_rdp(mechanisms, delta, data_dependent, classic=False)
 
   def _rdp_classic_data_dependent(self, mechanisms, delta, data_dependent):
-    if not (data_dependent and any(r.has_votes for r in mechanisms)):
-      return None
-    curve = sum(r.rdp_data_dependent(self.orders) for r in mechanisms)
-    eps, order = conversion.classic_epsilon(self.orders, curve, delta)
-    return eps, order, f"{self._DATA_DEPENDENT_WHAT}, classic conversion; order = lambda", True
+    return self._data_dependent_rdp(mechanisms, delta, data_dependent, classic=True)
 
   def _rdp_answered_only(self, mechanisms, delta, data_dependent):
     if not (data_dependent and any(r.realised for r in mechanisms)):

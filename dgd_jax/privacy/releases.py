@@ -52,6 +52,17 @@ class Release:
     """Carries anything that depends on the private data (votes or a realised count)."""
     return self.has_votes or self.realised
 
+  def _check_queries(self, noise_label: str) -> int:
+    """Validates (in place) the noise parameter, ``queries`` and, if given, ``votes``
+    [queries, classes] of a label-query record; returns ``queries``."""
+    object.__setattr__(self, self.noise_field,
+                       checks.positive(noise_label, getattr(self, self.noise_field)))
+    queries = checks.count("queries", self.queries)
+    object.__setattr__(self, "queries", queries)
+    if self.votes is not None:
+      object.__setattr__(self, "votes", checks.votes(self.votes, queries))
+    return queries
+
   def with_count(self, count: int) -> "Release":
     return dataclasses.replace(self, **{self.count_field: count})
 
@@ -101,11 +112,7 @@ class LNMaxQueries(Release):
   count_field: ClassVar[str] = "queries"
 
   def __post_init__(self):
-    object.__setattr__(self, "noise_scale", checks.positive("noise_scale (Laplace b)",
-                                                            self.noise_scale))
-    object.__setattr__(self, "queries", checks.count("queries", self.queries))
-    if self.votes is not None:
-      object.__setattr__(self, "votes", checks.votes(self.votes, self.queries))
+    self._check_queries("noise_scale (Laplace b)")
 
   @property
   def eps0(self) -> float:
@@ -138,10 +145,7 @@ class GNMaxQueries(Release):
   count_field: ClassVar[str] = "queries"
 
   def __post_init__(self):
-    object.__setattr__(self, "sigma", checks.positive("sigma (GNMax noise)", self.sigma))
-    object.__setattr__(self, "queries", checks.count("queries", self.queries))
-    if self.votes is not None:
-      object.__setattr__(self, "votes", checks.votes(self.votes, self.queries))
+    self._check_queries("sigma (GNMax noise)")
 
   def event(self) -> dp_accounting.DpEvent:
     return pate2018.gnmax_event(self.sigma, self.queries)
@@ -181,11 +185,7 @@ class ConfidentGNMaxQueries(Release):
     if not np.isfinite(self.threshold):
       raise ConfigError(f"threshold={self.threshold} must be a finite number of votes.")
     object.__setattr__(self, "sigma1", checks.positive("sigma1 (threshold noise)", self.sigma1))
-    object.__setattr__(self, "sigma2", checks.positive("sigma2 (GNMax noise)", self.sigma2))
-    queries = checks.count("queries", self.queries)
-    object.__setattr__(self, "queries", queries)
-    if self.votes is not None:
-      object.__setattr__(self, "votes", checks.votes(self.votes, queries))
+    queries = self._check_queries("sigma2 (GNMax noise)")
     answered = self.answered
     if isinstance(answered, (list, tuple, np.ndarray)):
       mask = np.asarray(answered)
