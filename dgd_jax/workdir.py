@@ -141,3 +141,16 @@ class Workdir:
   def log_metrics(self, stage: str, metrics: dict) -> None:
     with open(os.path.join(self.path, "metrics.jsonl"), "a") as f:
       f.write(json.dumps({"stage": stage, **metrics}) + "\n")
+
+  def read_metrics(self, stage: str) -> list[dict]:
+    """The stage's logged metrics by step; after a resume, the last record of each step."""
+    path = os.path.join(self.path, "metrics.jsonl")
+    if not os.path.exists(path):
+      return []
+    by_step = {}
+    with open(path) as f:
+      for line in f:
+        record = json.loads(line)
+        if record.get("stage") == stage and "step" in record:
+          by_step[record["step"]] = record
+    return [by_step[k] for k in sorted(by_step)]

@@ -204,20 +204,83 @@ def dgd_full_config(npz_file):
   return config
 
 
-def test_dgd_end_to_end_report(npz_file, tmp_path):
-  report = pipeline.run(dgd_full_config(npz_file), str(tmp_path / "d"))
+@pytest.fixture
+def fashion_mnist_subset(fashion_mnist, tmp_path):
+  """A few hundred real Fashion-MNIST images (400 train, 200 test) as an npz dataset."""
+  to_uint8 = lambda x: np.round((x[..., 0] + 1) * 127.5).astype(np.uint8)
+  path = str(tmp_path / "fashion_mnist_subset.npz")
+  np.savez(path, x_train=to_uint8(fashion_mnist.x_train[:400]),
+           y_train=fashion_mnist.y_train[:400], x_test=to_uint8(fashion_mnist.x_test[:200]),
+           y_test=fashion_mnist.y_test[:200])
+  return path
+
+
+def test_dgd_end_to_end_report_on_real_fashion_mnist(fashion_mnist_subset, tmp_path):
+  workdir = tmp_path / "d"
+  report = pipeline.run(dgd_full_config(fashion_mnist_subset), str(workdir))
   for key in ("method", "dataset", "test_accuracy", "baseline_accuracy", "queries", "delta",
               "epsilon", "accountant", "epsilons", "covers", "wall_seconds", "stage_seconds"):
     assert report[key] is not None, key
+  assert report["method"] == "dgd"
   assert report["queries"] == 50 and report["delta"] == 1e-5 and report["accountant"] == "rdp"
-  assert 0 <= report["test_accuracy"] <= 1
+  assert 0 <= report["test_accuracy"] <= 1 and 0 <= report["baseline_accuracy"] <= 1
   # The headline is the data-independent plan: 50 LNMax queries at b = 40.
   from dgd_jax import privacy
   planned = privacy.PrivacyLedger([privacy.LNMaxQueries(40.0, 50)]).epsilon(1e-5, "rdp")
   assert report["epsilon"] == pytest.approx(planned.epsilon, rel=1e-12)
+  assert set(report["epsilons"]) >= {"rdp", "pld", "moments_accountant"}
   assert any("generator" in note for note in report["covers"]["not_covered"])
   assert set(report["stage_seconds"]) == {"baseline", "teachers", "generator", "vae",
                                           "queries", "student"}
+  assert report["wall_seconds"] == pytest.approx(sum(report["stage_seconds"].values()))
+  md = (workdir / "report.md").read_text()
+  assert f"epsilon = {report['epsilon']:.4g} at delta = 1e-05 (rdp accountant" in md
+  for png in ("generator/samples.png", "vae/reconstructions.png",
+              "student/training_curve.png"):
+    assert f"]({png})" in md and (workdir / png).read_bytes()[:4] == b"\x89PNG", png
+
+
+def test_dgd_resumes_after_an_interrupted_stage(npz_file, tmp_path, monkeypatch):
+  from dgd_jax.stages import student
+  config = dgd_full_config(npz_file)
+  config.checkpoint_every = 10
+  uninterrupted = pipeline.run(config, str(tmp_path / "a"))
+
+  class Interrupt(Exception):
+    pass
+
+  make_step = student.make_step
+
+  def crash_after_25_steps(*args, **kwargs):
+    step, calls = make_step(*args, **kwargs), []
+
+    def crashing(state, key):
+      calls.append(1)
+      if len(calls) > 25:  # after the checkpoint at step 20
+        raise Interrupt()
+      return step(state, key)
+
+    return crashing
+
+  monkeypatch.setattr(student, "make_step", crash_after_25_steps)
+  workdir = tmp_path / "b"
+  with pytest.raises(Interrupt):
+    pipeline.run(config, str(workdir))
+  assert not (workdir / "student" / "result.json").exists()
+  assert (workdir / "queries" / "result.json").exists()
+  before = (workdir / "metrics.jsonl").read_text()
+  monkeypatch.setattr(student, "make_step", make_step)
+  resumed = pipeline.run(config, str(workdir))
+  after = (workdir / "metrics.jsonl").read_text()
+  assert after.startswith(before)
+  new_stages = {json.loads(line)["stage"] for line in after[len(before):].splitlines()}
+  assert new_stages == {"student"}  # the finished stages were reused, not rerun
+  new_steps = [json.loads(line)["step"] for line in after[len(before):].splitlines()]
+  assert min(new_steps) > 20  # the student resumed from its step-20 checkpoint
+  untimed = lambda r: {k: v for k, v in r.items() if not k.endswith("_seconds")}
+  for name in ("teachers", "generator", "vae", "queries", "student"):
+    assert untimed(resumed["stages"][name]) == untimed(uninterrupted["stages"][name]), name
+  assert resumed["epsilon"] == uninterrupted["epsilon"]
 
 
 def test_budget_guard_refuses_before_anything_runs(npz_file, tmp_path):

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.training import train_state
 
-from dgd_jax import train, triples
+from dgd_jax import plots, train, triples
 from dgd_jax.models.vae import VAE
 from dgd_jax.stages import classifier, fit_config
 from dgd_jax.stages import vae as vae_stage
@@ -113,6 +113,12 @@ def run(ctx) -> dict:
                    jnp.asarray(x_u), s)
   state = train.run_steps(state, step, train_key, cfg, ctx.stage.checkpoint_dir, "student",
                           ctx.log)
+  curve = ctx.workdir.read_metrics("student")
+  terms = [k for k in ("loss", "ce", "normal", "tangent", "entropy") if curve and k in curve[0]]
+  plots.line_plot(os.path.join(ctx.stage.path, "training_curve.png"),
+                  [m["step"] for m in curve], {k: [m[k] for m in curve] for k in terms},
+                  xlabel="step", ylabel="loss term", title="Student training (Eq. 1)")
   return {"test_accuracy": train.accuracy(student.apply, state.params, test.x_test,
                                           test.y_test),
-          "num_labelled": int(answered.sum()), "num_unlabelled": len(x_u)}
+          "num_labelled": int(answered.sum()), "num_unlabelled": len(x_u),
+          "training_curve_png": "student/training_curve.png"}

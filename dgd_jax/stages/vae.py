@@ -10,12 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax.training import train_state
 
-from dgd_jax import generative, plots, train
+from dgd_jax import generative, plots, train, triples
 from dgd_jax.models.vae import VAE, elbo_terms
 from dgd_jax.stages import fit_config
 from dgd_jax.stages.generator import CONFIG_KEYS as GENERATOR_KEYS, SYNTHETIC
 
 CONFIG_KEYS = GENERATOR_KEYS + ("vae",)
+EPS1_MEASURED = (0.01, 0.1, 1.0, 10.0, 100.0)  # DGD's eps1 (paper: 0.01) and larger values
 
 
 def model(config, image_shape) -> VAE:
@@ -42,11 +43,31 @@ def run(ctx) -> dict:
   terms = {k: float(v) for k, v in jax.jit(
       lambda p: elbo_terms(vae, p, jnp.asarray(held), eval_key))(state.params).items()}
   x_hat, _, _ = vae.apply({"params": state.params}, jnp.asarray(held[:20]), eval_key)
-  pairs = np.stack([held[:10], np.asarray(x_hat[:10]), held[10:20], np.asarray(x_hat[10:20])])
+  eps1_mse, x_eps1 = eps1_reconstructions(vae, state.params, held, eval_key)
+  pairs = np.stack([held[:10], np.asarray(x_hat[:10]), x_eps1[:10], held[10:20],
+                    np.asarray(x_hat[10:20])])
   plots.image_grid(os.path.join(ctx.stage.path, "reconstructions.png"), pairs,
-                   row_labels=["input", "VAE", "input", "VAE"],
+                   row_labels=["input", "VAE", f"eps1={EPS1_MEASURED[0]:g}", "input", "VAE"],
                    title="VAE reconstructions of synthetic samples")
   return {"elbo_reconstruction": terms["reconstruction"], "elbo_kl": terms["kl"],
           "negative_elbo": terms["loss"], "per_pixel_mse": terms["reconstruction"] / held[0].size,
           "synthetic_variance_per_pixel": float(held.var()),
+          "eps1_reconstruction_mse": eps1_mse,
           "reconstructions_png": "vae/reconstructions.png"}
+
+
+def eps1_reconstructions(vae: VAE, params, x: np.ndarray, key: jax.Array
+                         ) -> tuple[dict[str, float], np.ndarray]:
+  """What DGD's eps1 term does to reconstructions: per-pixel MSE between x and the decoded
+  normalised posterior mean, without noise ("none") and with Laplace(2c/eps1) noise for each
+  eps1 in EPS1_MEASURED; and the decodings at the first of them."""
+  mean, _ = vae.apply({"params": params}, jnp.asarray(x), method=VAE.encode)
+  decode = jax.jit(lambda z: vae.apply({"params": params}, z, method=VAE.decode))
+  mse = lambda y: float(np.mean((np.asarray(y) - x) ** 2))
+  clean = mean / jnp.maximum(1.0, jnp.max(jnp.abs(mean), axis=-1, keepdims=True))
+  result, first = {"none": mse(decode(clean))}, None
+  for eps1 in EPS1_MEASURED:
+    y = decode(triples.latent_noise(key, mean, eps1))  # DGD Eq. 4's eps1 perturbation
+    result[f"{eps1:g}"] = mse(y)
+    first = np.asarray(y) if first is None else first
+  return result, first
