@@ -21,7 +21,8 @@ from absl import logging
 from dgd_jax import report as report_lib
 from dgd_jax.data import Dataset, load_dataset
 from dgd_jax.errors import ConfigError, UserInputError
-from dgd_jax.stages import baseline, generator, queries, student, teacher_sweep, teachers, vae
+from dgd_jax.stages import (baseline, generator, pool, queries, student, teacher_sweep,
+                             teachers, vae)
 from dgd_jax.workdir import Stage, Workdir
 
 
@@ -29,7 +30,8 @@ from dgd_jax.workdir import Stage, Workdir
 class StageSpec:
   config_keys: tuple[str, ...]
   run: Callable[["Context"], dict]
-  requires: tuple[str, ...] = ()  # stages whose artefacts this one reads
+  # Stages whose artefacts this one reads (a function of the config where that varies).
+  requires: tuple[str, ...] | Callable[[ml_collections.ConfigDict], tuple[str, ...]] = ()
   precheck: Callable[[ml_collections.ConfigDict], Any] | None = None  # before anything runs
 
 
@@ -38,8 +40,9 @@ STAGES: dict[str, StageSpec] = {
     "teachers": StageSpec(teachers.CONFIG_KEYS, teachers.run),
     "teacher_sweep": StageSpec(teacher_sweep.CONFIG_KEYS, teacher_sweep.run),
     "generator": StageSpec(generator.CONFIG_KEYS, generator.run, requires=("baseline",)),
-    "vae": StageSpec(vae.CONFIG_KEYS, vae.run, requires=("generator",)),
-    "queries": StageSpec(queries.CONFIG_KEYS, queries.run, requires=("teachers", "generator"),
+    "vae": StageSpec(vae.CONFIG_KEYS, vae.run, requires=pool.requires),
+    "queries": StageSpec(queries.CONFIG_KEYS, queries.run,
+                         requires=lambda c: ("teachers",) + pool.requires(c),
                          precheck=queries.plan),
     "student": StageSpec(student.CONFIG_KEYS, student.run, requires=("queries", "vae")),
 }
@@ -48,6 +51,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     "teachers": ("teachers",),
     "teacher_sweep": ("teacher_sweep",),
     "dgd": ("baseline", "teachers", "generator", "vae", "queries", "student"),
+    "pate": ("teachers", "vae", "queries", "student"),
 }
 
 
@@ -99,13 +103,22 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     if block in config and not all(b > 0 for b in config[block].noise_scales):
       raise ConfigError(f"config.{block}.noise_scales={config[block].noise_scales}: Laplace "
                         "scales must be > 0 (the plurality vote is reported separately).")
+  if "pool" in config:
+    pool.check(config)
   if "sweep" in config and not all(n >= 1 for n in config.sweep.sizes):
     raise ConfigError(f"config.sweep.sizes={config.sweep.sizes}: teacher counts must be >= 1.")
 
 
-def with_prerequisites(method: str, stages: tuple[str, ...] | None) -> tuple[str, ...]:
-  """The requested stages (default: all of ``method``) and every stage they need, in the
-  method's order."""
+def requirements(name: str, config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  requires = STAGES[name].requires
+  return requires(config) if callable(requires) else requires
+
+
+def with_prerequisites(config: ml_collections.ConfigDict, stages: tuple[str, ...] | None
+                       ) -> tuple[str, ...]:
+  """The requested stages (default: all of ``config.method``'s) and every stage they need,
+  in the method's order."""
+  method = config.method
   order = METHODS[method]
   if not stages:
     return order
@@ -117,7 +130,7 @@ def with_prerequisites(method: str, stages: tuple[str, ...] | None) -> tuple[str
     name = todo.pop()
     if name not in needed:
       needed.add(name)
-      todo.extend(STAGES[name].requires)
+      todo.extend(requirements(name, config))
   return tuple(n for n in order if n in needed)
 
 
@@ -125,7 +138,7 @@ def run(config: ml_collections.ConfigDict, workdir: str,
         stages: tuple[str, ...] | None = None) -> dict:
   """Runs ``stages`` (default: all of ``config.method``) and returns the report dict."""
   check_config(config)
-  names = with_prerequisites(config.method, stages)
+  names = with_prerequisites(config, stages)
   for name in names:  # e.g. the privacy budget guard: before anything is trained or queried
     if STAGES[name].precheck:
       STAGES[name].precheck(config)

@@ -15,6 +15,10 @@ PRIVACY_NOTES = {
                 "not releases; labels released to a student are accounted when queried.",
 }
 PRIVACY_NOTES["teacher_sweep"] = PRIVACY_NOTES["teachers"]
+PRIVACY_NOTES["pate"] = (
+    "The epsilon covers the teachers' noisy answers to the student's label queries. The "
+    "student's unlabelled pool is assumed public (here: the head of the test split), and the "
+    "teachers must never be released.")
 PRIVACY_NOTES["dgd"] = (
     "The epsilon covers the teachers' noisy answers to the student's label queries only. The "
     "baseline (trained on private data without noise), the generator trained against it, the "
@@ -23,7 +27,7 @@ PRIVACY_NOTES["dgd"] = (
 # Stage results that report.json also shows at its top level.
 TOP_LEVEL = ("generator", "vae")
 # The stage whose test accuracy is the method's headline.
-HEADLINE_STAGE = {"baseline": "baseline", "dgd": "student"}
+HEADLINE_STAGE = {"baseline": "baseline", "dgd": "student", "pate": "student"}
 
 
 def _privacy(config, results: dict) -> dict:
@@ -31,11 +35,14 @@ def _privacy(config, results: dict) -> dict:
   the queries stage's ledger."""
   p = results["queries"]["privacy"]
   independent = p.get("data_independent_epsilons", p["epsilons"])
+  accountant = config.privacy.accountant
+  data_dependent = accountant in p["data_dependent_accountants"]
   return {
       "queries": results["queries"]["num_queries"],
       "delta": p["delta"],
-      "epsilon": independent[config.privacy.accountant],
-      "accountant": config.privacy.accountant,
+      "epsilon": (p["epsilons"] if data_dependent else independent)[accountant],
+      "accountant": accountant,
+      "epsilon_is_data_dependent": data_dependent,
       "epsilons": independent,
       "epsilons_data_dependent": {k: p["epsilons"][k] for k in p["data_dependent_accountants"]},
       "covers": {"covered": f"{p['releases'][0]['mechanism']} answers to "

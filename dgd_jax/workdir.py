@@ -36,8 +36,9 @@ def plain(value: Any) -> Any:
 
 
 def config_slice(config: ml_collections.ConfigDict, keys: tuple[str, ...]) -> dict:
-  """The part of ``config`` named by top-level ``keys`` (what a stage depends on)."""
-  return {k: plain(config[k]) for k in keys}
+  """The part of ``config`` named by top-level ``keys`` (what a stage depends on); keys the
+  config lacks (e.g. no generator block in PATE) are left out."""
+  return {k: plain(config[k]) for k in keys if k in config}
 
 
 def fingerprint(obj: Any) -> str:

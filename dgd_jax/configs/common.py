@@ -68,3 +68,63 @@ def teachers_config(preset: str) -> ml_collections.ConfigDict:
       chunk=0,  # teachers per vmapped chunk; 0 = backend default (ensemble.AUTO_CHUNK)
       noise_scales=(20.0, 40.0),  # Laplace scales b at which ensemble accuracy is reported
   ))
+
+
+def pool_config(source: str, size: int = 0) -> ml_collections.ConfigDict:
+  """The student's unlabelled pool (``stages.pool``): 'synthetic' or 'public' (test head)."""
+  return ml_collections.ConfigDict(dict(source=source, size=size))
+
+
+def vae_config(paper: bool) -> ml_collections.ConfigDict:
+  """The VAE trained on the unlabelled pool (DGD IV-A)."""
+  return ml_collections.ConfigDict(dict(
+      latent_dim=32,  # c (DGD IV-A)
+      features=32,
+      tanh_output=True,  # data lies in [-1, 1] (False: linear, for standardised data)
+      num_steps=500 if paper else 300,  # DGD IV-A: 500 iterations
+      batch_size=128,
+      learning_rate=1e-3,  # decaying linearly to 0 (DGD IV-A)
+      end_learning_rate=0.0,
+  ))
+
+
+def queries_config(num_queries: int, aggregator: str, noise_scale: float
+                   ) -> ml_collections.ConfigDict:
+  """Label queries to the teacher ensemble (DGD Eq. 3, PATE)."""
+  return ml_collections.ConfigDict(dict(
+      num_queries=num_queries,  # |D_s|
+      aggregator=aggregator,  # lnmax | gnmax | confident_gnmax
+      noise_scale=noise_scale,  # the Laplace scale b, or the Gaussian sigma (sigma2)
+      threshold=0.0,  # Confident-GNMax only
+      sigma1=0.0,  # Confident-GNMax only
+      selection="random",  # random | least_confident (PATE App. C.2)
+      first_round=0,  # least_confident: random queries that train the selecting student
+  ))
+
+
+def privacy_config(max_epsilon: float, accountant: str = "rdp") -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(dict(
+      delta=1e-5,
+      accountant=accountant,  # the headline's accountant (dp-accounting RDP by default)
+      max_epsilon=max_epsilon,  # budget guard on the data-independent plan; 0 disables it
+  ))
+
+
+def student_config() -> ml_collections.ConfigDict:
+  """The student (DGD Eq. 1 = Eq. 5 + Eq. 6)."""
+  return ml_collections.ConfigDict(dict(
+      num_steps=500,  # DGD IV-A: 500 iterations
+      batch_size=128,  # labelled samples per step (D_s)
+      unlabelled_batch_size=128,  # VAE triples per step (D_u)
+      learning_rate=1e-3,  # decaying linearly to 0 (DGD IV-A)
+      end_learning_rate=0.0,
+      # Eq. 6 weights. Off by default: on the quick DGD preset no setting tried beat CE only
+      # (README ablation).
+      w_normal=0.0,
+      w_tangent=0.0,
+      w_entropy=0.0,
+      eps_tangent=1.0,  # latent step along the tangent direction
+      eps_normal=1.0,  # input-space L2 step along the normal direction
+      adversarial=True,  # TNAR-style adversarial directions (False: random)
+      eps1=0.0,  # DGD's latent Laplace term (paper: 0.01); 0 = off, see README
+  ))

@@ -48,42 +48,11 @@ def get_config(arg: str | None = None):
       beta=0.1,  # Eq. 2 weight of the activation term
       num_synthetic=0,  # 0: as many as the private training set (DGD IV-A)
   ))
-  config.vae = ml_collections.ConfigDict(dict(
-      latent_dim=32,  # c (DGD IV-A)
-      features=32,
-      tanh_output=True,  # synthetic data lies in [-1, 1] (False: linear, for standardised data)
-      num_steps=500 if paper else 300,  # DGD IV-A: 500 iterations
-      batch_size=128,
-      learning_rate=1e-3,  # decaying linearly to 0 (DGD IV-A)
-      end_learning_rate=0.0,
-  ))
+  config.pool = common.pool_config("synthetic")
+  config.vae = common.vae_config(paper)
   num_queries, max_epsilon = BUDGETS[budget]
-  config.queries = ml_collections.ConfigDict(dict(
-      num_queries=num_queries,  # |D_s|
-      aggregator="gnmax" if plus else "lnmax",  # lnmax | gnmax | confident_gnmax
-      noise_scale=40.0,  # Laplace b = 2/eps0 (DGD IV-A), or the Gaussian sigma (sigma2)
-      threshold=0.0,  # Confident-GNMax only
-      sigma1=0.0,  # Confident-GNMax only
-  ))
-  config.privacy = ml_collections.ConfigDict(dict(
-      delta=1e-5,
-      accountant="rdp",  # the headline: dp-accounting RDP, improved conversion
-      max_epsilon=max_epsilon,  # budget guard; 0 disables it
-  ))
-  config.student = ml_collections.ConfigDict(dict(
-      num_steps=500,  # DGD IV-A: 500 iterations
-      batch_size=128,  # labelled samples per step (D_s)
-      unlabelled_batch_size=128,  # VAE triples per step (D_u)
-      learning_rate=1e-3,  # decaying linearly to 0 (DGD IV-A)
-      end_learning_rate=0.0,
-      # Eq. 6 weights. Off by default: untuned, the regulariser lowered the quick preset's
-      # student from 63.9% (CE only) to 54.4% (normal + tangent) and 13.3% (+ entropy 1.0).
-      w_normal=0.0,
-      w_tangent=0.0,
-      w_entropy=0.0,
-      eps_tangent=1.0,  # latent step along the tangent direction
-      eps_normal=1.0,  # input-space L2 step along the normal direction
-      adversarial=True,  # TNAR-style adversarial directions (False: random)
-      eps1=0.0,  # DGD's latent Laplace term (paper: 0.01); 0 = off, see README
-  ))
+  config.queries = common.queries_config(num_queries, "gnmax" if plus else "lnmax",
+                                         noise_scale=40.0)  # Laplace b = 2/eps0 (DGD IV-A)
+  config.privacy = common.privacy_config(max_epsilon)
+  config.student = common.student_config()
   return config

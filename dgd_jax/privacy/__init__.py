@@ -23,15 +23,15 @@ CLI planner: ``python -m dgd_jax.privacy --help``.
 from dgd_jax.privacy.calibrate import epsilon_of, max_queries, min_noise
 from dgd_jax.privacy.conversion import (DEFAULT_MOMENT_ORDERS, DEFAULT_RDP_ORDERS,
                                         classic_epsilon, improved_epsilon, moments_epsilon)
-from dgd_jax.privacy.ledger import (ACCOUNTANTS, DATA_DEPENDENT_WARNING, EpsilonReport,
-                                    PrivacyLedger)
+from dgd_jax.privacy.ledger import (ACCOUNTANTS, DATA_DEPENDENT_ONLY, DATA_DEPENDENT_WARNING,
+                                    EpsilonReport, PrivacyLedger)
 from dgd_jax.privacy.local import ldp_local_epsilon, vae_latent_epsilon, vae_latent_noise_scale
 from dgd_jax.privacy.releases import (MECHANISMS, ConfidentGNMaxQueries, DpdfdSteps,
                                       GNMaxQueries, LNMaxQueries, PureDpRelease, Release)
 
 __all__ = [
-    "ACCOUNTANTS", "DATA_DEPENDENT_WARNING", "DEFAULT_MOMENT_ORDERS", "DEFAULT_RDP_ORDERS",
-    "MECHANISMS", "ConfidentGNMaxQueries", "DpdfdSteps", "EpsilonReport", "GNMaxQueries",
+    "ACCOUNTANTS", "DATA_DEPENDENT_ONLY", "DATA_DEPENDENT_WARNING", "DEFAULT_MOMENT_ORDERS",
+    "DEFAULT_RDP_ORDERS", "MECHANISMS", "ConfidentGNMaxQueries", "DpdfdSteps", "EpsilonReport", "GNMaxQueries",
     "LNMaxQueries", "PrivacyLedger", "PureDpRelease", "Release", "classic_epsilon",
     "epsilon_of", "improved_epsilon", "ldp_local_epsilon", "max_queries", "min_noise",
     "moments_epsilon", "vae_latent_epsilon", "vae_latent_noise_scale",

@@ -49,6 +49,8 @@ from dgd_jax.privacy.releases import DpdfdSteps, LNMaxQueries, PureDpRelease, Re
 ACCOUNTANTS = ("advanced_composition", "moments_accountant", "rdp", "rdp_classic", "pld",
                "dpdfd_theorem3", "rdp_data_dependent", "rdp_classic_data_dependent",
                "rdp_answered_only")
+# Accountants that exist only with recorded votes (no data-independent value).
+DATA_DEPENDENT_ONLY = ("rdp_data_dependent", "rdp_classic_data_dependent", "rdp_answered_only")
 
 DATA_DEPENDENT_WARNING = (
     "DATA-DEPENDENT: this epsilon is a function of the private vote histograms (PATE 2017 Sec. "

@@ -1,7 +1,8 @@
-"""Queries stage (DGD Eq. 3): a small random subset D_s of the synthetic set is labelled by
-the teacher ensemble through noisy aggregation (LNMax with Laplace scale 2/eps0, or GNMax /
-Confident-GNMax for DGD+); every query and its vote histogram go into the privacy ledger.
-The rest of the synthetic set, D_u, stays unlabelled.
+"""Queries stage (DGD Eq. 3, PATE): a small subset D_s of the unlabelled pool (DGD: the
+synthetic set; PATE: the public pool) is labelled by the teacher ensemble through noisy
+aggregation (LNMax with Laplace scale 2/eps0, or GNMax / Confident-GNMax for DGD+/PATE+);
+every query and its vote histogram go into the privacy ledger. The rest, D_u, stays
+unlabelled.
 
 The budget guard (``plan``) runs before anything is trained or queried: a plan whose
 data-independent epsilon exceeds ``config.privacy.max_epsilon`` is refused.
@@ -16,10 +17,9 @@ import numpy as np
 
 from dgd_jax import aggregation, ensemble, privacy, train
 from dgd_jax.errors import ConfigError
-from dgd_jax.stages import teachers
-from dgd_jax.stages.generator import CONFIG_KEYS as GENERATOR_KEYS, SYNTHETIC
+from dgd_jax.stages import classifier, fit_config, pool, teachers
 
-CONFIG_KEYS = tuple(dict.fromkeys(teachers.CONFIG_KEYS + GENERATOR_KEYS +
+CONFIG_KEYS = tuple(dict.fromkeys(teachers.CONFIG_KEYS + pool.CONFIG_KEYS +
                                   ("queries", "privacy")))
 QUERIES = "queries.npz"  # indices into the synthetic set, noisy labels, answered mask
 VOTES = "votes.npy"  # the teachers' vote histograms: PRIVATE, used only for accounting
@@ -39,11 +39,21 @@ def release(config, votes=None, answered=None) -> privacy.Release:
 def plan(config) -> privacy.EpsilonReport:
   """The budget guard: the data-independent epsilon of the planned queries under
   ``config.privacy.accountant``; ConfigError when it exceeds ``max_epsilon``."""
+  q = config.queries
+  if q.selection not in ("random", "least_confident"):
+    raise ConfigError(f"config.queries.selection={q.selection!r}; use 'random' or "
+                      "'least_confident'.")
+  if q.selection == "least_confident" and not 0 < q.first_round < q.num_queries:
+    raise ConfigError(f"config.queries.first_round={q.first_round}: least-confident selection "
+                      "needs a first round of random queries, 0 < first_round < num_queries="
+                      f"{q.num_queries}.")
   ledger = privacy.PrivacyLedger([release(config)])
   p = config.privacy
+  # A data-dependent headline (PATE) is guarded by its data-independent counterpart.
+  accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
   if p.max_epsilon > 0:
-    return ledger.check_budget(p.max_epsilon, p.delta, p.accountant)
-  return ledger.epsilon(p.delta, p.accountant, data_dependent=False)
+    return ledger.check_budget(p.max_epsilon, p.delta, accountant)
+  return ledger.epsilon(p.delta, accountant, data_dependent=False)
 
 
 def aggregate(config, key: jax.Array, votes: np.ndarray) -> aggregation.Aggregate:
@@ -54,6 +64,27 @@ def aggregate(config, key: jax.Array, votes: np.ndarray) -> aggregation.Aggregat
   if q.aggregator == "gnmax":
     return aggregation.gnmax(key, votes, q.noise_scale)
   return aggregation.confident_gnmax(key, votes, q.threshold, q.sigma1, q.noise_scale)
+
+
+def least_confident(probs: np.ndarray, k: int) -> np.ndarray:
+  """Indices of the ``k`` rows whose largest probability is smallest (PATE App. C.2)."""
+  return np.argsort(np.max(probs, axis=-1), kind="stable")[:k]
+
+
+def selector_probabilities(ctx, x: np.ndarray, y: np.ndarray, x_pool: np.ndarray
+                           ) -> np.ndarray:
+  """Softmax outputs on the pool of a student trained (student schedule) on the first
+  round's answers (x, y): public data and released labels only."""
+  model = classifier(ctx.config, ctx.dataset.num_classes)
+  cfg = fit_config(ctx.config, "student")
+  init_key, train_key = jax.random.split(ctx.key("query_selector"))
+  state = train.create_train_state(model, train.optimizer(cfg), init_key, x.shape[1:])
+  state = train.fit(state, x, y.astype(np.int32), train_key, cfg,
+                    os.path.join(ctx.stage.path, "selector_checkpoints"), "query_selector",
+                    ctx.log)
+  logits = [np.asarray(model.apply(state.params, x_pool[i:i + 1000]))
+            for i in range(0, len(x_pool), 1000)]
+  return np.asarray(jax.nn.softmax(np.concatenate(logits)), np.float64)
 
 
 def load_teachers(ctx):
@@ -69,20 +100,35 @@ def load_teachers(ctx):
 def run(ctx) -> dict:
   config = ctx.config
   plan(config)  # again here: a stage run on its own is guarded too
-  x_syn = np.load(os.path.join(ctx.stage_path("generator"), SYNTHETIC))
+  x_pool = pool.load(ctx)
   num = config.queries.num_queries
-  if num > len(x_syn):
-    raise ConfigError(f"config.queries.num_queries={num} exceeds the {len(x_syn)} "
-                      "synthetic samples; lower it or raise generator.num_synthetic.")
+  if num > len(x_pool):
+    raise ConfigError(f"config.queries.num_queries={num} exceeds the {len(x_pool)} "
+                      "samples of the unlabelled pool; lower it or enlarge the pool "
+                      "(generator.num_synthetic or pool.size).")
   select_key, noise_key = jax.random.split(ctx.key("queries"))
-  indices = np.sort(np.asarray(jax.random.choice(select_key, len(x_syn), (num,),
-                                                 replace=False)))
   params, predict = load_teachers(ctx)
-  votes = ensemble.vote_histograms(predict, params, x_syn[indices], ctx.dataset.num_classes)
-  agg = aggregate(config, noise_key, votes)
-  answered = np.asarray(agg.answered)
-  np.savez(os.path.join(ctx.stage.path, QUERIES), indices=indices,
-           labels=np.asarray(agg.labels), answered=answered)
+
+  def ask(indices, key):  # the teachers' votes on x_pool[indices] and their noisy answers
+    votes = ensemble.vote_histograms(predict, params, x_pool[indices], ctx.dataset.num_classes)
+    agg = aggregate(config, key, votes)
+    return votes, np.asarray(agg.labels), np.asarray(agg.answered)
+
+  q = config.queries
+  first = num if q.selection == "random" else q.first_round
+  indices = np.sort(np.asarray(jax.random.choice(select_key, len(x_pool), (first,),
+                                                 replace=False)))
+  votes, labels, answered = ask(indices, noise_key)
+  if q.selection == "least_confident":  # PATE App. C.2: a student picks the second round
+    probs = selector_probabilities(ctx, x_pool[indices[answered]], labels[answered], x_pool)
+    probs[indices] = np.inf  # never ask twice
+    second = least_confident(probs, num - first)
+    more = ask(second, jax.random.fold_in(noise_key, 1))
+    indices = np.concatenate([indices, second])
+    votes, labels, answered = (np.concatenate([a, b]) for a, b in
+                               zip((votes, labels, answered), more))
+  np.savez(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
+           answered=answered)
   np.save(os.path.join(ctx.stage.path, VOTES), votes)
   ledger = privacy.PrivacyLedger([release(config, votes, answered)])
   plurality = np.argmax(votes, -1)
@@ -90,6 +136,6 @@ def run(ctx) -> dict:
       "num_queries": num,
       "answered": int(answered.sum()),
       "noisy_label_agreement_with_plurality": float(
-          np.mean(np.asarray(agg.labels)[answered] == plurality[answered])),
+          np.mean(labels[answered] == plurality[answered])),
       "privacy": ledger.to_json(config.privacy.delta),
   }

@@ -1,7 +1,8 @@
 """Student stage (DGD Eq. 1, 5, 6): the student phi_s trained on the few synthetic samples
 D_s with the teachers' noisy labels (Eq. 5) and, semi-supervised, on VAE triples of the
-unlabelled synthetic samples D_u (Eq. 6). It reads only the synthetic set, the released
-labels, the VAE and (for evaluation) the test set, never the private training data.
+unlabelled samples D_u (Eq. 6). D_s and D_u come from the unlabelled pool (``stages.pool``:
+DGD's synthetic set, or PATE's public pool). It reads only the pool, the released labels,
+the VAE and (for evaluation) the test set, never the private training data.
 
 Eq. 6 as implemented, per unlabelled batch (means over the batch):
   w_normal  * ||f(x_hat) - f(x_perp)||^2      # normal regularisation
@@ -21,9 +22,8 @@ from flax.training import train_state
 
 from dgd_jax import plots, train, triples
 from dgd_jax.models.vae import VAE
-from dgd_jax.stages import classifier, fit_config
+from dgd_jax.stages import classifier, fit_config, pool
 from dgd_jax.stages import vae as vae_stage
-from dgd_jax.stages.generator import SYNTHETIC
 from dgd_jax.stages.queries import CONFIG_KEYS as QUERY_KEYS, QUERIES
 
 CONFIG_KEYS = tuple(dict.fromkeys(QUERY_KEYS + vae_stage.CONFIG_KEYS + ("student",)))
@@ -97,18 +97,18 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
 def run(ctx) -> dict:
   config = ctx.config
   s = config.student
-  x_syn = np.load(os.path.join(ctx.stage_path("generator"), SYNTHETIC))
+  x_pool = pool.load(ctx)  # the synthetic set (DGD) or the public pool (PATE)
   with np.load(os.path.join(ctx.stage_path("queries"), QUERIES)) as q:
     answered = q["answered"]
     labelled = q["indices"][answered]
-    x_s, y_s = x_syn[labelled], q["labels"][answered].astype(np.int32)  # (D_s, L_s)
-  x_u = np.delete(x_syn, labelled, axis=0)  # D_u: the synthetic samples not queried
-  test = ctx.dataset  # only x_test / y_test are read below
-  student = classifier(config, test.num_classes)
+    x_s, y_s = x_pool[labelled], q["labels"][answered].astype(np.int32)  # (D_s, L_s)
+  x_u = np.delete(x_pool, labelled, axis=0)  # D_u: the pool samples not queried
+  x_eval, y_eval = pool.evaluation(ctx)  # the test split (PATE: the part not in the pool)
+  student = classifier(config, ctx.dataset.num_classes)
   cfg = fit_config(config, "student")
   init_key, train_key = jax.random.split(ctx.key("student"))
   state = train.create_train_state(student, train.optimizer(cfg), init_key, x_s.shape[1:])
-  vae, vae_params = load_vae(ctx, x_syn.shape[1:])
+  vae, vae_params = load_vae(ctx, x_pool.shape[1:])
   step = make_step(student, vae, vae_params, jnp.asarray(x_s), jnp.asarray(y_s),
                    jnp.asarray(x_u), s)
   state = train.run_steps(state, step, train_key, cfg, ctx.stage.checkpoint_dir, "student",
@@ -118,7 +118,7 @@ def run(ctx) -> dict:
   plots.line_plot(os.path.join(ctx.stage.path, "training_curve.png"),
                   [m["step"] for m in curve], {k: [m[k] for m in curve] for k in terms},
                   xlabel="step", ylabel="loss term", title="Student training (Eq. 1)")
-  return {"test_accuracy": train.accuracy(student.apply, state.params, test.x_test,
-                                          test.y_test),
+  return {"test_accuracy": train.accuracy(student.apply, state.params, x_eval, y_eval),
+          "num_evaluated": len(y_eval),
           "num_labelled": int(answered.sum()), "num_unlabelled": len(x_u),
           "training_curve_png": "student/training_curve.png"}

@@ -1,5 +1,5 @@
-"""VAE stage (DGD Section III-B): the convolutional VAE (latent c) trained on the synthetic
-set, reporting the negative-ELBO terms and a picture of reconstructions beside inputs. Its
+"""VAE stage (DGD Section III-B): the convolutional VAE (latent c) trained on the unlabelled
+pool (DGD: the synthetic set; PATE: the public pool), reporting the negative-ELBO terms and a picture of reconstructions beside inputs. Its
 encoder and decoder later supply the student's VAE triples (DGD Eq. 4)."""
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from flax.training import train_state
 from dgd_jax import generative, plots, train, triples
 from dgd_jax.models.vae import VAE, elbo_terms
 from dgd_jax.stages import fit_config
-from dgd_jax.stages.generator import CONFIG_KEYS as GENERATOR_KEYS, SYNTHETIC
+from dgd_jax.stages import pool
 
-CONFIG_KEYS = GENERATOR_KEYS + ("vae",)
+CONFIG_KEYS = pool.CONFIG_KEYS + ("vae",)
 EPS1_MEASURED = (0.01, 0.1, 1.0, 10.0, 100.0)  # DGD's eps1 (paper: 0.01) and larger values
 
 
@@ -27,7 +27,7 @@ def model(config, image_shape) -> VAE:
 
 def run(ctx) -> dict:
   config = ctx.config
-  x_syn = np.load(os.path.join(ctx.stage_path("generator"), SYNTHETIC))
+  x_syn = pool.load(ctx)  # the synthetic set (DGD) or the public pool (PATE)
   vae = model(config, x_syn.shape[1:])
   cfg = fit_config(config, "vae")
   init_key, train_key, eval_key = jax.random.split(ctx.key("vae"), 3)

@@ -1,0 +1,53 @@
+"""The unlabelled pool a student learns from, and the set it is evaluated on.
+
+* ``synthetic`` (DGD): the generator stage's synthetic set; the student is evaluated on the
+  whole test split.
+* ``public`` (PATE): the first ``config.pool.size`` test examples stand in for public,
+  unlabelled data (their labels are never read); the student is evaluated on the rest of
+  the test split (PATE 2017 Sec. 4: 9,000 + 1,000 on MNIST).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from dgd_jax.errors import ConfigError
+from dgd_jax.stages.generator import CONFIG_KEYS as GENERATOR_KEYS, SYNTHETIC
+
+SOURCES = ("synthetic", "public")
+# The pool's config slice (a config without a generator block slices without it).
+CONFIG_KEYS = GENERATOR_KEYS + ("pool",)
+
+
+def requires(config) -> tuple[str, ...]:
+  """The stage that produces the pool: the generator, or none for the public pool."""
+  return ("generator",) if config.pool.source == "synthetic" else ()
+
+
+def check(config, num_test: int | None = None) -> None:
+  p = config.pool
+  if p.source not in SOURCES:
+    raise ConfigError(f"config.pool.source={p.source!r}; it must be one of {SOURCES}.")
+  if p.source == "public" and num_test is not None and not 0 < p.size < num_test:
+    raise ConfigError(f"config.pool.size={p.size}: the public pool is the head of the "
+                      f"{num_test}-example test split and the rest evaluates the student; "
+                      f"choose 0 < size < {num_test}.")
+
+
+def load(ctx) -> np.ndarray:
+  """The unlabelled pool's images (never its labels)."""
+  config = ctx.config
+  if config.pool.source == "synthetic":
+    return np.load(os.path.join(ctx.stage_path("generator"), SYNTHETIC))
+  check(config, len(ctx.dataset.x_test))
+  return ctx.dataset.x_test[:config.pool.size]
+
+
+def evaluation(ctx) -> tuple[np.ndarray, np.ndarray]:
+  """The labelled images the student is evaluated on (disjoint from the pool)."""
+  test = ctx.dataset
+  if ctx.config.pool.source == "synthetic":
+    return test.x_test, test.y_test
+  check(ctx.config, len(test.x_test))
+  return test.x_test[ctx.config.pool.size:], test.y_test[ctx.config.pool.size:]

@@ -1,0 +1,105 @@
+"""PATE as a method: teachers label a public pool (the head of the test split), a student
+learns from it and is evaluated on the rest; least-confident query selection."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dgd_jax import pipeline, privacy
+from dgd_jax.configs import pate as pate_config
+from dgd_jax.errors import ConfigError
+from dgd_jax.stages import queries
+
+POOL = 96  # of the npz fixture's 128 test examples; the last 32 evaluate
+
+
+def tiny_pate(npz_file, arg=""):
+  config = pate_config.get_config(f"npz:{npz_file},cpu{arg}")
+  config.num_teachers = 4
+  config.teachers.num_steps = 20
+  config.pool.size = POOL
+  config.queries.num_queries = 40
+  config.vae.update(num_steps=10, batch_size=32, features=8, latent_dim=8)
+  config.student.update(num_steps=20, batch_size=16)
+  config.log_every = 10
+  return config
+
+
+def test_least_confident_picks_the_lowest_top_probabilities():
+  probs = np.array([[0.9, 0.1], [0.5, 0.5], [0.7, 0.3], [0.55, 0.45], [1.0, 0.0]])
+  np.testing.assert_array_equal(queries.least_confident(probs, 2), [1, 3])
+  np.testing.assert_array_equal(queries.least_confident(probs, 3), [1, 3, 2])
+
+
+def test_pate_end_to_end_with_data_dependent_headline(npz_file, tmp_path):
+  report = pipeline.run(tiny_pate(npz_file), str(tmp_path / "p"))
+  assert report["method"] == "pate" and report["queries"] == 40
+  assert set(report["stage_seconds"]) == {"teachers", "vae", "queries", "student"}
+  student = report["stages"]["student"]
+  assert student["num_evaluated"] == 128 - POOL  # evaluated on the test examples not pooled
+  assert student["num_labelled"] == 40 and student["num_unlabelled"] == POOL - 40
+  assert report["accountant"] == "rdp_data_dependent" and report["epsilon_is_data_dependent"]
+  votes = np.load(tmp_path / "p" / "queries" / queries.VOTES)
+  expected = privacy.PrivacyLedger([privacy.LNMaxQueries(20.0, 40, votes)]).epsilon(
+      1e-5, "rdp_data_dependent")
+  assert report["epsilon"] == pytest.approx(expected.epsilon, rel=1e-12)
+  assert report["epsilons"]["rdp"] > 0  # the data-independent plan beside it
+  assert any("public" in note for note in report["covers"]["not_covered"])
+
+
+def test_pate_plus_least_confident_selection(npz_file, tmp_path):
+  config = tiny_pate(npz_file, ",plus")
+  config.queries.update(selection="least_confident", first_round=10, threshold=1.0,
+                        sigma1=1.0, noise_scale=1.0)
+  report = pipeline.run(config, str(tmp_path / "p"))
+  with np.load(tmp_path / "p" / "queries" / queries.QUERIES) as q:
+    indices = q["indices"]
+  assert len(indices) == 40 and len(set(indices.tolist())) == 40  # nobody asked twice
+  assert report["accountant"] == "rdp_data_dependent"
+  assert report["stages"]["queries"]["answered"] <= 40
+
+
+def test_pate_refuses_a_pool_that_leaves_nothing_to_evaluate(npz_file, tmp_path):
+  config = tiny_pate(npz_file)
+  config.pool.size = 128
+  with pytest.raises(ConfigError, match="0 < size < 128"):
+    pipeline.run(config, str(tmp_path / "p"))
+  config = tiny_pate(npz_file)
+  config.queries.update(selection="least_confident", first_round=0)
+  with pytest.raises(ConfigError, match="first_round"):
+    pipeline.run(config, str(tmp_path / "q"))
+
+
+def test_pate_student_reads_only_the_pool_images_and_noisy_labels(npz_file, tmp_path):
+  from dgd_jax.data import load_dataset
+  from dgd_jax.stages import student
+  workdir = tmp_path / "p"
+  config = tiny_pate(npz_file)
+  pipeline.run(config, str(workdir), stages=("queries", "vae"))
+  real = load_dataset(f"npz:{npz_file}")
+
+  class EvaluationLabelsOnly(np.ndarray):  # the pool's true labels raise when read
+    def __getitem__(self, index):
+      if np.any(np.arange(len(self))[index] < POOL):
+        raise AssertionError("the student read a true label of the public pool")
+      return np.asarray(self)[index]
+
+  class PublicOnly:
+    x_test, num_classes, image_shape = real.x_test, real.num_classes, real.image_shape
+    y_test = real.y_test.view(EvaluationLabelsOnly)
+
+    @property
+    def x_train(self):
+      raise AssertionError("the student read the private training images")
+
+    @property
+    def y_train(self):
+      raise AssertionError("the student read the private training labels")
+
+  with pytest.raises(AssertionError, match="true label of the public pool"):
+    PublicOnly.y_test[:POOL]  # the guard works
+  wd = pipeline.Workdir(str(workdir))
+  stage = wd.stage("student", config, student.CONFIG_KEYS)
+  stage.begin()
+  result = student.run(pipeline.Context(config, wd, stage, PublicOnly, {}))
+  assert result["num_evaluated"] == 128 - POOL and 0 <= result["test_accuracy"] <= 1
