@@ -8,13 +8,12 @@ Parses flags and calls ``pipeline.run``; the library never reads FLAGS.
 from __future__ import annotations
 
 import json
-import logging as py_logging
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from dgd_jax import pipeline
+from dgd_jax import pipeline, progress
 from dgd_jax.errors import UserInputError
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -25,17 +24,9 @@ _STAGES = flags.DEFINE_list("stages", None, "Run only these stages (default: all
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-class _DropChatter(py_logging.Filter):
-  """Hides Orbax's per-save INFO chatter so progress lines stay readable."""
-
-  def filter(self, record: py_logging.LogRecord) -> bool:
-    return record.levelno >= py_logging.WARNING or "orbax" not in record.pathname
-
-
 def main(argv):
   del argv
-  py_logging.getLogger("absl").addFilter(_DropChatter())
-  logging.set_verbosity(logging.INFO)
+  progress.setup_cli_logging()
   try:
     report = pipeline.run(_CONFIG.value, _WORKDIR.value, _STAGES.value)
   except UserInputError as e:

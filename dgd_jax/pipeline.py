@@ -116,12 +116,11 @@ def requirements(name: str, config: ml_collections.ConfigDict) -> tuple[str, ...
 
 def with_prerequisites(config: ml_collections.ConfigDict, stages: tuple[str, ...] | None
                        ) -> tuple[str, ...]:
-  """The requested stages (default: all of ``config.method``'s) and every stage they need,
-  in the method's order."""
+  """The requested stages (default: the method's last stage) and every stage they need, in
+  the method's order (e.g. DGD with ``pool.source='train'`` needs no generator)."""
   method = config.method
   order = METHODS[method]
-  if not stages:
-    return order
+  stages = stages or order[-1:]
   unknown = [n for n in stages if n not in order]
   if unknown:
     raise ConfigError(f"Unknown stages {unknown} for method {method!r}; it has {list(order)}.")

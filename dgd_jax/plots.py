@@ -21,15 +21,20 @@ def _pyplot(path: str):
 
 def line_plot(path: str, x: Sequence[float], series: dict[str, Sequence[float]], *,
               xlabel: str, ylabel: str, title: str, logx: bool = False) -> bool:
-  """Writes one line per ``series`` entry against ``x`` to ``path``; returns False (with a
-  warning) when matplotlib is not installed."""
+  """Writes one line per ``series`` entry against ``x`` (numbers, or categories placed at
+  equal steps; None values leave gaps) to ``path``; returns False (with a warning) when
+  matplotlib is not installed."""
   plt = _pyplot(path)
   if plt is None:
     return False
   fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+  categorical = not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in x)
+  positions = list(range(len(x))) if categorical else list(x)
   for label, ys in series.items():
-    ax.plot(x, ys, marker="o", label=label)
-  if logx:
+    ax.plot(positions, [float("nan") if y is None else y for y in ys], marker="o", label=label)
+  if categorical:
+    ax.set_xticks(positions, [str(v) for v in x])
+  elif logx:
     ax.set_xscale("log")
     ax.set_xticks(list(x), [f"{v:g}" for v in x])
   ax.set_xlabel(xlabel)

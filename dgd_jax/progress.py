@@ -1,6 +1,7 @@
 """A progress line with rate and ETA for long loops (logged through absl logging)."""
 from __future__ import annotations
 
+import logging as py_logging
 import time
 
 from absl import logging
@@ -37,3 +38,16 @@ class Progress:
 
   def update(self, done: int, metrics: dict | None = None) -> None:
     logging.info(self.line(done, metrics))
+
+
+class _DropChatter(py_logging.Filter):
+  """Hides Orbax's per-save INFO chatter so progress lines stay readable."""
+
+  def filter(self, record: py_logging.LogRecord) -> bool:
+    return record.levelno >= py_logging.WARNING or "orbax" not in record.pathname
+
+
+def setup_cli_logging() -> None:
+  """INFO progress lines for the command-line tools, without Orbax's per-save chatter."""
+  py_logging.getLogger("absl").addFilter(_DropChatter())
+  logging.set_verbosity(logging.INFO)

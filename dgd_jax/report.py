@@ -24,6 +24,10 @@ PRIVACY_NOTES["dgd"] = (
     "baseline (trained on private data without noise), the generator trained against it, the "
     "synthetic set and the VAE carry no differential-privacy guarantee, and the student also "
     "learns from the synthetic set: none of them is covered.")
+RAW_POOL_NOTE = (
+    "pool.source='train': the student's unlabelled pool is the private training set itself "
+    "(a stand-in for public data, DGD Fig. 4 and 7). The student sees those images without "
+    "noise, so this run's student has no differential-privacy guarantee for them.")
 # Stage results that report.json also shows at its top level.
 TOP_LEVEL = ("generator", "vae")
 # The stage whose test accuracy is the method's headline.
@@ -48,7 +52,8 @@ def _privacy(config, results: dict) -> dict:
       "covers": {"covered": f"{p['releases'][0]['mechanism']} answers to "
                             f"{results['queries']['num_queries']} label queries of the "
                             "teacher ensemble",
-                 "not_covered": [PRIVACY_NOTES[config.method]] + p["not_covered"]},
+                 "not_covered": [PRIVACY_NOTES[config.method]] + p["not_covered"]
+                                + ([RAW_POOL_NOTE] if config.pool.source == "train" else [])},
   }
 
 

@@ -6,23 +6,12 @@ import numpy as np
 import pytest
 
 from dgd_jax import pipeline, privacy
-from dgd_jax.configs import pate as pate_config
 from dgd_jax.errors import ConfigError
 from dgd_jax.stages import queries
 
-POOL = 96  # of the npz fixture's 128 test examples; the last 32 evaluate
+import tiny_configs
 
-
-def tiny_pate(npz_file, arg=""):
-  config = pate_config.get_config(f"npz:{npz_file},cpu{arg}")
-  config.num_teachers = 4
-  config.teachers.num_steps = 20
-  config.pool.size = POOL
-  config.queries.num_queries = 40
-  config.vae.update(num_steps=10, batch_size=32, features=8, latent_dim=8)
-  config.student.update(num_steps=20, batch_size=16)
-  config.log_every = 10
-  return config
+POOL = tiny_configs.PATE_POOL
 
 
 def test_least_confident_picks_the_lowest_top_probabilities():
@@ -32,7 +21,7 @@ def test_least_confident_picks_the_lowest_top_probabilities():
 
 
 def test_pate_end_to_end_with_data_dependent_headline(npz_file, tmp_path):
-  report = pipeline.run(tiny_pate(npz_file), str(tmp_path / "p"))
+  report = pipeline.run(tiny_configs.pate(npz_file), str(tmp_path / "p"))
   assert report["method"] == "pate" and report["queries"] == 40
   assert set(report["stage_seconds"]) == {"teachers", "vae", "queries", "student"}
   student = report["stages"]["student"]
@@ -48,7 +37,7 @@ def test_pate_end_to_end_with_data_dependent_headline(npz_file, tmp_path):
 
 
 def test_pate_plus_least_confident_selection(npz_file, tmp_path):
-  config = tiny_pate(npz_file, ",plus")
+  config = tiny_configs.pate(npz_file, ",plus")
   config.queries.update(selection="least_confident", first_round=10, threshold=1.0,
                         sigma1=1.0, noise_scale=1.0)
   report = pipeline.run(config, str(tmp_path / "p"))
@@ -60,11 +49,11 @@ def test_pate_plus_least_confident_selection(npz_file, tmp_path):
 
 
 def test_pate_refuses_a_pool_that_leaves_nothing_to_evaluate(npz_file, tmp_path):
-  config = tiny_pate(npz_file)
+  config = tiny_configs.pate(npz_file)
   config.pool.size = 128
   with pytest.raises(ConfigError, match="0 < size < 128"):
     pipeline.run(config, str(tmp_path / "p"))
-  config = tiny_pate(npz_file)
+  config = tiny_configs.pate(npz_file)
   config.queries.update(selection="least_confident", first_round=0)
   with pytest.raises(ConfigError, match="first_round"):
     pipeline.run(config, str(tmp_path / "q"))
@@ -74,7 +63,7 @@ def test_pate_student_reads_only_the_pool_images_and_noisy_labels(npz_file, tmp_
   from dgd_jax.data import load_dataset
   from dgd_jax.stages import student
   workdir = tmp_path / "p"
-  config = tiny_pate(npz_file)
+  config = tiny_configs.pate(npz_file)
   pipeline.run(config, str(workdir), stages=("queries", "vae"))
   real = load_dataset(f"npz:{npz_file}")
 

@@ -14,6 +14,8 @@ from dgd_jax import pipeline
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.errors import ConfigError, WorkdirConflictError
 
+import tiny_configs
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--config.baseline.num_steps=40", "--config.baseline.batch_size=32",
         "--config.log_every=20", "--config.checkpoint_every=20"]
@@ -163,21 +165,10 @@ def test_teacher_sweep_writes_csv_and_plot(npz_file, tmp_path):
   assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def dgd_config(npz_file):
-  from dgd_jax.configs import dgd as dgd_config_file
-  config = dgd_config_file.get_config(f"npz:{npz_file},cpu")
-  config.baseline.num_steps = 40
-  config.baseline.batch_size = 32
-  config.generator.update(rounds=2, iterations_per_round=5, batch_size=32, features=8,
-                          num_synthetic=256, decay_every=1)
-  config.vae.update(num_steps=20, batch_size=32, features=8, latent_dim=8)
-  config.log_every = 5
-  return config
-
-
 def test_generative_stream_stages(npz_file, tmp_path):
   workdir = tmp_path / "d"
-  report = pipeline.run(dgd_config(npz_file), str(workdir), stages=("vae",))
+  report = pipeline.run(tiny_configs.dgd_generative(npz_file), str(workdir),
+                        stages=("vae",))
   assert set(report["stages"]) == {"baseline", "generator", "vae"}  # prerequisites ran
   g = report["generator"]
   assert g["num_synthetic"] == 256 and sum(g["class_histogram"]) == 256
@@ -190,18 +181,10 @@ def test_generative_stream_stages(npz_file, tmp_path):
   for png in ("generator/samples.png", "vae/reconstructions.png"):
     assert (workdir / png).read_bytes()[:4] == b"\x89PNG"
   metrics = (workdir / "metrics.jsonl").read_text()
-  again = pipeline.run(dgd_config(npz_file), str(workdir), stages=("generator",))
+  again = pipeline.run(tiny_configs.dgd_generative(npz_file), str(workdir),
+                       stages=("generator",))
   assert again["generator"] == g  # reused from the cache, not retrained
   assert (workdir / "metrics.jsonl").read_text() == metrics
-
-
-def dgd_full_config(npz_file):
-  config = dgd_config(npz_file)
-  config.num_teachers = 4
-  config.teachers.num_steps = 20
-  config.queries.num_queries = 50
-  config.student.update(num_steps=30, batch_size=16)
-  return config
 
 
 @pytest.fixture
@@ -217,7 +200,7 @@ def fashion_mnist_subset(fashion_mnist, tmp_path):
 
 def test_dgd_end_to_end_report_on_real_fashion_mnist(fashion_mnist_subset, tmp_path):
   workdir = tmp_path / "d"
-  report = pipeline.run(dgd_full_config(fashion_mnist_subset), str(workdir))
+  report = pipeline.run(tiny_configs.dgd(fashion_mnist_subset), str(workdir))
   for key in ("method", "dataset", "test_accuracy", "baseline_accuracy", "queries", "delta",
               "epsilon", "accountant", "epsilons", "covers", "wall_seconds", "stage_seconds"):
     assert report[key] is not None, key
@@ -242,7 +225,7 @@ def test_dgd_end_to_end_report_on_real_fashion_mnist(fashion_mnist_subset, tmp_p
 
 def test_dgd_resumes_after_an_interrupted_stage(npz_file, tmp_path, monkeypatch):
   from dgd_jax.stages import student
-  config = dgd_full_config(npz_file)
+  config = tiny_configs.dgd(npz_file)
   config.checkpoint_every = 10
   uninterrupted = pipeline.run(config, str(tmp_path / "a"))
 
@@ -284,7 +267,7 @@ def test_dgd_resumes_after_an_interrupted_stage(npz_file, tmp_path, monkeypatch)
 
 
 def test_budget_guard_refuses_before_anything_runs(npz_file, tmp_path):
-  config = dgd_full_config(npz_file)
+  config = tiny_configs.dgd(npz_file)
   config.privacy.max_epsilon = 0.5  # 50 queries at b = 40 need about 1.6 (rdp)
   with pytest.raises(ConfigError, match="above the maximum epsilon 0.5"):
     pipeline.run(config, str(tmp_path / "d"))
@@ -295,7 +278,7 @@ def test_student_never_reads_private_training_data(npz_file, tmp_path):
   from dgd_jax.data import load_dataset
   from dgd_jax.stages import student
   workdir = tmp_path / "d"
-  config = dgd_full_config(npz_file)
+  config = tiny_configs.dgd(npz_file)
   config.student.update(w_normal=1.0, w_tangent=1.0, w_entropy=0.1, unlabelled_batch_size=8)
   pipeline.run(config, str(workdir), stages=("queries", "vae"))
   real = load_dataset(f"npz:{npz_file}")

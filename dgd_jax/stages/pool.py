@@ -5,6 +5,9 @@
 * ``public`` (PATE): the first ``config.pool.size`` test examples stand in for public,
   unlabelled data (their labels are never read); the student is evaluated on the rest of
   the test split (PATE 2017 Sec. 4: 9,000 + 1,000 on MNIST).
+* ``train`` (DGD Fig. 4 "RAW", Fig. 7): the private training images themselves (labels never
+  read) stand in for public data; evaluated on the whole test split. Nothing protects
+  them: the report says so.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import numpy as np
 from dgd_jax.errors import ConfigError
 from dgd_jax.stages.generator import CONFIG_KEYS as GENERATOR_KEYS, SYNTHETIC
 
-SOURCES = ("synthetic", "public")
+SOURCES = ("synthetic", "public", "train")
 # The pool's config slice (a config without a generator block slices without it).
 CONFIG_KEYS = GENERATOR_KEYS + ("pool",)
 
@@ -40,6 +43,8 @@ def load(ctx) -> np.ndarray:
   config = ctx.config
   if config.pool.source == "synthetic":
     return np.load(os.path.join(ctx.stage_path("generator"), SYNTHETIC))
+  if config.pool.source == "train":
+    return ctx.dataset.x_train
   check(config, len(ctx.dataset.x_test))
   return ctx.dataset.x_test[:config.pool.size]
 
@@ -47,7 +52,7 @@ def load(ctx) -> np.ndarray:
 def evaluation(ctx) -> tuple[np.ndarray, np.ndarray]:
   """The labelled images the student is evaluated on (disjoint from the pool)."""
   test = ctx.dataset
-  if ctx.config.pool.source == "synthetic":
+  if ctx.config.pool.source != "public":
     return test.x_test, test.y_test
   check(ctx.config, len(test.x_test))
   return test.x_test[ctx.config.pool.size:], test.y_test[ctx.config.pool.size:]

@@ -1,0 +1,187 @@
+r"""Sweeps: one config, a grid of overrides, one sub-workdir per grid point, a CSV and plots.
+
+  python -m dgd_jax.sweep --config=dgd_jax/configs/dgd.py:fashion_mnist,cpu \
+      --workdir=workdirs/fig3 --set=queries.num_queries=27,750,1000,3000 \
+      [--set=...] [--reuse=workdirs/dgd_cpu] [--accounting_only] [--config.x=...]
+
+``--set=name=v1,v2`` sweeps one config field; ``--set=a,b=v1:w1,v2:w2`` sets several fields
+together; several ``--set`` flags make a grid (the first one is the plots' x axis).
+
+Stage reuse: every stage folder of a grid point is a link into ``<workdir>/stages/``, named
+by the stage and the fingerprint of its config slice, so grid points that agree on a
+stage's slice share one copy of it (e.g. the teachers of a query sweep are trained once).
+``--reuse`` adds the finished stages of an existing workdir to that cache where their
+slices match. ``--accounting_only`` trains nothing: it tabulates the planned
+(data-independent) epsilon of the label queries under every accountant.
+
+Writes ``<workdir>/sweep.csv``, ``accuracy.png`` / ``epsilon.png`` and ``sweep.md``.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import itertools
+import os
+from typing import Any, Sequence
+
+import ml_collections
+
+from dgd_jax import pipeline, plots, privacy
+from dgd_jax.errors import ConfigError
+from dgd_jax.stages import queries
+from dgd_jax.workdir import config_slice, fingerprint, read_json
+
+Axis = tuple[tuple[str, ...], list[tuple[Any, ...]]]  # field names, one value tuple per point
+
+
+def _cast(text: str, current: Any) -> Any:
+  if isinstance(current, bool):
+    if text.lower() not in ("true", "false", "1", "0"):
+      raise ConfigError(f"{text!r} is not a boolean; use true or false.")
+    return text.lower() in ("true", "1")
+  if isinstance(current, int):
+    return int(float(text)) if float(text).is_integer() else float(text)
+  return type(current)(text) if current is not None else text
+
+
+def _get(config: ml_collections.ConfigDict, name: str) -> Any:
+  node = config
+  for part in name.split("."):
+    if part not in node:
+      raise ConfigError(f"--set names config.{name}, which this config does not have.")
+    node = node[part]
+  return node
+
+
+def parse_axis(spec: str, config: ml_collections.ConfigDict) -> Axis:
+  """'queries.num_queries=27,750' or 'a,b=1:2,3:4' -> ((names), [value tuples])."""
+  if "=" not in spec:
+    raise ConfigError(f"--set={spec!r}: write name=v1,v2 or a,b=v1:w1,v2:w2.")
+  names_text, values_text = spec.split("=", 1)
+  names = tuple(n.strip() for n in names_text.split(","))
+  points = []
+  for item in values_text.split(","):
+    parts = item.split(":") if len(names) > 1 else [item]
+    if len(parts) != len(names):
+      raise ConfigError(f"--set={spec!r}: {item!r} gives {len(parts)} values for "
+                        f"{len(names)} fields {list(names)}.")
+    points.append(tuple(_cast(p.strip(), _get(config, n)) for n, p in zip(names, parts)))
+  return names, points
+
+
+def grid(config: ml_collections.ConfigDict, axes: Sequence[Axis]
+         ) -> list[tuple[dict[str, Any], ml_collections.ConfigDict]]:
+  """Every grid point's overrides and config."""
+  out = []
+  for combo in itertools.product(*[points for _, points in axes]):
+    overrides = {n: v for (names, _), values in zip(axes, combo) for n, v in zip(names, values)}
+    c = copy.deepcopy(config)
+    with c.unlocked():
+      for name, value in overrides.items():
+        *parents, leaf = name.split(".")
+        node = c
+        for p in parents:
+          node = node[p]
+        node[leaf] = value
+    out.append((overrides, c))
+  return out
+
+
+def point_name(overrides: dict[str, Any]) -> str:
+  return "_".join(f"{k.split('.')[-1]}={v}" for k, v in overrides.items()).replace("/", "-")
+
+
+def _link_stages(config, workdir: str, point: str, reuse: str | None) -> None:
+  """Links each stage folder of ``point`` to the shared folder of its config slice."""
+  os.makedirs(os.path.join(workdir, point), exist_ok=True)
+  for name in pipeline.with_prerequisites(config, None):
+    part = config_slice(config, pipeline.STAGES[name].config_keys)
+    shared = os.path.join(workdir, "stages", f"{name}-{fingerprint(part)}")
+    if not os.path.exists(shared) and reuse:
+      found = os.path.join(reuse, name)
+      stage_json = os.path.join(found, "stage.json")
+      if (os.path.exists(os.path.join(found, "result.json")) and os.path.exists(stage_json)
+          and read_json(stage_json).get("config") == part):
+        shared = os.path.abspath(found)
+    os.makedirs(shared, exist_ok=True)
+    link = os.path.join(workdir, point, name)
+    if os.path.islink(link) and os.path.realpath(link) != os.path.realpath(shared):
+      os.remove(link)  # a point whose config changed since the last sweep
+    if not os.path.lexists(link):
+      os.symlink(os.path.abspath(shared), link)
+
+
+def planned_epsilons(config) -> dict[str, float]:
+  """The data-independent epsilon of the planned label queries under every accountant."""
+  ledger = privacy.PrivacyLedger([queries.release(config)])
+  return {k: r.epsilon for k, r in
+          ledger.epsilons(config.privacy.delta, data_dependent=False).items()}
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
+        reuse: str | None = None, accounting_only: bool = False) -> list[dict]:
+  """Runs (or, with ``accounting_only``, plans) every grid point; returns the CSV rows."""
+  if not axes:
+    raise ConfigError("Give at least one --set=name=v1,v2 to sweep.")
+  points = grid(config, axes)
+  for _, c in points:  # refuse bad grid points (budget guard included) before any training
+    pipeline.check_config(c)
+    if not accounting_only and "queries" in c:
+      queries.plan(c)
+  workdir = os.path.abspath(workdir)
+  os.makedirs(workdir, exist_ok=True)
+  rows = []
+  for overrides, c in points:
+    row = dict(overrides)
+    if accounting_only:
+      row.update(planned_epsilons(c))
+    else:
+      name = point_name(overrides)
+      _link_stages(c, workdir, name, reuse and os.path.abspath(reuse))
+      report = pipeline.run(c, os.path.join(workdir, name))
+      row.update({k: report.get(k) for k in ("test_accuracy", "epsilon", "accountant",
+                                             "queries", "baseline_accuracy")})
+      row["workdir"] = name
+    rows.append(row)
+    _write(workdir, axes, rows, accounting_only)
+  return rows
+
+
+def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only: bool
+           ) -> None:
+  columns = list(dict.fromkeys(k for r in rows for k in r))
+  with open(os.path.join(workdir, "sweep.csv"), "w", newline="") as f:
+    writer = csv.DictWriter(f, columns)
+    writer.writeheader()
+    writer.writerows(rows)
+  x_name = axes[0][0][0]
+  rest = [n for names, _ in axes[1:] for n in names]
+  xs = list(dict.fromkeys(r[x_name] for r in rows))
+
+  def series(value_key: str) -> dict[str, list]:
+    out = {}
+    for r in rows:
+      label = ", ".join(f"{n.split('.')[-1]}={r[n]}" for n in rest) or value_key
+      out.setdefault(label, [None] * len(xs))[xs.index(r[x_name])] = r.get(value_key)
+    return out
+
+  pictures = []
+  if accounting_only:
+    accountants = [k for k in columns if k in privacy.ACCOUNTANTS]
+    by_accountant = {a: [r[a] for r in rows] for a in accountants} if not rest else {
+        f"{a} ({label})": ys for a in accountants for label, ys in series(a).items()}
+    plots.line_plot(os.path.join(workdir, "epsilon.png"), xs, by_accountant, xlabel=x_name,
+                    ylabel="epsilon (delta = planned)", title="Planned epsilon per accountant")
+    pictures.append("epsilon.png")
+  else:
+    plots.line_plot(os.path.join(workdir, "accuracy.png"), xs, series("test_accuracy"),
+                    xlabel=x_name, ylabel="student test accuracy", title="Test accuracy")
+    plots.line_plot(os.path.join(workdir, "epsilon.png"), xs, series("epsilon"),
+                    xlabel=x_name, ylabel="epsilon (headline accountant)", title="Epsilon")
+    pictures += ["accuracy.png", "epsilon.png"]
+  fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)
+  lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+  lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
+  lines += [""] + [f"![{p}]({p})" for p in pictures]
+  with open(os.path.join(workdir, "sweep.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")

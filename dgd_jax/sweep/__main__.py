@@ -1,0 +1,45 @@
+r"""Sweep command line (see ``dgd_jax.sweep``):
+
+  python -m dgd_jax.sweep --config=dgd_jax/configs/dgd.py:fashion_mnist,cpu \
+      --workdir=workdirs/fig3 --set=queries.num_queries=27,750,1000,3000 \
+      --config.privacy.max_epsilon=0 [--reuse=workdirs/dgd_cpu] [--accounting_only]
+
+Parses flags and calls ``dgd_jax.sweep.run``; the library never reads FLAGS.
+"""
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from dgd_jax import progress, sweep
+from dgd_jax.errors import UserInputError
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file and argument, e.g. dgd_jax/configs/dgd.py:fashion_mnist,cpu",
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory: CSV, plots, one folder per "
+                               "grid point, shared stage folders.")
+_SET = flags.DEFINE_multi_string("set", None, "name=v1,v2 or a,b=v1:w1,v2:w2; repeat for a "
+                                 "grid (the first is the plots' x axis).")
+_REUSE = flags.DEFINE_string("reuse", None, "A finished workdir whose matching stages the "
+                             "sweep reuses (read only).")
+_ACCOUNTING_ONLY = flags.DEFINE_bool("accounting_only", False, "Train nothing: tabulate the "
+                                     "planned epsilon of the queries under every accountant.")
+flags.mark_flags_as_required(["config", "workdir", "set"])
+
+
+def main(argv):
+  del argv
+  progress.setup_cli_logging()
+  try:
+    axes = [sweep.parse_axis(s, _CONFIG.value) for s in _SET.value]
+    sweep.run(_CONFIG.value, _WORKDIR.value, axes, _REUSE.value, _ACCOUNTING_ONLY.value)
+  except UserInputError as e:
+    sys.exit(f"error: {e}")
+  print(f"sweep: {_WORKDIR.value}/sweep.md")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,92 @@
+"""Sweeps (DGD Fig. 3, 4, 6, 7, 8): grids of overrides, shared stage folders, CSV and plots."""
+from __future__ import annotations
+
+import csv
+import os
+
+import pytest
+
+from dgd_jax import sweep
+from dgd_jax.errors import ConfigError
+
+import tiny_configs
+
+
+def read_csv(path):
+  with open(path) as f:
+    return list(csv.DictReader(f))
+
+
+def run_sweep(config, workdir, *specs, **kwargs):
+  axes = [sweep.parse_axis(s, config) for s in specs]
+  rows = sweep.run(config, str(workdir), axes, **kwargs)
+  assert read_csv(workdir / "sweep.csv") and (workdir / "sweep.md").exists()
+  return rows
+
+
+def test_parse_axis_casts_and_links_fields(npz_file):
+  config = tiny_configs.dgd(npz_file)
+  names, points = sweep.parse_axis("queries.num_queries=27,750", config)
+  assert names == ("queries.num_queries",) and points == [(27,), (750,)]
+  names, points = sweep.parse_axis("student.w_normal,student.adversarial=0:false,0.5:true",
+                                   config)
+  assert points == [(0.0, False), (0.5, True)]
+  with pytest.raises(ConfigError, match="does not have"):
+    sweep.parse_axis("queries.nope=1", config)
+  with pytest.raises(ConfigError, match="2 fields"):
+    sweep.parse_axis("student.w_normal,student.w_tangent=1", config)
+
+
+def test_accounting_sweep_trains_nothing(npz_file, tmp_path):
+  config = tiny_configs.dgd(npz_file)
+  rows = run_sweep(config, tmp_path / "s", "queries.noise_scale=20,40,80",
+                   accounting_only=True)
+  rdp = [r["rdp"] for r in rows]
+  assert rdp == sorted(rdp, reverse=True)  # more noise, smaller epsilon (Fig. 8 left)
+  assert all(r["advanced_composition"] > r["rdp"] for r in rows)
+  assert (tmp_path / "s" / "epsilon.png").read_bytes()[:4] == b"\x89PNG"
+  assert not [d for d in os.listdir(tmp_path / "s") if d.startswith("noise")]
+
+
+def test_query_sweep_shares_the_unchanged_stages(npz_file, tmp_path):  # Fig. 3
+  config = tiny_configs.dgd(npz_file)
+  rows = run_sweep(config, tmp_path / "s", "queries.num_queries=20,50")
+  assert [r["queries"] for r in rows] == [20, 50]
+  assert rows[0]["epsilon"] < rows[1]["epsilon"]
+  a, b = (tmp_path / "s" / r["workdir"] for r in rows)
+  for stage in ("baseline", "teachers", "generator", "vae"):
+    assert os.path.realpath(a / stage) == os.path.realpath(b / stage), stage
+  for stage in ("queries", "student"):
+    assert os.path.realpath(a / stage) != os.path.realpath(b / stage), stage
+  for png in ("accuracy.png", "epsilon.png"):
+    assert (tmp_path / "s" / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_synthetic_amount_and_source_sweeps(npz_file, tmp_path):  # Fig. 6 and Fig. 4
+  config = tiny_configs.dgd(npz_file)
+  rows = run_sweep(config, tmp_path / "amount", "generator.num_synthetic=128,256")
+  assert [r["generator.num_synthetic"] for r in rows] == [128, 256]
+  rows = run_sweep(config, tmp_path / "source", "pool.source=synthetic,train",
+                   reuse=str(tmp_path / "amount" / rows[1]["workdir"]))
+  raw = tmp_path / "source" / rows[1]["workdir"]
+  assert not (raw / "generator").exists()  # RAW: the private images are the pool
+  assert os.path.realpath(tmp_path / "source" / rows[0]["workdir"] / "teachers") == \
+      os.path.realpath(tmp_path / "amount" / "num_synthetic=256" / "teachers")  # reused
+  assert all(0 <= r["test_accuracy"] <= 1 for r in rows)
+
+
+def test_vae_regulariser_by_aggregation_sweep(npz_file, tmp_path):  # Fig. 7
+  config = tiny_configs.pate(npz_file)
+  config.student.unlabelled_batch_size = 8
+  rows = run_sweep(config, tmp_path / "s", "queries.aggregator=lnmax,gnmax",
+                   "student.w_normal,student.w_tangent=0:0,0.1:0.1")
+  assert len(rows) == 4 and len({r["workdir"] for r in rows}) == 4
+  assert len(os.listdir(tmp_path / "s" / "stages")) == 1 + 1 + 2 + 4  # teachers, vae, ...
+
+
+def test_sweep_refuses_a_point_over_budget_before_training(npz_file, tmp_path):
+  config = tiny_configs.dgd(npz_file)
+  config.privacy.max_epsilon = 5.0
+  with pytest.raises(ConfigError, match="above the maximum epsilon 5"):
+    run_sweep(config, tmp_path / "s", "queries.num_queries=20,3000")
+  assert not (tmp_path / "s").exists()

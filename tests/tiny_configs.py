@@ -1,0 +1,42 @@
+"""Tiny configs of the methods, for tests that run the pipeline end to end in seconds."""
+from __future__ import annotations
+
+from dgd_jax.configs import dgd as dgd_config_file
+from dgd_jax.configs import pate as pate_config_file
+
+PATE_POOL = 96  # of the npz fixture's 128 test examples; the last 32 evaluate
+
+
+def dgd_generative(data_file: str):
+  """DGD up to the VAE: baseline, generator (256 synthetic samples), VAE."""
+  config = dgd_config_file.get_config(f"npz:{data_file},cpu")
+  config.baseline.num_steps = 40
+  config.baseline.batch_size = 32
+  config.generator.update(rounds=2, iterations_per_round=5, batch_size=32, features=8,
+                          num_synthetic=256, decay_every=1)
+  config.vae.update(num_steps=20, batch_size=32, features=8, latent_dim=8)
+  config.log_every = 5
+  return config
+
+
+def dgd(data_file: str):
+  """The whole of DGD: 4 teachers, 50 queries, a 30-step student."""
+  config = dgd_generative(data_file)
+  config.num_teachers = 4
+  config.teachers.num_steps = 20
+  config.queries.num_queries = 50
+  config.student.update(num_steps=30, batch_size=16)
+  return config
+
+
+def pate(data_file: str, arg: str = ""):
+  """PATE: 4 teachers, a 96-example public pool, 40 queries, a 20-step student."""
+  config = pate_config_file.get_config(f"npz:{data_file},cpu{arg}")
+  config.num_teachers = 4
+  config.teachers.num_steps = 20
+  config.pool.size = PATE_POOL
+  config.queries.num_queries = 40
+  config.vae.update(num_steps=10, batch_size=32, features=8, latent_dim=8)
+  config.student.update(num_steps=20, batch_size=16)
+  config.log_every = 10
+  return config
