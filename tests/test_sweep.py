@@ -67,7 +67,7 @@ def test_synthetic_amount_and_source_sweeps(npz_file, tmp_path):  # Fig. 6 and F
   rows = run_sweep(config, tmp_path / "amount", "generator.num_synthetic=128,256")
   assert [r["generator.num_synthetic"] for r in rows] == [128, 256]
   rows = run_sweep(config, tmp_path / "source", "pool.source=synthetic,train",
-                   reuse=str(tmp_path / "amount" / rows[1]["workdir"]))
+                   reuse=[str(tmp_path / "amount" / rows[1]["workdir"])])
   raw = tmp_path / "source" / rows[1]["workdir"]
   assert not (raw / "generator").exists()  # RAW: the private images are the pool
   assert os.path.realpath(tmp_path / "source" / rows[0]["workdir"] / "teachers") == \

@@ -10,8 +10,8 @@ together; several ``--set`` flags make a grid (the first one is the plots' x axi
 Stage reuse: every stage folder of a grid point is a link into ``<workdir>/stages/``, named
 by the stage and the fingerprint of its config slice, so grid points that agree on a
 stage's slice share one copy of it (e.g. the teachers of a query sweep are trained once).
-``--reuse`` adds the finished stages of an existing workdir to that cache where their
-slices match. ``--accounting_only`` trains nothing: it tabulates the planned
+``--reuse`` (repeatable) adds the finished stages of existing workdirs to that cache where
+their slices match (read only: they are never rewritten). ``--accounting_only`` trains nothing: it tabulates the planned
 (data-independent) epsilon of the label queries under every accountant.
 
 Writes ``<workdir>/sweep.csv``, ``accuracy.png`` / ``epsilon.png`` and ``sweep.md``.
@@ -91,18 +91,18 @@ def point_name(overrides: dict[str, Any]) -> str:
   return "_".join(f"{k.split('.')[-1]}={v}" for k, v in overrides.items()).replace("/", "-")
 
 
-def _link_stages(config, workdir: str, point: str, reuse: str | None) -> None:
+def _link_stages(config, workdir: str, point: str, reuse: Sequence[str]) -> None:
   """Links each stage folder of ``point`` to the shared folder of its config slice."""
   os.makedirs(os.path.join(workdir, point), exist_ok=True)
   for name in pipeline.with_prerequisites(config, None):
     part = config_slice(config, pipeline.STAGES[name].config_keys)
     shared = os.path.join(workdir, "stages", f"{name}-{fingerprint(part)}")
-    if not os.path.exists(shared) and reuse:
-      found = os.path.join(reuse, name)
+    for found in ([] if os.path.exists(shared) else [os.path.join(r, name) for r in reuse]):
       stage_json = os.path.join(found, "stage.json")
       if (os.path.exists(os.path.join(found, "result.json")) and os.path.exists(stage_json)
           and read_json(stage_json).get("config") == part):
         shared = os.path.abspath(found)
+        break
     os.makedirs(shared, exist_ok=True)
     link = os.path.join(workdir, point, name)
     if os.path.islink(link) and os.path.realpath(link) != os.path.realpath(shared):
@@ -119,7 +119,7 @@ def planned_epsilons(config) -> dict[str, float]:
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
-        reuse: str | None = None, accounting_only: bool = False) -> list[dict]:
+        reuse: Sequence[str] = (), accounting_only: bool = False) -> list[dict]:
   """Runs (or, with ``accounting_only``, plans) every grid point; returns the CSV rows."""
   if not axes:
     raise ConfigError("Give at least one --set=name=v1,v2 to sweep.")
@@ -137,7 +137,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
       row.update(planned_epsilons(c))
     else:
       name = point_name(overrides)
-      _link_stages(c, workdir, name, reuse and os.path.abspath(reuse))
+      _link_stages(c, workdir, name, [os.path.abspath(r) for r in reuse])
       report = pipeline.run(c, os.path.join(workdir, name))
       row.update({k: report.get(k) for k in ("test_accuracy", "epsilon", "accountant",
                                              "queries", "baseline_accuracy")})

@@ -23,8 +23,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory: CSV, plots, on
                                "grid point, shared stage folders.")
 _SET = flags.DEFINE_multi_string("set", None, "name=v1,v2 or a,b=v1:w1,v2:w2; repeat for a "
                                  "grid (the first is the plots' x axis).")
-_REUSE = flags.DEFINE_string("reuse", None, "A finished workdir whose matching stages the "
-                             "sweep reuses (read only).")
+_REUSE = flags.DEFINE_multi_string("reuse", [], "Finished workdirs whose matching stages "
+                                   "the sweep reuses (read only).")
 _ACCOUNTING_ONLY = flags.DEFINE_bool("accounting_only", False, "Train nothing: tabulate the "
                                      "planned epsilon of the queries under every accountant.")
 flags.mark_flags_as_required(["config", "workdir", "set"])
