@@ -21,8 +21,8 @@ from absl import logging
 from dgd_jax import report as report_lib
 from dgd_jax.data import Dataset, load_dataset
 from dgd_jax.errors import ConfigError, UserInputError
-from dgd_jax.stages import (baseline, generator, pool, queries, student, teacher_sweep,
-                             teachers, vae)
+from dgd_jax.stages import (baseline, dpdfd, generator, pool, queries, student,
+                             teacher_sweep, teachers, vae)
 from dgd_jax.workdir import Stage, Workdir
 
 
@@ -45,6 +45,9 @@ STAGES: dict[str, StageSpec] = {
                          requires=lambda c: ("teachers",) + pool.requires(c),
                          precheck=queries.plan),
     "student": StageSpec(student.CONFIG_KEYS, student.run, requires=("queries", "vae")),
+    "dpdfd": StageSpec(dpdfd.CONFIG_KEYS, dpdfd.run, requires=dpdfd.requires,
+                       precheck=dpdfd.plan),
+    "dpdfd_samples": StageSpec(dpdfd.SAMPLES_KEYS, dpdfd.run_samples, requires=("dpdfd",)),
 }
 METHODS: dict[str, tuple[str, ...]] = {
     "baseline": ("baseline",),
@@ -52,6 +55,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     "teacher_sweep": ("teacher_sweep",),
     "dgd": ("baseline", "teachers", "generator", "vae", "queries", "student"),
     "pate": ("teachers", "vae", "queries", "student"),
+    "dpdfd": ("baseline", "teachers", "dpdfd", "dpdfd_samples"),
 }
 
 
@@ -88,7 +92,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"config.method={config.method!r}; known methods: {sorted(METHODS)}.")
   if not config.model.width > 0:
     raise ConfigError(f"config.model.width={config.model.width}; it must be > 0.")
-  for block in ("baseline", "teachers", "vae", "student"):  # the training blocks it has
+  for block in ("baseline", "teachers", "vae", "student", "dpdfd"):  # its training blocks
     if block not in config:
       continue
     for name in ("num_steps", "batch_size"):

@@ -15,6 +15,11 @@ PRIVACY_NOTES = {
                 "not releases; labels released to a student are accounted when queried.",
 }
 PRIVACY_NOTES["teacher_sweep"] = PRIVACY_NOTES["teachers"]
+PRIVACY_NOTES["dpdfd"] = (
+    "The epsilon covers the DPDFD student and generator: they see the sensitive model only "
+    "through A_{C,sigma} (DPDFD Eq. 4), so both are post-processing of the noisy releases. "
+    "The sensitive model (the baseline or the teachers) is trained without noise and must "
+    "never be released.")
 PRIVACY_NOTES["pate"] = (
     "The epsilon covers the teachers' noisy answers to the student's label queries. The "
     "student's unlabelled pool is assumed public (here: the head of the test split), and the "
@@ -31,29 +36,36 @@ RAW_POOL_NOTE = (
 # Stage results that report.json also shows at its top level.
 TOP_LEVEL = ("generator", "vae")
 # The stage whose test accuracy is the method's headline.
-HEADLINE_STAGE = {"baseline": "baseline", "dgd": "student", "pate": "student"}
+HEADLINE_STAGE = {"baseline": "baseline", "dgd": "student", "pate": "student",
+                  "dpdfd": "dpdfd"}
+# The stage whose result holds the method's privacy ledger.
+PRIVACY_STAGE = {"dgd": "queries", "pate": "queries", "dpdfd": "dpdfd"}
 
 
 def _privacy(config, results: dict) -> dict:
   """Headline epsilon (data-independent, ``config.privacy.accountant``) and the rest, from
   the queries stage's ledger."""
-  p = results["queries"]["privacy"]
+  stage = results[PRIVACY_STAGE[config.method]]
+  p = stage["privacy"]
   independent = p.get("data_independent_epsilons", p["epsilons"])
   accountant = config.privacy.accountant
   data_dependent = accountant in p["data_dependent_accountants"]
   return {
-      "queries": results["queries"]["num_queries"],
+      "queries": stage.get("num_queries"),
+      "steps": stage.get("num_steps") if "num_queries" not in stage else None,
       "delta": p["delta"],
       "epsilon": (p["epsilons"] if data_dependent else independent)[accountant],
       "accountant": accountant,
       "epsilon_is_data_dependent": data_dependent,
       "epsilons": independent,
       "epsilons_data_dependent": {k: p["epsilons"][k] for k in p["data_dependent_accountants"]},
-      "covers": {"covered": f"{p['releases'][0]['mechanism']} answers to "
-                            f"{results['queries']['num_queries']} label queries of the "
-                            "teacher ensemble",
+      "covers": {"covered": (f"{p['releases'][0]['mechanism']} answers to "
+                             f"{stage['num_queries']} label queries of the teacher ensemble"
+                             if "num_queries" in stage else
+                             f"{stage['num_steps']} DPDFD steps (A_{{C,sigma}} releases)"),
                  "not_covered": [PRIVACY_NOTES[config.method]] + p["not_covered"]
-                                + ([RAW_POOL_NOTE] if config.pool.source == "train" else [])},
+                                + ([RAW_POOL_NOTE] if config.get("pool", {}).get("source")
+                                   == "train" else [])},
   }
 
 
@@ -73,7 +85,7 @@ def build(config, results: dict) -> dict:
       "stages": results,
       "config": plain(config),
   }
-  if "queries" in results:
+  if PRIVACY_STAGE.get(config.method) in results:
     report.update(_privacy(config, results))
     report["privacy"] = {k: report[k] for k in ("epsilon", "delta", "accountant")}
     report["privacy"]["note"] = PRIVACY_NOTES[config.method]
@@ -89,7 +101,8 @@ def write(workdir: str, report: dict) -> None:
   if report["privacy"]["epsilon"] is not None:
     lines += [f"**Privacy: epsilon = {report['privacy']['epsilon']:.4g} at delta = "
               f"{report['privacy']['delta']:g} ({report['privacy']['accountant']} accountant, "
-              f"{report['queries']} queries).** Other accountants: "
+              + (f"{report['queries']} queries" if report["queries"] is not None else
+               f"{report['steps']} steps") + ").** Other accountants: "
               + ", ".join(f"{k} {v:.4g}" for k, v in report["epsilons"].items())
               + ". Not covered: " + " ".join(report["covers"]["not_covered"]), ""]
   lines += ["## Privacy", "", report["privacy"]["note"], "", "## Stages", "",

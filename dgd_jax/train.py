@@ -113,18 +113,33 @@ def _saved(state: Any) -> dict:
   items = {"params": state.params, "opt_state": state.opt_state}
   if getattr(state, "batch_stats", None) is not None:
     items["batch_stats"] = state.batch_stats
+  if getattr(state, "generator", None) is not None:  # DPDFD: the generator trains alongside
+    items["generator"] = _saved(state.generator)
   return items
 
 
-def restore_params(checkpoint_dir: str, template: TrainState) -> Any:
-  """The parameters saved by ``fit``/``run_steps`` at the latest step in
-  ``checkpoint_dir`` (a finished stage's model), shaped like ``template``'s."""
+def _restored(state: Any, items: dict) -> Any:
+  if "generator" in items:
+    items = {**items, "generator": state.generator.replace(**items["generator"])}
+  return state.replace(**items)
+
+
+def restore_state(checkpoint_dir: str, template: Any) -> Any:
+  """``template`` with what ``fit``/``run_steps`` saved at the latest step in
+  ``checkpoint_dir`` (a finished stage's model)."""
   with ocp.CheckpointManager(checkpoint_dir, options=ocp.CheckpointManagerOptions(
       read_only=True, enable_async_checkpointing=False)) as manager:
     step = manager.latest_step()
     if step is None:
       raise FileNotFoundError(f"no checkpoint in {checkpoint_dir}")
-    return manager.restore(step, args=ocp.args.StandardRestore(_saved(template)))["params"]
+    return _restored(template, manager.restore(
+        step, args=ocp.args.StandardRestore(_saved(template)))).replace(step=step)
+
+
+def restore_params(checkpoint_dir: str, template: TrainState) -> Any:
+  """The parameters saved at the latest step in ``checkpoint_dir``, shaped like
+  ``template``'s."""
+  return restore_state(checkpoint_dir, template).params
 
 
 def summarize(metrics: dict[str, jax.Array]) -> dict[str, float]:
@@ -153,7 +168,7 @@ def run_steps(state: Any, step_fn: Callable, key: jax.Array, cfg: FitConfig,
     start = manager.latest_step()
     if start is not None:
       restored = manager.restore(start, args=ocp.args.StandardRestore(_saved(state)))
-      state = state.replace(step=start, **restored)
+      state = _restored(state, restored).replace(step=start)
     start = start or 0
     bar = progress_lib.Progress(name, cfg.num_steps, start=start,
                                 examples_per_step=examples_per_step or cfg.batch_size)

@@ -1,0 +1,148 @@
+"""DPDFD stages (Liu et al., IJCAI 2023): ``dpdfd`` converts the sensitive model(s) into a DP
+student by Algorithm 1, a generator training alongside; ``dpdfd_samples`` writes a synthetic
+set from that generator (DP by post-processing, so it may be released).
+
+The student stage never reads the private training data: its inputs are the generator's
+samples, the sensitive model's logits on them (through A_{C,sigma} only) and, for evaluation,
+the test set.
+"""
+from __future__ import annotations
+
+import os
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dgd_jax import dpdfd, generative, plots, privacy, train
+from dgd_jax.errors import ConfigError
+from dgd_jax.models.generator import Generator
+from dgd_jax.stages import classifier, queries
+from dgd_jax.stages.generator import load_baseline
+
+CONFIG_KEYS = ("seed", "dataset", "model", "baseline", "num_teachers", "teachers", "dpdfd",
+               "privacy")
+SAMPLES_KEYS = CONFIG_KEYS
+SYNTHETIC = "synthetic.npy"
+
+
+def requires(config) -> tuple[str, ...]:
+  return ("teachers",) if config.dpdfd.teacher == "ensemble" else ("baseline",)
+
+
+def release(config, noise: float) -> privacy.DpdfdSteps:
+  """The ledger record of the planned DPDFD steps at noise multiplier ``noise``."""
+  d = config.dpdfd
+  n = config.num_teachers if d.teacher == "ensemble" else 1
+  return privacy.DpdfdSteps(noise, "multiplier", d.norm_bound, d.batch_size, d.num_steps,
+                            num_teachers=n, relation=config.privacy.relation,
+                            normalization="batch" if d.operation == "batch" else "per_sample")
+
+
+def noise_multiplier(config) -> float:
+  """``dpdfd.noise``, or the least noise whose plan fits ``privacy.max_epsilon``."""
+  d, p = config.dpdfd, config.privacy
+  if d.operation not in dpdfd.OPERATIONS or d.loss not in dpdfd.LOSSES:
+    raise ConfigError(f"config.dpdfd.operation={d.operation!r} / loss={d.loss!r}; use one of "
+                      f"{dpdfd.OPERATIONS} / {dpdfd.LOSSES}.")
+  if d.noise > 0:
+    return d.noise
+  if p.max_epsilon <= 0:
+    raise ConfigError("config.dpdfd.noise=0 asks for the least noise within "
+                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
+  return privacy.min_noise(release(config, 1.0), p.max_epsilon, p.delta, p.accountant)
+
+
+def plan(config) -> privacy.EpsilonReport:
+  """The budget guard, before anything is trained."""
+  ledger = privacy.PrivacyLedger([release(config, noise_multiplier(config))])
+  p = config.privacy
+  if p.max_epsilon > 0:
+    return ledger.check_budget(p.max_epsilon, p.delta, p.accountant)
+  return ledger.epsilon(p.delta, p.accountant, data_dependent=False)
+
+
+def _teacher_logits(ctx):
+  """The sensitive model(s) as ``x -> logits`` ([B, K], or [n, B, K] for the ensemble)."""
+  if ctx.config.dpdfd.teacher == "ensemble":
+    params, _ = queries.load_teachers(ctx)
+    model = classifier(ctx.config, ctx.dataset.num_classes)
+    return (lambda x: jax.vmap(lambda p: model.apply(p, x))(params),
+            ctx.results["teachers"]["plurality_accuracy"])
+  model, params = load_baseline(ctx)
+  return lambda x: model.apply(params, x), ctx.results["baseline"]["test_accuracy"]
+
+
+def _states(ctx, sigma: float):
+  config, d = ctx.config, ctx.config.dpdfd
+  shape = ctx.dataset.image_shape
+  student = classifier(config, ctx.dataset.num_classes)
+  gen = Generator(image_shape=shape, latent_dim=d.latent_dim, features=d.features,
+                  standardize_output=False)
+  s_key, g_key = jax.random.split(ctx.key("dpdfd_init"))
+  variables = gen.init(g_key, jnp.zeros((2, d.latent_dim)), train=False)
+  generator = generative.GeneratorState.create(
+      apply_fn=gen.apply, params=variables["params"], batch_stats=variables["batch_stats"],
+      tx=optax.adam(d.generator_learning_rate))
+  state = dpdfd.DpdfdState.create(apply_fn=student.apply,
+                                  params=student.init(s_key, jnp.zeros((1,) + shape)),
+                                  tx=optax.adam(d.learning_rate), generator=generator)
+  cfg = types.SimpleNamespace(**d.to_dict())
+  cfg.noise = sigma
+  return student, state, cfg
+
+
+def run(ctx) -> dict:
+  config = ctx.config
+  sigma = noise_multiplier(config)
+  teacher_logits, teacher_accuracy = _teacher_logits(ctx)
+  student, state, cfg = _states(ctx, sigma)
+  step = jax.jit(lambda s, k: dpdfd.step(s, k, teacher_logits, student.apply, cfg),
+                 donate_argnums=0)
+  fit = train.FitConfig(num_steps=cfg.num_steps, batch_size=cfg.batch_size,
+                        checkpoint_every=config.checkpoint_every, log_every=config.log_every)
+  state = train.run_steps(state, step, ctx.key("dpdfd"), fit, ctx.stage.checkpoint_dir,
+                          "dpdfd", ctx.log)
+  ledger = privacy.PrivacyLedger([release(config, sigma)])
+  test = ctx.dataset
+  return {
+      "test_accuracy": train.accuracy(student.apply, state.params, test.x_test, test.y_test),
+      "teacher_accuracy": teacher_accuracy,
+      "noise_multiplier": sigma,
+      "noise_std": sigma * cfg.norm_bound,
+      "num_steps": cfg.num_steps,
+      "privacy": ledger.to_json(config.privacy.delta),
+  }
+
+
+def run_samples(ctx) -> dict:
+  """Writes ``dpdfd.num_synthetic`` samples of the finished DPDFD generator and a grid."""
+  config = ctx.config
+  student, template, _ = _states(ctx, 0.0)
+  state = train.restore_state(os.path.join(ctx.stage_path("dpdfd"), "checkpoints"), template)
+  gen = state.generator
+
+  @jax.jit
+  def batch(key):
+    z = jax.random.normal(key, (config.dpdfd.batch_size, config.dpdfd.latent_dim))
+    x, _ = gen.apply_fn({"params": gen.params, "batch_stats": gen.batch_stats}, z,
+                        train=True, mutable=["batch_stats"])
+    return x
+
+  num, key = config.dpdfd.num_synthetic, ctx.key("dpdfd_samples")
+  x = np.concatenate([np.asarray(batch(jax.random.fold_in(key, i)))
+                      for i in range(-(-num // config.dpdfd.batch_size))])[:num]
+  labels = train.predict(student.apply, state.params, x)  # the DP student's labels
+  np.save(os.path.join(ctx.stage.path, SYNTHETIC), x)
+  k = ctx.dataset.num_classes
+  grid = np.zeros((k, 10) + x.shape[1:], np.float32)
+  for c in range(k):
+    chosen = x[labels == c][:10]
+    grid[c, :len(chosen)] = chosen
+  plots.image_grid(os.path.join(ctx.stage.path, "samples.png"), grid,
+                   row_labels=[f"class {c}" for c in range(k)],
+                   title="DPDFD generator samples by the DP student's class")
+  return {"num_synthetic": num, "class_histogram": np.bincount(labels, minlength=k).tolist(),
+          "samples_png": "dpdfd_samples/samples.png"}

@@ -1,0 +1,125 @@
+"""DPDFD: the mechanism A_{C,sigma} (Eq. 4), the loss pieces, Algorithm 1 end to end."""
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dgd_jax import dpdfd, pipeline, privacy
+from dgd_jax.configs import dpdfd as dpdfd_config
+from dgd_jax.errors import ConfigError
+
+
+def test_normalised_rows_have_norm_c_over_one_plus_e_over_norm():
+  g = jax.random.normal(jax.random.key(0), (16, 10)) * jnp.arange(1, 17)[:, None]
+  c, e = 1e-3, 1e-2
+  norms = jnp.linalg.norm(g, axis=-1)
+  bounded = dpdfd.bound(g, c, "per_sample", stability=e)
+  np.testing.assert_allclose(jnp.linalg.norm(bounded, axis=-1), c / (1 + e / norms),
+                             rtol=1e-6)
+  batch = dpdfd.bound(g, c, "batch", stability=e)  # Eq. 4 as printed: the whole-batch norm
+  np.testing.assert_allclose(jnp.linalg.norm(batch), c / (1 + e / jnp.linalg.norm(g)),
+                             rtol=1e-6)
+  clipped = dpdfd.bound(g, 2.5, "clip")
+  np.testing.assert_allclose(jnp.linalg.norm(clipped, axis=-1),
+                             jnp.minimum(norms, 2.5), rtol=1e-6)
+
+
+def test_mechanism_without_noise_is_the_mean_normalised_gradient():
+  g_bar = dpdfd.bound(jax.random.normal(jax.random.key(1), (8, 10)), 1.0, "per_sample")
+  chex.assert_trees_all_close(dpdfd.mechanism(jax.random.key(2), g_bar, 0.0, 1.0),
+                              g_bar / 8)
+  stack = jnp.stack([g_bar, 2 * g_bar, 3 * g_bar])  # three teachers (Sec. 4.4)
+  chex.assert_trees_all_close(dpdfd.mechanism(jax.random.key(2), stack, 0.0, 1.0),
+                              (6 * g_bar) / (3 * 8), rtol=1e-6)
+  noisy = dpdfd.mechanism(jax.random.key(3), jnp.zeros((4000, 10)), 2.0, 0.5)
+  assert float(jnp.std(noisy * 4000)) == pytest.approx(1.0, rel=0.02)  # std = sigma * C
+
+
+def test_output_gradients_are_per_example_rows():
+  s = jax.random.normal(jax.random.key(4), (5, 10))
+  t = jax.random.normal(jax.random.key(5), (5, 10))
+  g = dpdfd.output_gradients("kd", s, t)
+  for i in range(5):  # row i depends on example i alone
+    gi = jax.grad(lambda r: jnp.sum(dpdfd.kd_loss(r[None], t[i:i + 1])))(s[i])
+    np.testing.assert_allclose(g[i], gi, rtol=1e-5, atol=1e-7)
+  assert float(dpdfd.dkd_loss(t, t).max()) == pytest.approx(0.0, abs=1e-5)  # equal: no loss
+
+
+def test_generator_loss_terms_by_hand():
+  logits = jnp.array([[2.0, 0.0], [0.0, 1.0]])
+  features = jnp.array([[3.0, 4.0], [0.0, 0.0]])
+  p = jax.nn.softmax(logits)
+  one_hot = -(jnp.log(p[0, 0]) + jnp.log(p[1, 1])) / 2
+  pbar = p.mean(0)
+  expected = one_hot + 0.5 * jnp.sum(pbar * jnp.log(pbar)) - 2.0 * (5.0 + 0.0) / 2
+  assert float(dpdfd.generator_loss(logits, features, 0.5, 2.0)) == pytest.approx(
+      float(expected), rel=1e-6)
+
+
+def tiny(npz_file, arg=""):
+  config = dpdfd_config.get_config(f"npz:{npz_file},cpu{arg}")
+  config.baseline.num_steps = 40
+  config.baseline.batch_size = 32
+  config.dpdfd.update(num_steps=10, batch_size=16, features=8, num_synthetic=40)
+  config.log_every = 5
+  if "ensemble" in arg:
+    config.num_teachers = 3
+    config.teachers.num_steps = 10
+  return config
+
+
+def test_dpdfd_end_to_end(npz_file, tmp_path):
+  report = pipeline.run(tiny(npz_file), str(tmp_path / "d"))
+  assert report["method"] == "dpdfd" and report["steps"] == 10 and report["queries"] is None
+  assert set(report["stage_seconds"]) == {"baseline", "dpdfd", "dpdfd_samples"}
+  result = report["stages"]["dpdfd"]
+  planned = privacy.PrivacyLedger([privacy.DpdfdSteps(
+      result["noise_multiplier"], "multiplier", 1e-3, 16, 10)]).epsilon(1e-5, "rdp")
+  assert report["epsilon"] == pytest.approx(planned.epsilon) and planned.epsilon <= 10.0
+  assert planned.epsilon > 9.9  # the least noise that fits the eps10 budget
+  assert report["accountant"] == "rdp" and report["delta"] == 1e-5
+  assert result["teacher_accuracy"] == report["baseline_accuracy"]
+  x = np.load(tmp_path / "d" / "dpdfd_samples" / "synthetic.npy")
+  assert x.shape == (40, 28, 28, 1)
+
+
+def test_dpdfd_ensemble_and_budget_guard(npz_file, tmp_path):
+  report = pipeline.run(tiny(npz_file, ",ensemble,eps1"), str(tmp_path / "e"),
+                        stages=("dpdfd",))
+  assert set(report["stage_seconds"]) == {"teachers", "dpdfd"}
+  assert report["epsilon"] <= 1.0
+  config = tiny(npz_file)
+  config.dpdfd.noise = 1.0
+  with pytest.raises(ConfigError, match="above the maximum epsilon 10"):
+    pipeline.run(config, str(tmp_path / "g"))
+  assert not (tmp_path / "g").exists()
+
+
+def test_dpdfd_never_reads_private_training_data(npz_file, tmp_path):
+  from dgd_jax.data import load_dataset
+  from dgd_jax.stages import dpdfd as stage
+  config = tiny(npz_file)
+  workdir = tmp_path / "d"
+  baseline = pipeline.run(config, str(workdir), stages=("baseline",))
+  real = load_dataset(f"npz:{npz_file}")
+
+  class TestSetOnly:
+    x_test, y_test, num_classes, image_shape = (real.x_test, real.y_test, real.num_classes,
+                                                real.image_shape)
+
+    @property
+    def x_train(self):
+      raise AssertionError("DPDFD read the private training images")
+
+    @property
+    def y_train(self):
+      raise AssertionError("DPDFD read the private training labels")
+
+  wd = pipeline.Workdir(str(workdir))
+  s = wd.stage("dpdfd", config, stage.CONFIG_KEYS)
+  s.begin()
+  result = stage.run(pipeline.Context(config, wd, s, TestSetOnly, baseline["stages"]))
+  assert 0 <= result["test_accuracy"] <= 1
