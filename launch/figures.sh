@@ -28,9 +28,6 @@ want queries && sweep "$dgd" "${dgd_reuse[@]}" --workdir="$out/queries" \
 # DGD Fig. 4: the student's pool: the data-free generator's synthetic set vs RAW private data.
 want source && sweep "$dgd" "${dgd_reuse[@]}" --workdir="$out/source" \
   --set=pool.source=synthetic,train
-# DGD Fig. 6: amount of synthetic data.
-want amount && sweep "$dgd" "${dgd_reuse[@]}" --workdir="$out/amount" \
-  --set=generator.num_synthetic=3000,10000,30000,60000
 # DGD Fig. 7: VAE regulariser off/on x Laplace (PATE / DGD) and Gaussian (PATE+ / DGD+)
 # aggregation, real data (the public pool) standing in for public data.
 want vae && sweep "$pate" "${pate_reuse[@]}" --workdir="$out/vae" \
@@ -40,4 +37,7 @@ want vae && sweep "$pate" "${pate_reuse[@]}" --workdir="$out/vae" \
 want pate && sweep "$pate" "${pate_reuse[@]}" --workdir="$out/pate" --set=queries.num_queries=100,1000
 want pate_plus && sweep "$pate,plus" "${pate_reuse[@]}" --workdir="$out/pate_plus" \
   --set=queries.num_queries=100,1000
+# DGD Fig. 6: amount of synthetic data.
+want amount && sweep "$dgd" "${dgd_reuse[@]}" --workdir="$out/amount" \
+  --set=generator.num_synthetic=3000,10000,30000,60000
 echo "sweeps: $out/*/sweep.md"
