@@ -14,7 +14,7 @@ pate="--config=dgd_jax/configs/pate.py:fashion_mnist,$preset"
 pate_reuse=(--reuse="${TEACHERS_REUSE:-workdirs/teachers_$preset}")
 dgd_reuse=(--reuse="${DGD_REUSE:-workdirs/quickstart_$preset}" "${pate_reuse[@]}")
 sweep() { python -m dgd_jax.sweep "$@"; }
-want() { [ $# -eq 0 ] || [[ " ${selected[*]} " == *" $1 "* ]]; }
+want() { [ ${#selected[@]} -eq 0 ] || [[ " ${selected[*]} " == *" $1 "* ]]; }
 selected=("$@")
 
 # DGD Fig. 8 bottom: planned epsilon vs Laplace scale (1000 queries) and vs queries (b = 40).
@@ -34,7 +34,8 @@ want vae && sweep "$pate" "${pate_reuse[@]}" --workdir="$out/vae" \
   --set=queries.aggregator,queries.noise_scale=lnmax:20,gnmax:40 \
   --set=student.w_normal,student.w_tangent,student.adversarial=0:0:false,0.1:0.1:false
 # PATE Fig. 4 protocol: 100 and 1000 queries, PATE (LNMax) and PATE+ (Confident-GNMax).
-want pate && sweep "$pate" "${pate_reuse[@]}" --workdir="$out/pate" --set=queries.num_queries=100,1000
+want pate && sweep "$pate" "${pate_reuse[@]}" --workdir="$out/pate" \
+  --set=queries.num_queries=100,1000
 want pate_plus && sweep "$pate,plus" "${pate_reuse[@]}" --workdir="$out/pate_plus" \
   --set=queries.num_queries=100,1000
 # DGD Fig. 6: amount of synthetic data.

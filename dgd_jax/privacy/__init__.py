@@ -31,8 +31,8 @@ from dgd_jax.privacy.releases import (MECHANISMS, ConfidentGNMaxQueries, DpdfdSt
 
 __all__ = [
     "ACCOUNTANTS", "DATA_DEPENDENT_ONLY", "DATA_DEPENDENT_WARNING", "DEFAULT_MOMENT_ORDERS",
-    "DEFAULT_RDP_ORDERS", "MECHANISMS", "ConfidentGNMaxQueries", "DpdfdSteps", "EpsilonReport", "GNMaxQueries",
-    "LNMaxQueries", "PrivacyLedger", "PureDpRelease", "Release", "classic_epsilon",
+    "DEFAULT_RDP_ORDERS", "MECHANISMS", "ConfidentGNMaxQueries", "DpdfdSteps", "EpsilonReport",
+    "GNMaxQueries", "LNMaxQueries", "PrivacyLedger", "PureDpRelease", "Release", "classic_epsilon",
     "epsilon_of", "improved_epsilon", "ldp_local_epsilon", "max_queries", "min_noise",
     "moments_epsilon", "vae_latent_epsilon", "vae_latent_noise_scale",
 ]

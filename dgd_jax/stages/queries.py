@@ -120,6 +120,9 @@ def run(ctx) -> dict:
                                                  replace=False)))
   votes, labels, answered = ask(indices, noise_key)
   if q.selection == "least_confident":  # PATE App. C.2: a student picks the second round
+    if not answered.any():
+      raise ConfigError("no first-round query was answered, so no student can pick the "
+                        "rest: raise config.queries.first_round or lower the threshold.")
     probs = selector_probabilities(ctx, x_pool[indices[answered]], labels[answered], x_pool)
     probs[indices] = np.inf  # never ask twice
     second = least_confident(probs, num - first)

@@ -1,6 +1,7 @@
 """VAE stage (DGD Section III-B): the convolutional VAE (latent c) trained on the unlabelled
-pool (DGD: the synthetic set; PATE: the public pool), reporting the negative-ELBO terms and a picture of reconstructions beside inputs. Its
-encoder and decoder later supply the student's VAE triples (DGD Eq. 4)."""
+pool (DGD: the synthetic set; PATE: the public pool), reporting the negative-ELBO terms, what
+DGD's eps1 noise does to reconstructions, and a picture of reconstructions beside inputs.
+Its encoder and decoder later supply the student's VAE triples (DGD Eq. 4)."""
 from __future__ import annotations
 
 import os

@@ -11,8 +11,9 @@ Stage reuse: every stage folder of a grid point is a link into ``<workdir>/stage
 by the stage and the fingerprint of its config slice, so grid points that agree on a
 stage's slice share one copy of it (e.g. the teachers of a query sweep are trained once).
 ``--reuse`` (repeatable) adds the finished stages of existing workdirs to that cache where
-their slices match (read only: they are never rewritten). ``--accounting_only`` trains nothing: it tabulates the planned
-(data-independent) epsilon of the label queries under every accountant.
+their slices match (read only: they are never rewritten). ``--accounting_only`` trains
+nothing: it tabulates the planned (data-independent) epsilon of the label queries under
+every accountant.
 
 Writes ``<workdir>/sweep.csv``, ``accuracy.png`` / ``epsilon.png`` and ``sweep.md``.
 """
