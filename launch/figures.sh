@@ -40,5 +40,6 @@ want pate_plus && sweep "$pate,plus" "${pate_reuse[@]}" --workdir="$out/pate_plu
   --set=queries.num_queries=100,1000
 # DGD Fig. 6: amount of synthetic data.
 want amount && sweep "$dgd" "${dgd_reuse[@]}" --workdir="$out/amount" \
-  --set=generator.num_synthetic=3000,10000,30000,60000
+  --set=generator.num_synthetic=3000,10000,30000,60000 \
+  --columns=generator.synthetic_student_accuracy
 echo "sweeps: $out/*/sweep.md"

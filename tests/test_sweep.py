@@ -64,8 +64,12 @@ def test_query_sweep_shares_the_unchanged_stages(npz_file, tmp_path):  # Fig. 3
 
 def test_synthetic_amount_and_source_sweeps(npz_file, tmp_path):  # Fig. 6 and Fig. 4
   config = tiny_configs.dgd(npz_file)
-  rows = run_sweep(config, tmp_path / "amount", "generator.num_synthetic=128,256")
+  rows = run_sweep(config, tmp_path / "amount", "generator.num_synthetic=128,256",
+                   columns=["generator.synthetic_student_accuracy"])
   assert [r["generator.num_synthetic"] for r in rows] == [128, 256]
+  assert all(0 <= r["generator.synthetic_student_accuracy"] <= 1 for r in rows)
+  assert "generator.synthetic_student_accuracy" in read_csv(tmp_path / "amount" /
+                                                            "sweep.csv")[0]
   rows = run_sweep(config, tmp_path / "source", "pool.source=synthetic,train",
                    reuse=[str(tmp_path / "amount" / rows[1]["workdir"])])
   raw = tmp_path / "source" / rows[1]["workdir"]

@@ -38,17 +38,24 @@ def get_config(arg: str | None = None):
     config.teachers = common.teachers_config(config.preset)
   config.dpdfd = ml_collections.ConfigDict(dict(
       teacher="ensemble" if ensemble else "baseline",  # the sensitive model(s)
-      num_steps=2000 if paper else 500,  # T
+      num_steps=2000 if paper else 1500,  # T
       batch_size=64,  # B
-      loss="dkd",  # L_T: dkd (Zhao et al. 2022, the paper's) | kd (plain)
+      # L_T: kd (plain KD) | dkd (Zhao et al. 2022, the paper's). Without noise, 500 quick
+      # steps on Fashion-MNIST reach 71.1% with kd and 54.7% with dkd (README).
+      loss="kd",
       operation="per_sample",  # per_sample | batch (Eq. 4 as printed) | clip (Fig. 2)
       norm_bound=1e-3,  # C (DPDFD Fig. 2: small C is best with normalisation)
       noise=0.0,  # sigma, a multiplier of C; 0 = the least that fits privacy.max_epsilon
-      gamma=1.0,  # step of the DP targets y_s = phi_s(D) - gamma * g_tilde (Alg. 1 line 9)
+      # y_s = phi_s(D) - gamma * g_tilde (Alg. 1 line 9). gamma = B / C lets a noiseless
+      # target move each logit by up to 1 (g_tilde rows have norm < C / B); gamma = 1
+      # moves them by 1.6e-5 and the student learns nothing.
+      gamma=64 / 1e-3,
       learning_rate=1e-3,  # gamma_s (Adam)
       generator_learning_rate=1e-3,  # gamma_g (Adam)
       alpha=1.0,  # Eq. 5 information-entropy weight (DPDFD: 1)
-      beta=1.0,  # Eq. 5 feature-norm weight (DPDFD: 1)
+      # Eq. 5 feature-norm weight. The paper's 1 (rewarded, as DAFL, or penalised) leaves
+      # the noiseless quick student at chance: the generator chases feature norms.
+      beta=0.0,
       latent_dim=100,
       features=128 if paper else 32,  # generator width (DAFL architecture)
       num_synthetic=10000,  # samples the released generator writes (the samples stage)

@@ -2,7 +2,8 @@ r"""Sweeps: one config, a grid of overrides, one sub-workdir per grid point, a C
 
   python -m dgd_jax.sweep --config=dgd_jax/configs/dgd.py:fashion_mnist,cpu \
       --workdir=workdirs/fig3 --set=queries.num_queries=27,750,1000,3000 \
-      [--set=...] [--reuse=workdirs/dgd_cpu] [--accounting_only] [--config.x=...]
+      [--set=...] [--reuse=workdirs/dgd_cpu] [--accounting_only] [--columns=a.b,...]
+      [--config.x=...]
 
 ``--set=name=v1,v2`` sweeps one config field; ``--set=a,b=v1:w1,v2:w2`` sets several fields
 together; several ``--set`` flags make a grid (the first one is the plots' x axis).
@@ -119,9 +120,21 @@ def planned_epsilons(config) -> dict[str, float]:
           ledger.epsilons(config.privacy.delta, data_dependent=False).items()}
 
 
+def _lookup(report: dict, path: str) -> Any:
+  """``report['a']['b']`` for 'a.b' (e.g. 'generator.synthetic_student_accuracy')."""
+  node = report
+  for part in path.split("."):
+    if not isinstance(node, dict) or part not in node:
+      raise ConfigError(f"--columns names {path!r}, which report.json does not have.")
+    node = node[part]
+  return node
+
+
 def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
-        reuse: Sequence[str] = (), accounting_only: bool = False) -> list[dict]:
-  """Runs (or, with ``accounting_only``, plans) every grid point; returns the CSV rows."""
+        reuse: Sequence[str] = (), accounting_only: bool = False,
+        columns: Sequence[str] = ()) -> list[dict]:
+  """Runs (or, with ``accounting_only``, plans) every grid point; returns the CSV rows.
+  ``columns`` are extra report.json fields (dotted paths) for the CSV and accuracy plot."""
   if not axes:
     raise ConfigError("Give at least one --set=name=v1,v2 to sweep.")
   points = grid(config, axes)
@@ -142,14 +155,15 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
       report = pipeline.run(c, os.path.join(workdir, name))
       row.update({k: report.get(k) for k in ("test_accuracy", "epsilon", "accountant",
                                              "queries", "baseline_accuracy")})
+      row.update({c: _lookup(report, c) for c in columns})
       row["workdir"] = name
     rows.append(row)
-    _write(workdir, axes, rows, accounting_only)
+    _write(workdir, axes, rows, accounting_only, columns)
   return rows
 
 
-def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only: bool
-           ) -> None:
+def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only: bool,
+           columns: Sequence[str] = ()) -> None:
   columns = list(dict.fromkeys(k for r in rows for k in r))
   with open(os.path.join(workdir, "sweep.csv"), "w", newline="") as f:
     writer = csv.DictWriter(f, columns)
@@ -175,8 +189,11 @@ def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only
                     ylabel="epsilon (delta = planned)", title="Planned epsilon per accountant")
     pictures.append("epsilon.png")
   else:
-    plots.line_plot(os.path.join(workdir, "accuracy.png"), xs, series("test_accuracy"),
-                    xlabel=x_name, ylabel="student test accuracy", title="Test accuracy")
+    accuracy = series("test_accuracy")
+    for c in columns:
+      accuracy.update({f"{c} ({k})" if rest else c: v for k, v in series(c).items()})
+    plots.line_plot(os.path.join(workdir, "accuracy.png"), xs, accuracy,
+                    xlabel=x_name, ylabel="test accuracy", title="Test accuracy")
     plots.line_plot(os.path.join(workdir, "epsilon.png"), xs, series("epsilon"),
                     xlabel=x_name, ylabel="epsilon (headline accountant)", title="Epsilon")
     pictures += ["accuracy.png", "epsilon.png"]

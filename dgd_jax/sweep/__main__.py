@@ -27,6 +27,8 @@ _REUSE = flags.DEFINE_multi_string("reuse", [], "Finished workdirs whose matchin
                                    "the sweep reuses (read only).")
 _ACCOUNTING_ONLY = flags.DEFINE_bool("accounting_only", False, "Train nothing: tabulate the "
                                      "planned epsilon of the queries under every accountant.")
+_COLUMNS = flags.DEFINE_list("columns", [], "Extra report.json fields (dotted paths, e.g. "
+                             "generator.synthetic_student_accuracy) for the CSV and plot.")
 flags.mark_flags_as_required(["config", "workdir", "set"])
 
 
@@ -35,7 +37,8 @@ def main(argv):
   progress.setup_cli_logging()
   try:
     axes = [sweep.parse_axis(s, _CONFIG.value) for s in _SET.value]
-    sweep.run(_CONFIG.value, _WORKDIR.value, axes, _REUSE.value, _ACCOUNTING_ONLY.value)
+    sweep.run(_CONFIG.value, _WORKDIR.value, axes, _REUSE.value, _ACCOUNTING_ONLY.value,
+              _COLUMNS.value)
   except UserInputError as e:
     sys.exit(f"error: {e}")
   print(f"sweep: {_WORKDIR.value}/sweep.md")
