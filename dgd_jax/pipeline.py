@@ -139,7 +139,8 @@ def with_prerequisites(config: ml_collections.ConfigDict, stages: tuple[str, ...
 
 def run(config: ml_collections.ConfigDict, workdir: str,
         stages: tuple[str, ...] | None = None) -> dict:
-  """Runs ``stages`` (default: all of ``config.method``) and returns the report dict."""
+  """Runs ``stages`` (default: what the method's last stage needs) and returns the report
+  dict."""
   check_config(config)
   names = with_prerequisites(config, stages)
   for name in names:  # e.g. the privacy budget guard: before anything is trained or queried

@@ -43,8 +43,8 @@ PRIVACY_STAGE = {"dgd": "queries", "pate": "queries", "dpdfd": "dpdfd"}
 
 
 def _privacy(config, results: dict) -> dict:
-  """Headline epsilon (data-independent, ``config.privacy.accountant``) and the rest, from
-  the queries stage's ledger."""
+  """Headline epsilon (``config.privacy.accountant``: data-independent for DGD and DPDFD,
+  PATE's data-dependent bound for PATE) and the rest, from the method's ledger."""
   stage = results[PRIVACY_STAGE[config.method]]
   p = stage["privacy"]
   independent = p.get("data_independent_epsilons", p["epsilons"])
@@ -101,6 +101,7 @@ def write(workdir: str, report: dict) -> None:
   if report["privacy"]["epsilon"] is not None:
     lines += [f"**Privacy: epsilon = {report['privacy']['epsilon']:.4g} at delta = "
               f"{report['privacy']['delta']:g} ({report['privacy']['accountant']} accountant, "
+              + ("DATA-DEPENDENT, " if report["epsilon_is_data_dependent"] else "")
               + (f"{report['queries']} queries" if report["queries"] is not None else
                f"{report['steps']} steps") + ").** Other accountants: "
               + ", ".join(f"{k} {v:.4g}" for k, v in report["epsilons"].items())

@@ -42,4 +42,13 @@ want pate_plus && sweep "$pate,plus" "${pate_reuse[@]}" --workdir="$out/pate_plu
 want amount && sweep "$dgd" "${dgd_reuse[@]}" --workdir="$out/amount" \
   --set=generator.num_synthetic=3000,10000,30000,60000 \
   --columns=generator.synthetic_student_accuracy
+# DPDFD Table 5 and Fig. 2 (500 steps; no budget guard: sigma is set, the epsilon reported):
+# noise multiplier sigma, and normalisation vs clipping over the norm bound C.
+dpdfd="--config=dgd_jax/configs/dpdfd.py:fashion_mnist,$preset"
+dpdfd_fixed=(--config.dpdfd.num_steps=500 --config.privacy.max_epsilon=0)
+want dpdfd_sigma && sweep "$dpdfd" "${dgd_reuse[@]}" "${dpdfd_fixed[@]}" \
+  --workdir="$out/dpdfd_sigma" --set=dpdfd.noise=0.01,0.1,1,10
+want dpdfd_norm && sweep "$dpdfd" "${dgd_reuse[@]}" "${dpdfd_fixed[@]}" \
+  --config.dpdfd.noise=0.1 --workdir="$out/dpdfd_norm" \
+  --set=dpdfd.norm_bound=0.0001,0.001,0.01 --set=dpdfd.operation=per_sample,clip
 echo "sweeps: $out/*/sweep.md"

@@ -28,6 +28,8 @@ def test_pate_end_to_end_with_data_dependent_headline(npz_file, tmp_path):
   assert student["num_evaluated"] == 128 - POOL  # evaluated on the test examples not pooled
   assert student["num_labelled"] == 40 and student["num_unlabelled"] == POOL - 40
   assert report["accountant"] == "rdp_data_dependent" and report["epsilon_is_data_dependent"]
+  assert "(rdp_data_dependent accountant, DATA-DEPENDENT, 40 queries)" in (
+      tmp_path / "p" / "report.md").read_text()
   votes = np.load(tmp_path / "p" / "queries" / queries.VOTES)
   expected = privacy.PrivacyLedger([privacy.LNMaxQueries(20.0, 40, votes)]).epsilon(
       1e-5, "rdp_data_dependent")
