@@ -146,3 +146,22 @@ def step(state: DpdfdState, key: jax.Array, teacher_logits_fn: Callable[[jnp.nda
   l_g, g_grads = jax.value_and_grad(gen_loss)(gen.params)
   gen = gen.apply_gradients(grads=g_grads).replace(batch_stats=batch_stats)
   return new_state.replace(generator=gen), {"loss": l_s, "generator_loss": l_g}
+
+
+def direct_step(state: DpdfdState, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray,
+                student_apply: Callable, cfg: Any) -> tuple[DpdfdState, dict]:
+  """A_{C,sigma} applied to training on labelled private data (DPDFD Sec. 4.4, Table 4):
+  B distinct private examples, the per-example gradients of the cross-entropy with respect
+  to the model's outputs bounded and noised as in Eq. 4, DP targets, no generator."""
+  idx_key, noise_key = jax.random.split(key)
+  idx = jax.random.choice(idx_key, x.shape[0], (cfg.batch_size,), replace=False)
+  xb, yb = x[idx], y[idx]
+  s_logits = student_apply(state.params, xb)
+  g = jax.grad(lambda s: optax.softmax_cross_entropy_with_integer_labels(s, yb).sum())(
+      s_logits)  # rows: each example's own gradient
+  g_tilde = mechanism(noise_key, bound(g, cfg.norm_bound, cfg.operation), cfg.noise,
+                      cfg.norm_bound)  # Eq. 4
+  y_s = jax.lax.stop_gradient(s_logits - cfg.gamma * g_tilde)
+  loss, grads = jax.value_and_grad(
+      lambda p: soft_cross_entropy(student_apply(p, xb), y_s))(state.params)
+  return state.apply_gradients(grads=grads), {"loss": loss}

@@ -57,6 +57,10 @@ METHODS: dict[str, tuple[str, ...]] = {
     "pate": ("teachers", "vae", "queries", "student"),
     "dpdfd": ("baseline", "teachers", "dpdfd", "dpdfd_samples"),
 }
+# What a method runs by default where that is not its last stage.
+DEFAULT_STAGES: dict[str, Callable[[ml_collections.ConfigDict], tuple[str, ...]]] = {
+    "dpdfd": lambda c: ("dpdfd",) if c.dpdfd.teacher == "private_data" else ("dpdfd_samples",),
+}
 
 
 @dataclasses.dataclass
@@ -120,11 +124,12 @@ def requirements(name: str, config: ml_collections.ConfigDict) -> tuple[str, ...
 
 def with_prerequisites(config: ml_collections.ConfigDict, stages: tuple[str, ...] | None
                        ) -> tuple[str, ...]:
-  """The requested stages (default: the method's last stage) and every stage they need, in
-  the method's order (e.g. DGD with ``pool.source='train'`` needs no generator)."""
+  """The requested stages (default: the method's last stage, or ``DEFAULT_STAGES``) and every
+  stage they need, in the method's order (e.g. DGD with ``pool.source='train'`` needs no
+  generator)."""
   method = config.method
   order = METHODS[method]
-  stages = stages or order[-1:]
+  stages = stages or DEFAULT_STAGES.get(method, lambda c: order[-1:])(config)
   unknown = [n for n in stages if n not in order]
   if unknown:
     raise ConfigError(f"Unknown stages {unknown} for method {method!r}; it has {list(order)}.")

@@ -123,3 +123,20 @@ def test_dpdfd_never_reads_private_training_data(npz_file, tmp_path):
   s.begin()
   result = stage.run(pipeline.Context(config, wd, s, TestSetOnly, baseline["stages"]))
   assert 0 <= result["test_accuracy"] <= 1
+
+
+def test_direct_training_on_private_data(npz_file, tmp_path):
+  config = tiny(npz_file, ",direct")
+  assert config.dpdfd.teacher == "private_data" and config.privacy.relation == "direct"
+  report = pipeline.run(config, str(tmp_path / "d"))
+  assert set(report["stage_seconds"]) == {"dpdfd"}  # no teacher, no generator, no samples
+  sigma = report["stages"]["dpdfd"]["noise_multiplier"]
+  # T = 10 releases of sensitivity 2C with std sigma C: GaussianDpEvent(sigma / 2) x 10.
+  direct = privacy.PrivacyLedger([privacy.DpdfdSteps(sigma, "multiplier", 1e-3, 16, 10,
+                                                     relation="direct")]).epsilon(1e-5, "rdp")
+  assert report["epsilon"] == pytest.approx(direct.epsilon) and direct.epsilon <= 10.0
+  import dp_accounting
+  from dp_accounting.rdp import rdp_privacy_accountant as rdp
+  accountant = rdp.RdpAccountant(list(privacy.DEFAULT_RDP_ORDERS))
+  accountant.compose(dp_accounting.GaussianDpEvent(sigma / 2.0), 10)
+  assert direct.epsilon == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)

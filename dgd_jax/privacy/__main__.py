@@ -62,7 +62,8 @@ _NOISE_CONVENTION = flags.DEFINE_string(
 _RELATION = flags.DEFINE_string(
     "dpdfd_relation", dpdfd.DEFAULT_RELATION, "dpdfd: 'whole_batch' (default, conservative: one "
     "private example may change the teacher and so every gradient of a batch; one teacher: T "
-    "releases of sensitivity 2BC, or 2 sqrt(B) C with --dpdfd_normalization=batch) or 'theorem3' "
+    "releases of sensitivity 2BC, or 2 sqrt(B) C with --dpdfd_normalization=batch), 'direct' "
+    "(training on B distinct private examples per step: T releases of 2C) or 'theorem3' "
     "(n B T releases of 2C: " + dpdfd.THEOREM3_CONDITIONS + ").")
 _NORMALIZATION = flags.DEFINE_string(
     "dpdfd_normalization", dpdfd.DEFAULT_NORMALIZATION, "dpdfd: 'per_sample' (C g_i / (||g_i|| + "

@@ -41,6 +41,11 @@ Relations (``relation``):
   normalisation (||g_ij|| <= ||g||), so without any assumption on the teachers' data one release
   moves by at most 2 n C: B T releases of sensitivity 2 n C (no tighter bound is derived for batch
   normalisation with n > 1).
+* ``"direct"`` (Sec. 4.4, "direct training on private data"): the model sees B *distinct*
+  private examples per step, chosen independently of the data, and the rows are its own
+  per-example output gradients, bounded by C. Under replace-one one example moves at most its
+  own row, by less than 2C: T Gaussian releases of sensitivity 2C (no subsampling
+  amplification is claimed).
 * ``"theorem3"``: the paper's claim (Theorem 3): (2 C^2 n B T lam / sigma^2 + log((lam-1)/lam)
   - (log delta + log lam)/(lam-1), delta)-DP for all lam, i.e. the improved RDP conversion of n B T
   Gaussian releases of L2 sensitivity 2C and absolute std sigma, no subsampling amplification.
@@ -63,7 +68,7 @@ from dgd_jax.privacy import checks, events
 from dgd_jax.privacy.conversion import DEFAULT_RDP_ORDERS
 
 NOISE_CONVENTIONS = ("multiplier", "std")
-RELATIONS = ("whole_batch", "theorem3")
+RELATIONS = ("whole_batch", "theorem3", "direct")
 NORMALIZATIONS = ("per_sample", "batch")
 DEFAULT_RELATION = "whole_batch"
 DEFAULT_NORMALIZATION = "per_sample"
@@ -98,6 +103,8 @@ def releases(norm_bound: float, batch_size: int, steps: int, num_teachers: int,
   checks.choice("DPDFD normalization", normalization, NORMALIZATIONS)
   if relation == "theorem3":
     return num_teachers * batch_size * steps, 2.0 * norm_bound  # Theorem 3: n B T releases of 2C
+  if relation == "direct":  # Sec. 4.4: a model trained on B distinct private examples per step
+    return steps, 2.0 * norm_bound  # one example moves only its own row (< C): 2C per step
   if num_teachers > 1:
     return batch_size * steps, 2.0 * num_teachers * norm_bound  # Sec. 4.4: a draw per example
   if normalization == "batch":

@@ -96,7 +96,9 @@ NOT_COVERED = {
         "The teacher model is not private. The default relation 'whole_batch' assumes nothing "
         "about how the teacher depends on the private data (one teacher: T releases of "
         "sensitivity 2BC, or 2 sqrt(B) C under batch normalisation by ||g||_2; n teachers: B T "
-        "releases of 2nC). Relation 'theorem3' is " + dpdfd.THEOREM3_CONDITIONS + "."),
+        "releases of 2nC). Relation 'direct' (training on B distinct private examples per "
+        "step) charges T releases of 2C under replace-one. Relation 'theorem3' is "
+        + dpdfd.THEOREM3_CONDITIONS + "."),
     "pure": (
         "DGD's eps1 protects synthetic examples fed to the VAE, not private examples; it is "
         "added to the total as the paper does (never makes the total smaller)."),

@@ -1,10 +1,12 @@
 """DPDFD stages (Liu et al., IJCAI 2023): ``dpdfd`` converts the sensitive model(s) into a DP
 student by Algorithm 1, a generator training alongside; ``dpdfd_samples`` writes a synthetic
-set from that generator (DP by post-processing, so it may be released).
+set from that generator (DP by post-processing, so it may be released). With
+``dpdfd.teacher='private_data'`` the same mechanism trains a model directly on the labelled
+private data instead (Sec. 4.4, a DP-SGD alternative; no generator, no samples stage).
 
-The student stage never reads the private training data: its inputs are the generator's
-samples, the sensitive model's logits on them (through A_{C,sigma} only) and, for evaluation,
-the test set.
+In conversion, the stage never reads the private training data: its inputs are the
+generator's samples, the sensitive model's logits on them (through A_{C,sigma} only) and,
+for evaluation, the test set.
 """
 from __future__ import annotations
 
@@ -28,8 +30,11 @@ SAMPLES_KEYS = CONFIG_KEYS
 SYNTHETIC = "synthetic.npy"
 
 
+TEACHERS = ("baseline", "ensemble", "private_data")  # private_data: Sec. 4.4 direct training
+
+
 def requires(config) -> tuple[str, ...]:
-  return ("teachers",) if config.dpdfd.teacher == "ensemble" else ("baseline",)
+  return {"ensemble": ("teachers",), "baseline": ("baseline",)}.get(config.dpdfd.teacher, ())
 
 
 def release(config, noise: float) -> privacy.DpdfdSteps:
@@ -44,9 +49,11 @@ def release(config, noise: float) -> privacy.DpdfdSteps:
 def noise_multiplier(config) -> float:
   """``dpdfd.noise``, or the least noise whose plan fits ``privacy.max_epsilon``."""
   d, p = config.dpdfd, config.privacy
-  if d.operation not in dpdfd.OPERATIONS or d.loss not in dpdfd.LOSSES:
-    raise ConfigError(f"config.dpdfd.operation={d.operation!r} / loss={d.loss!r}; use one of "
-                      f"{dpdfd.OPERATIONS} / {dpdfd.LOSSES}.")
+  if (d.operation not in dpdfd.OPERATIONS or d.loss not in dpdfd.LOSSES
+      or d.teacher not in TEACHERS):
+    raise ConfigError(f"config.dpdfd.operation={d.operation!r} / loss={d.loss!r} / "
+                      f"teacher={d.teacher!r}; use one of {dpdfd.OPERATIONS} / "
+                      f"{dpdfd.LOSSES} / {TEACHERS}.")
   if d.noise > 0:
     return d.noise
   if p.max_epsilon <= 0:
@@ -97,10 +104,17 @@ def _states(ctx, sigma: float):
 def run(ctx) -> dict:
   config = ctx.config
   sigma = noise_multiplier(config)
-  teacher_logits, teacher_accuracy = _teacher_logits(ctx)
   student, state, cfg = _states(ctx, sigma)
-  step = jax.jit(lambda s, k: dpdfd.step(s, k, teacher_logits, student.apply, cfg),
-                 donate_argnums=0)
+  if cfg.teacher == "private_data":  # Sec. 4.4: no teacher, no generator
+    teacher_accuracy = None
+    x, y = jnp.asarray(ctx.dataset.x_train), jnp.asarray(ctx.dataset.y_train)
+    state = state.replace(generator=None)
+    step = jax.jit(lambda s, k: dpdfd.direct_step(s, k, x, y, student.apply, cfg),
+                   donate_argnums=0)
+  else:
+    teacher_logits, teacher_accuracy = _teacher_logits(ctx)
+    step = jax.jit(lambda s, k: dpdfd.step(s, k, teacher_logits, student.apply, cfg),
+                   donate_argnums=0)
   fit = train.FitConfig(num_steps=cfg.num_steps, batch_size=cfg.batch_size,
                         checkpoint_every=config.checkpoint_every, log_every=config.log_every)
   state = train.run_steps(state, step, ctx.key("dpdfd"), fit, ctx.stage.checkpoint_dir,
