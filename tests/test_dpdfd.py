@@ -11,6 +11,8 @@ from dgd_jax import dpdfd, pipeline, privacy
 from dgd_jax.configs import dpdfd as dpdfd_config
 from dgd_jax.errors import ConfigError
 
+import tiny_configs
+
 
 def test_normalised_rows_have_norm_c_over_one_plus_e_over_norm():
   g = jax.random.normal(jax.random.key(0), (16, 10)) * jnp.arange(1, 17)[:, None]
@@ -106,18 +108,7 @@ def test_dpdfd_never_reads_private_training_data(npz_file, tmp_path):
   baseline = pipeline.run(config, str(workdir), stages=("baseline",))
   real = load_dataset(f"npz:{npz_file}")
 
-  class TestSetOnly:
-    x_test, y_test, num_classes, image_shape = (real.x_test, real.y_test, real.num_classes,
-                                                real.image_shape)
-
-    @property
-    def x_train(self):
-      raise AssertionError("DPDFD read the private training images")
-
-    @property
-    def y_train(self):
-      raise AssertionError("DPDFD read the private training labels")
-
+  TestSetOnly = tiny_configs.without_training_data(real)
   wd = pipeline.Workdir(str(workdir))
   s = wd.stage("dpdfd", config, stage.CONFIG_KEYS)
   s.begin()

@@ -75,17 +75,8 @@ def test_pate_student_reads_only_the_pool_images_and_noisy_labels(npz_file, tmp_
         raise AssertionError("the student read a true label of the public pool")
       return np.asarray(self)[index]
 
-  class PublicOnly:
-    x_test, num_classes, image_shape = real.x_test, real.num_classes, real.image_shape
-    y_test = real.y_test.view(EvaluationLabelsOnly)
-
-    @property
-    def x_train(self):
-      raise AssertionError("the student read the private training images")
-
-    @property
-    def y_train(self):
-      raise AssertionError("the student read the private training labels")
+  PublicOnly = tiny_configs.without_training_data(
+      real, y_test=real.y_test.view(EvaluationLabelsOnly))
 
   with pytest.raises(AssertionError, match="true label of the public pool"):
     PublicOnly.y_test[:POOL]  # the guard works

@@ -1,4 +1,5 @@
-"""Tiny configs of the methods, for tests that run the pipeline end to end in seconds."""
+"""Tiny configs of the methods, for tests that run the pipeline end to end in seconds, and a
+dataset stand-in whose private training arrays cannot be read."""
 from __future__ import annotations
 
 from dgd_jax.configs import dgd as dgd_config_file
@@ -40,3 +41,22 @@ def pate(data_file: str, arg: str = ""):
   config.student.update(num_steps=20, batch_size=16)
   config.log_every = 10
   return config
+
+
+def without_training_data(real, y_test=None):
+  """A dataset class like ``real`` whose private training arrays raise when read (the test
+  split stays; ``y_test`` replaces its labels, e.g. with a guarded array)."""
+
+  class TestSetOnly:
+    x_test, num_classes, image_shape = real.x_test, real.num_classes, real.image_shape
+
+    @property
+    def x_train(self):
+      raise AssertionError("the stage read the private training images")
+
+    @property
+    def y_train(self):
+      raise AssertionError("the stage read the private training labels")
+
+  TestSetOnly.y_test = real.y_test if y_test is None else y_test
+  return TestSetOnly
