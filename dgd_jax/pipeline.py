@@ -21,7 +21,7 @@ from absl import logging
 from dgd_jax import report as report_lib
 from dgd_jax.data import Dataset, load_dataset
 from dgd_jax.errors import ConfigError, UserInputError
-from dgd_jax.stages import (baseline, dpdfd, generator, pool, queries, student,
+from dgd_jax.stages import (baseline, dpdfd, generator, ldp, pool, queries, student,
                              teacher_sweep, teachers, vae)
 from dgd_jax.workdir import Stage, Workdir
 
@@ -48,6 +48,7 @@ STAGES: dict[str, StageSpec] = {
     "dpdfd": StageSpec(dpdfd.CONFIG_KEYS, dpdfd.run, requires=dpdfd.requires,
                        precheck=dpdfd.plan),
     "dpdfd_samples": StageSpec(dpdfd.SAMPLES_KEYS, dpdfd.run_samples, requires=("dpdfd",)),
+    "ldp": StageSpec(ldp.CONFIG_KEYS, ldp.run, requires=("baseline",)),
 }
 METHODS: dict[str, tuple[str, ...]] = {
     "baseline": ("baseline",),
@@ -56,6 +57,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     "dgd": ("baseline", "teachers", "generator", "vae", "queries", "student"),
     "pate": ("teachers", "vae", "queries", "student"),
     "dpdfd": ("baseline", "teachers", "dpdfd", "dpdfd_samples"),
+    "ldp": ("baseline", "ldp"),
 }
 # What a method runs by default where that is not its last stage.
 DEFAULT_STAGES: dict[str, Callable[[ml_collections.ConfigDict], tuple[str, ...]]] = {
@@ -96,7 +98,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"config.method={config.method!r}; known methods: {sorted(METHODS)}.")
   if not config.model.width > 0:
     raise ConfigError(f"config.model.width={config.model.width}; it must be > 0.")
-  for block in ("baseline", "teachers", "vae", "student", "dpdfd"):  # its training blocks
+  for block in ("baseline", "teachers", "vae", "student", "dpdfd", "ldp"):  # training blocks
     if block not in config:
       continue
     for name in ("num_steps", "batch_size"):

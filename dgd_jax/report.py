@@ -20,6 +20,10 @@ PRIVACY_NOTES["dpdfd"] = (
     "through A_{C,sigma} (DPDFD Eq. 4), so both are post-processing of the noisy releases. "
     "The sensitive model (the baseline or the teachers) is trained without noise and must "
     "never be released.")
+PRIVACY_NOTES["ldp"] = (
+    "local_epsilon is the client's local (pure) epsilon per transformed sample (Algorithm 1). "
+    "BASE and the robust teacher are trained on the private data without noise: no "
+    "differential-privacy guarantee for the teacher side.")
 PRIVACY_NOTES["pate"] = (
     "The epsilon covers the teachers' noisy answers to the student's label queries. The "
     "student's unlabelled pool is assumed public (here: the head of the test split), and the "
@@ -34,10 +38,10 @@ RAW_POOL_NOTE = (
     "(a stand-in for public data, DGD Fig. 4 and 7). The student sees those images without "
     "noise, so this run's student has no differential-privacy guarantee for them.")
 # Stage results that report.json also shows at its top level.
-TOP_LEVEL = ("generator", "vae")
+TOP_LEVEL = ("generator", "vae", "ldp")
 # The stage whose test accuracy is the method's headline.
 HEADLINE_STAGE = {"baseline": "baseline", "dgd": "student", "pate": "student",
-                  "dpdfd": "dpdfd"}
+                  "dpdfd": "dpdfd", "ldp": "ldp"}
 # The stage whose result holds the method's privacy ledger.
 PRIVACY_STAGE = {"dgd": "queries", "pate": "queries", "dpdfd": "dpdfd"}
 
