@@ -79,11 +79,15 @@ def init_teachers(model: nn.Module, tx: optax.GradientTransformation, key: jax.A
 
 
 def member_step(state: train.TrainState, x_all: jnp.ndarray, y_all: jnp.ndarray,
-                indices: jnp.ndarray, size: jnp.ndarray, key: jax.Array, batch_size: int):
+                indices: jnp.ndarray, size: jnp.ndarray, key: jax.Array, batch_size: int,
+                robust=None):
   """One teacher's step: a minibatch drawn uniformly (with replacement) from its own
-  partition ``indices[:size]``, then one optimizer update."""
+  partition ``indices[:size]``, then one optimizer update; ``robust(state, xb, yb, key)``
+  replaces the plain update (e.g. ``ldp.robust_update``, LDP Eq. 3)."""
   rows = jax.random.randint(key, (batch_size,), 0, size)
   idx = indices[rows]
+  if robust is not None:
+    return robust(state, x_all[idx], y_all[idx], jax.random.fold_in(key, 1))
   return train.update(state, x_all[idx], y_all[idx])
 
 
@@ -93,14 +97,15 @@ def _lift(fn, chunk: int):
   return lambda xs: jax.lax.map(fn, xs, batch_size=chunk if chunk > 1 else None)
 
 
-def make_train_step(mesh: Mesh, batch_size: int, chunk: int):
+def make_train_step(mesh: Mesh, batch_size: int, chunk: int, robust=None):
   """A jitted ``step(state, x_all, y_all, indices, sizes, key) -> (state, metrics [n])``;
-  member i uses ``split(key, n)[i]``. The state is donated."""
+  member i uses ``split(key, n)[i]``. The state is donated. ``robust``: see
+  ``member_step``."""
 
   def local(state, x_all, y_all, indices, sizes, keys):
     def one(args):
       s, idx, size, k = args
-      return member_step(s, x_all, y_all, idx, size, k, batch_size)
+      return member_step(s, x_all, y_all, idx, size, k, batch_size, robust)
     return _lift(one, chunk)((state, indices, sizes, keys))
 
   sharded = jax.shard_map(local, mesh=mesh, in_specs=(P(parallel.AXIS), P(), P(),

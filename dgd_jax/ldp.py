@@ -66,12 +66,17 @@ def worst_perturbation(loss_fn, x: jnp.ndarray, eta: float, steps: int) -> jnp.n
 
 def robust_step(state: Any, x: jnp.ndarray, y: jnp.ndarray, key: jax.Array, cfg: Any
                 ) -> tuple[Any, dict]:
-  """One robust-teacher step (Algorithm 2, Eq. 3): (1 - lambda) CE on clean samples plus
-  lambda CE on their client-transformed copies moved by the worst r, ||r||_2 <= eta."""
-  batch_key, ldp_key = jax.random.split(key)
+  """One robust-teacher step on a minibatch drawn uniformly from (x, y)."""
+  batch_key, update_key = jax.random.split(key)
   idx = jax.random.randint(batch_key, (cfg.batch_size,), 0, x.shape[0])
-  xb, yb = x[idx], y[idx]
-  x_tilde = transform(ldp_key, xb, cfg.sigma, cfg.mu, cfg.bound)  # Algorithm 2 line 2
+  return robust_update(state, x[idx], y[idx], update_key, cfg)
+
+
+def robust_update(state: Any, xb: jnp.ndarray, yb: jnp.ndarray, key: jax.Array, cfg: Any
+                  ) -> tuple[Any, dict]:
+  """One robust-teacher update (Algorithm 2, Eq. 3): (1 - lambda) CE on clean samples plus
+  lambda CE on their client-transformed copies moved by the worst r, ||r||_2 <= eta."""
+  x_tilde = transform(key, xb, cfg.sigma, cfg.mu, cfg.bound)  # Algorithm 2 line 2
   ce = lambda params, inputs: optax.softmax_cross_entropy_with_integer_labels(
       state.apply_fn(params, inputs), yb).mean()
   r = worst_perturbation(lambda inputs: ce(state.params, inputs), x_tilde, cfg.eta,

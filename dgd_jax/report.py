@@ -63,6 +63,8 @@ def _privacy(config, results: dict) -> dict:
       "epsilon_is_data_dependent": data_dependent,
       "epsilons": independent,
       "epsilons_data_dependent": {k: p["epsilons"][k] for k in p["data_dependent_accountants"]},
+      # The LDP client's own (local, pure) epsilon per sample it sends, where there is one.
+      "ldp_local_epsilon": stage.get("ldp_local_epsilon"),
       "covers": {"covered": (f"{p['releases'][0]['mechanism']} answers to "
                              f"{stage['num_queries']} label queries of the teacher ensemble"
                              if "num_queries" in stage else

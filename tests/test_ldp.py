@@ -65,3 +65,21 @@ def test_ldp_end_to_end(npz_file, tmp_path):
   assert result["local_epsilon"] == pytest.approx(
       privacy.ldp_local_epsilon(5.0, 784, 0.1)) == (784 - 79) * 2 * 5.0
   assert (tmp_path / "l" / "ldp" / "samples.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_pate_student_from_an_ldp_client(npz_file, tmp_path):
+  import tiny_configs
+  config = tiny_configs.pate(npz_file, ",ldp5")
+  assert config.queries.client == "ldp" and config.ldp.robust_teachers
+  report = pipeline.run(config, str(tmp_path / "p"))
+  queries = report["stages"]["queries"]
+  assert queries["ldp_local_epsilon"] == pytest.approx(privacy.ldp_local_epsilon(5.0, 784, 0.1))
+  assert report["epsilon"] > 0 and report["accountant"] == "rdp_data_dependent"
+  assert report["ldp_local_epsilon"] == queries["ldp_local_epsilon"]
+  plain = tiny_configs.pate(npz_file)
+  plain_report = pipeline.run(plain, str(tmp_path / "q"))
+  # The robust teachers differ from plain ones (Eq. 3), and the votes come from perturbed
+  # queries: the histograms are not those of the plain run.
+  assert not np.array_equal(np.load(tmp_path / "p" / "queries" / "votes.npy"),
+                            np.load(tmp_path / "q" / "queries" / "votes.npy"))
+  assert "ldp_local_epsilon" not in plain_report["stages"]["queries"]

@@ -99,6 +99,7 @@ def queries_config(num_queries: int, aggregator: str, noise_scale: float
       sigma1=0.0,  # Confident-GNMax only
       selection="random",  # random | least_confident (PATE App. C.2)
       first_round=0,  # least_confident: random queries that train the selecting student
+      client="",  # "ldp": the client transforms its queries first (LDP Algorithm 1)
   ))
 
 
@@ -127,4 +128,24 @@ def student_config() -> ml_collections.ConfigDict:
       eps_normal=1.0,  # input-space L2 step along the normal direction
       adversarial=True,  # TNAR-style adversarial directions (False: random)
       eps1=0.0,  # DGD's latent Laplace term (paper: 0.01); 0 = off, see README
+  ))
+
+
+def ldp_config(preset: str, robust_teachers: bool = False) -> ml_collections.ConfigDict:
+  """The LDP client's transform (Algorithm 1) and the robust teachers' training (Eq. 3) for
+  one of ``ldp.PRESETS`` ('ldp1': sigma 1, mu 1%; 'ldp5': sigma 5, mu 10%)."""
+  from dgd_jax import ldp  # pylint: disable=g-import-not-at-top
+  sigma, mu = ldp.PRESETS[preset]
+  return ml_collections.ConfigDict(dict(
+      sigma=sigma,  # Laplace scale B / sigma (Algorithm 1 line 3)
+      mu=mu,  # masking rate: ceil(N mu) zeros (Algorithm 1 line 1)
+      bound=ldp.DEFAULT_BOUND,  # B
+      lam=0.2,  # Eq. 3 mix of perturbed samples (LDP: 0.2 for MNIST-like data, 0.5 CIFAR-10)
+      eta=1.0,  # ||r||_2 <= eta, the worst-case perturbation (Eq. 3)
+      pgd_steps=3,  # projected gradient ascent steps for r
+      robust_teachers=robust_teachers,  # teacher ensembles trained with Eq. 3
+      num_steps=1500,  # the single robust teacher's schedule (configs/ldp.py)
+      batch_size=128,
+      learning_rate=1e-3,
+      end_learning_rate=0.0,
   ))

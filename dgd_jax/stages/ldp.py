@@ -36,7 +36,7 @@ def run(ctx) -> dict:
   init_key, train_key, test_key, picture_key = jax.random.split(ctx.key("ldp"), 4)
   state = train.create_train_state(model, train.optimizer(cfg), init_key, data.image_shape)
   x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
-  step_cfg = types.SimpleNamespace(**c.to_dict())
+  step_cfg = types.SimpleNamespace(**c)
   step = jax.jit(functools.partial(ldp.robust_step, x=x, y=y, cfg=step_cfg),
                  donate_argnums=0)
   state = train.run_steps(state, lambda s, k: step(s, key=k), train_key, cfg,

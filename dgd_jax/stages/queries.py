@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import aggregation, ensemble, privacy, train
+from dgd_jax import aggregation, ensemble, ldp, privacy, train
 from dgd_jax.errors import ConfigError
 from dgd_jax.stages import classifier, fit_config, pool, teachers
 
@@ -43,6 +43,9 @@ def plan(config) -> privacy.EpsilonReport:
   if q.selection not in ("random", "least_confident"):
     raise ConfigError(f"config.queries.selection={q.selection!r}; use 'random' or "
                       "'least_confident'.")
+  if q.get("client", "") not in ("", "ldp") or (q.get("client") == "ldp" and "ldp" not in config):
+    raise ConfigError(f"config.queries.client={q.client!r}: use '' (the pool as is) or 'ldp' "
+                      "(with an ldp block, e.g. the pate.py argument ldp1 or ldp5).")
   if q.selection == "least_confident" and not 0 < q.first_round < q.num_queries:
     raise ConfigError(f"config.queries.first_round={q.first_round}: least-confident selection "
                       "needs a first round of random queries, 0 < first_round < num_queries="
@@ -108,17 +111,24 @@ def run(ctx) -> dict:
                       "(generator.num_synthetic or pool.size).")
   select_key, noise_key = jax.random.split(ctx.key("queries"))
   params, predict = load_teachers(ctx)
+  q = config.queries
 
-  def ask(indices, key):  # the teachers' votes on x_pool[indices] and their noisy answers
-    votes = ensemble.vote_histograms(predict, params, x_pool[indices], ctx.dataset.num_classes)
+  client_key = ctx.key("ldp_client")
+
+  def ask(indices, key, round_index):  # the teachers' votes on x_pool[indices], answers
+    sent = x_pool[indices]
+    if q.client == "ldp":  # the client masks and perturbs what it sends (LDP Algorithm 1)
+      c = config.ldp
+      sent = np.asarray(ldp.transform(jax.random.fold_in(client_key, round_index),
+                                      jnp.asarray(sent), c.sigma, c.mu, c.bound))
+    votes = ensemble.vote_histograms(predict, params, sent, ctx.dataset.num_classes)
     agg = aggregate(config, key, votes)
     return votes, np.asarray(agg.labels), np.asarray(agg.answered)
 
-  q = config.queries
   first = num if q.selection == "random" else q.first_round
   indices = np.sort(np.asarray(jax.random.choice(select_key, len(x_pool), (first,),
                                                  replace=False)))
-  votes, labels, answered = ask(indices, noise_key)
+  votes, labels, answered = ask(indices, noise_key, 0)
   if q.selection == "least_confident":  # PATE App. C.2: a student picks the second round
     if not answered.any():
       raise ConfigError("no first-round query was answered, so no student can pick the "
@@ -126,7 +136,7 @@ def run(ctx) -> dict:
     probs = selector_probabilities(ctx, x_pool[indices[answered]], labels[answered], x_pool)
     probs[indices] = np.inf  # never ask twice
     second = least_confident(probs, num - first)
-    more = ask(second, jax.random.fold_in(noise_key, 1))
+    more = ask(second, jax.random.fold_in(noise_key, 1), 1)
     indices = np.concatenate([indices, second])
     votes, labels, answered = (np.concatenate([a, b]) for a, b in
                                zip((votes, labels, answered), more))
@@ -135,7 +145,12 @@ def run(ctx) -> dict:
   np.save(os.path.join(ctx.stage.path, VOTES), votes)
   ledger = privacy.PrivacyLedger([release(config, votes, answered)])
   plurality = np.argmax(votes, -1)
+  client = {}
+  if q.client == "ldp":  # the client side's own guarantee, per sample it sends
+    client = {"ldp_local_epsilon": privacy.ldp_local_epsilon(
+        config.ldp.sigma, int(np.prod(x_pool.shape[1:])), config.ldp.mu)}
   return {
+      **client,
       "num_queries": num,
       "answered": int(answered.sum()),
       "noisy_label_agreement_with_plurality": float(

@@ -3,18 +3,28 @@ Section 2.1, DGD Section III-A), trained as one lifted program, evaluated alone 
 ensemble (plurality and LNMax) on the test set."""
 from __future__ import annotations
 
+import functools
 import os
 import time
+import types
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import aggregation, ensemble, parallel, train
+from dgd_jax import aggregation, ensemble, ldp, parallel, train
 from dgd_jax.data import partition_indices
 from dgd_jax.stages import classifier, fit_config
 
-CONFIG_KEYS = ("seed", "dataset", "model", "num_teachers", "teachers")
+# "ldp": robust teachers for an LDP client (LDP Eq. 3) when ``ldp.robust_teachers`` is set.
+CONFIG_KEYS = ("seed", "dataset", "model", "num_teachers", "teachers", "ldp")
+
+
+def robust_update(config):
+  """``ldp.robust_update`` with the config's LDP setting, or None for plain teachers."""
+  if not ("ldp" in config and config.ldp.get("robust_teachers", False)):
+    return None
+  return functools.partial(ldp.robust_update, cfg=types.SimpleNamespace(**config.ldp))
 
 
 def new_teachers(config, data, n: int, key: jax.Array):
@@ -41,7 +51,7 @@ def train_members(ctx, rows: list[np.ndarray], name: str):
                                     mesh)
   indices, sizes = parallel.shard_teachers((jnp.asarray(parts.indices),
                                             jnp.asarray(parts.sizes)), mesh)
-  step = ensemble.make_train_step(mesh, cfg.batch_size, chunk)
+  step = ensemble.make_train_step(mesh, cfg.batch_size, chunk, robust_update(config))
   t0 = time.perf_counter()
   state = train.run_steps(state, lambda s, k: step(s, x_all, y_all, indices, sizes, k),
                           train_key, cfg, ctx.stage.checkpoint_dir, name, ctx.log,
