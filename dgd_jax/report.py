@@ -112,6 +112,10 @@ def write(workdir: str, report: dict) -> None:
                f"{report['steps']} steps") + ").** Other accountants: "
               + ", ".join(f"{k} {v:.4g}" for k, v in report["epsilons"].items())
               + ". Not covered: " + " ".join(report["covers"]["not_covered"]), ""]
+  if report.get("ldp_local_epsilon") is not None:
+    lines += [f"**Client side: local epsilon = {report['ldp_local_epsilon']:.6g} per query "
+              "sample** (pure, LDP Algorithm 1: masking + Laplace noise before it leaves the "
+              "client).", ""]
   lines += ["## Privacy", "", report["privacy"]["note"], "", "## Stages", "",
             "| stage | result |", "|---|---|"]
   pictures = []

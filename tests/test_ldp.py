@@ -76,6 +76,8 @@ def test_pate_student_from_an_ldp_client(npz_file, tmp_path):
   assert queries["ldp_local_epsilon"] == pytest.approx(privacy.ldp_local_epsilon(5.0, 784, 0.1))
   assert report["epsilon"] > 0 and report["accountant"] == "rdp_data_dependent"
   assert report["ldp_local_epsilon"] == queries["ldp_local_epsilon"]
+  assert "Client side: local epsilon = 7050 per query sample" in (
+      tmp_path / "p" / "report.md").read_text()
   plain = tiny_configs.pate(npz_file)
   plain_report = pipeline.run(plain, str(tmp_path / "q"))
   # The robust teachers differ from plain ones (Eq. 3), and the votes come from perturbed
