@@ -18,11 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dgd_jax import dpdfd, generative, plots, privacy, train
+from dgd_jax import dpdfd, generative, privacy, train
 from dgd_jax.errors import ConfigError
 from dgd_jax.models.generator import Generator
 from dgd_jax.stages import classifier, queries
-from dgd_jax.stages.generator import load_baseline
+from dgd_jax.stages.generator import class_grid, generate, load_baseline
 
 CONFIG_KEYS = ("seed", "dataset", "model", "baseline", "num_teachers", "teachers", "dpdfd",
                "privacy")
@@ -136,27 +136,12 @@ def run_samples(ctx) -> dict:
   config = ctx.config
   student, template, _ = _states(ctx, 0.0)
   state = train.restore_state(os.path.join(ctx.stage_path("dpdfd"), "checkpoints"), template)
-  gen = state.generator
-
-  @jax.jit
-  def batch(key):
-    z = jax.random.normal(key, (config.dpdfd.batch_size, config.dpdfd.latent_dim))
-    x, _ = gen.apply_fn({"params": gen.params, "batch_stats": gen.batch_stats}, z,
-                        train=True, mutable=["batch_stats"])
-    return x
-
-  num, key = config.dpdfd.num_synthetic, ctx.key("dpdfd_samples")
-  x = np.concatenate([np.asarray(batch(jax.random.fold_in(key, i)))
-                      for i in range(-(-num // config.dpdfd.batch_size))])[:num]
+  d, k = config.dpdfd, ctx.dataset.num_classes
+  num = d.num_synthetic
+  x = generate(state.generator, ctx.key("dpdfd_samples"), num, d.batch_size, d.latent_dim)
   labels = train.predict(student.apply, state.params, x)  # the DP student's labels
   np.save(os.path.join(ctx.stage.path, SYNTHETIC), x)
-  k = ctx.dataset.num_classes
-  grid = np.zeros((k, 10) + x.shape[1:], np.float32)
-  for c in range(k):
-    chosen = x[labels == c][:10]
-    grid[c, :len(chosen)] = chosen
-  plots.image_grid(os.path.join(ctx.stage.path, "samples.png"), grid,
-                   row_labels=[f"class {c}" for c in range(k)],
-                   title="DPDFD generator samples by the DP student's class")
+  class_grid(os.path.join(ctx.stage.path, "samples.png"), x, labels, k,
+             "DPDFD generator samples by the DP student's class")
   return {"num_synthetic": num, "class_histogram": np.bincount(labels, minlength=k).tolist(),
           "samples_png": "dpdfd_samples/samples.png"}

@@ -53,6 +53,17 @@ def generate(state: generative.GeneratorState, key: jax.Array, num: int, batch_s
   return np.concatenate(out)[:num]
 
 
+def class_grid(path: str, x: np.ndarray, labels: np.ndarray, num_classes: int, title: str,
+               per_class: int = 10) -> None:
+  """A PNG with one row of up to ``per_class`` samples per predicted class."""
+  grid = np.zeros((num_classes, per_class) + x.shape[1:], np.float32)
+  for k in range(num_classes):
+    chosen = x[labels == k][:per_class]
+    grid[k, :len(chosen)] = chosen
+  plots.image_grid(path, grid, row_labels=[f"class {k}" for k in range(num_classes)],
+                   title=title)
+
+
 def run(ctx) -> dict:
   config, data = ctx.config, ctx.dataset
   g = config.generator
@@ -85,14 +96,8 @@ def run(ctx) -> dict:
   p = histogram[histogram > 0] / num
   entropy = float(-(p * np.log(p)).sum())
 
-  per_class = 10
-  grid = np.zeros((data.num_classes, per_class) + data.image_shape, np.float32)
-  for k in range(data.num_classes):
-    chosen = x_syn[labels == k][:per_class]
-    grid[k, :len(chosen)] = chosen
-  plots.image_grid(os.path.join(ctx.stage.path, "samples.png"), grid,
-                   row_labels=[f"class {k}" for k in range(data.num_classes)],
-                   title="Synthetic samples by the baseline's predicted class")
+  class_grid(os.path.join(ctx.stage.path, "samples.png"), x_syn, labels, data.num_classes,
+             "Synthetic samples by the baseline's predicted class")
 
   # DGD Fig. 4 "data-free" bar: the baseline's architecture and schedule on synthetic data.
   student = classifier(config, data.num_classes)
