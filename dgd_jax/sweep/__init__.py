@@ -46,11 +46,12 @@ def _cast(text: str, current: Any) -> Any:
   return type(current)(text) if current is not None else text
 
 
-def _get(config: ml_collections.ConfigDict, name: str) -> Any:
-  node = config
-  for part in name.split("."):
-    if part not in node:
-      raise ConfigError(f"--set names config.{name}, which this config does not have.")
+def _at(tree: Any, path: str, missing: str) -> Any:
+  """``tree['a']['b']`` for 'a.b' in a config or report; ConfigError ``missing`` if absent."""
+  node = tree
+  for part in path.split("."):
+    if not isinstance(node, (dict, ml_collections.ConfigDict)) or part not in node:
+      raise ConfigError(missing)
     node = node[part]
   return node
 
@@ -67,7 +68,9 @@ def parse_axis(spec: str, config: ml_collections.ConfigDict) -> Axis:
     if len(parts) != len(names):
       raise ConfigError(f"--set={spec!r}: {item!r} gives {len(parts)} values for "
                         f"{len(names)} fields {list(names)}.")
-    points.append(tuple(_cast(p.strip(), _get(config, n)) for n, p in zip(names, parts)))
+    current = [_at(config, n, f"--set names config.{n}, which this config does not have.")
+               for n in names]
+    points.append(tuple(_cast(p.strip(), c) for c, p in zip(current, parts)))
   return names, points
 
 
@@ -120,16 +123,6 @@ def planned_epsilons(config) -> dict[str, float]:
           ledger.epsilons(config.privacy.delta, data_dependent=False).items()}
 
 
-def _lookup(report: dict, path: str) -> Any:
-  """``report['a']['b']`` for 'a.b' (e.g. 'generator.synthetic_student_accuracy')."""
-  node = report
-  for part in path.split("."):
-    if not isinstance(node, dict) or part not in node:
-      raise ConfigError(f"--columns names {path!r}, which report.json does not have.")
-    node = node[part]
-  return node
-
-
 def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
         reuse: Sequence[str] = (), accounting_only: bool = False,
         columns: Sequence[str] = ()) -> list[dict]:
@@ -155,7 +148,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
       report = pipeline.run(c, os.path.join(workdir, name))
       row.update({k: report.get(k) for k in ("test_accuracy", "epsilon", "accountant",
                                              "queries", "baseline_accuracy")})
-      row.update({c: _lookup(report, c) for c in columns})
+      row.update({c: _at(report, c, f"--columns names {c!r}, which report.json does "
+                                    "not have.") for c in columns})
       row["workdir"] = name
     rows.append(row)
     _write(workdir, axes, rows, accounting_only, columns)
