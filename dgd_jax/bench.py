@@ -66,19 +66,17 @@ def bench_teachers() -> dict:
   chunk = ensemble.auto_chunk(_CHUNK.value, n)
   rng = np.random.default_rng(0)
   total = n * _PER_TEACHER.value
-  x = parallel.replicate(jnp.asarray(rng.uniform(-1, 1, (total,) + shape), jnp.float32), mesh)
-  y = parallel.replicate(jnp.asarray(rng.integers(0, 10, total), jnp.int32), mesh)
-  indices = np.arange(total, dtype=np.int32).reshape(n, -1)
-  idx, sizes = parallel.shard_teachers(
-      (jnp.asarray(indices), jnp.full((n,), indices.shape[1], jnp.int32)), mesh)
-  state = parallel.shard_teachers(
-      ensemble.init_teachers(model, tx, jax.random.key(0), n, shape), mesh)
+  x = rng.uniform(-1, 1, (total,) + shape).astype(np.float32)
+  y = rng.integers(0, 10, total).astype(np.int32)
+  parts = ensemble.Partitions.stack(list(np.arange(total, dtype=np.int32).reshape(n, -1)))
+  examples = ensemble.place_examples(mesh, parts, x, y)
+  state = ensemble.init_teachers(model, tx, jax.random.key(0), n, shape, mesh)
   step = ensemble.make_train_step(mesh, b, chunk)
-  state, metrics = step(state, x, y, idx, sizes, jax.random.key(1))  # compile + warm-up
+  state, metrics = step(state, *examples, jax.random.key(1))  # compile + warm-up
   jax.block_until_ready(metrics)
   t = time.perf_counter()
   for s in range(_STEPS.value):
-    state, metrics = step(state, x, y, idx, sizes, jax.random.key(2 + s))
+    state, metrics = step(state, *examples, jax.random.key(2 + s))
   jax.block_until_ready(metrics)
   seconds = (time.perf_counter() - t) / _STEPS.value
   flops = n * b * train_flops_per_example(_SIZE.value, _CHANNELS.value, _CONV1.value,

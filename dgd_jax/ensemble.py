@@ -1,10 +1,12 @@
 """The teacher ensemble: one teacher's pure train step, lifted over a teacher axis.
 
 Every array of the ensemble has the teacher axis first: parameters and optimizer state
-[n, ...], keys [n], partitions [n, m]. Teachers index one shared training set
-(``x_all``, ``y_all``; not copied per teacher): member i samples its minibatch from
-``indices[i, :sizes[i]]``. Rows padded to a common length, each with its own ``size``,
-let ensembles of different sizes (a teacher-count sweep) train as one program.
+[n, ...], keys [n], partitions [n, m]. Each device holds the training examples of its own
+teachers once (``Partitions.localize``: the union of their partitions, not a copy per
+teacher; in a multi-process run no process holds another's examples): member i samples its
+minibatch from ``indices[i, :sizes[i]]``, indices into its device's examples. Rows padded
+to a common length, each with its own ``size``, let ensembles of different sizes (a
+teacher-count sweep) train as one program.
 
 Lifting: ``member_step`` is written for one teacher and lifted with ``jax.vmap`` over
 chunks of ``chunk`` teachers, the chunks run by ``lax.map`` (a scan). ``chunk = n`` is the
@@ -12,7 +14,8 @@ plain vmap over all teachers, best on GPU/TPU; on XLA:CPU the batched matmuls of
 vmap run several times slower than small chunks (see ``python -m dgd_jax.bench``), so
 the CPU default is a small chunk. Either way there is no Python loop over teachers and
 one jitted program per ensemble. The program runs under ``jax.shard_map`` over the
-'teachers' mesh (``parallel.py``): each device steps its own teachers.
+'teachers' mesh (``parallel.py``): each device steps its own teachers, so the result is the
+same on one device, many, or many processes.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from dgd_jax import parallel, train
 from dgd_jax.errors import ConfigError
@@ -70,19 +73,42 @@ class Partitions:
       indices[i, :len(r)] = r
     return cls(indices, np.array([len(r) for r in rows], np.int32))
 
+  def localize(self, num_shards: int) -> tuple[np.ndarray, "Partitions"]:
+    """Per-shard examples for ``num_shards`` devices holding consecutive equal blocks of
+    teachers: ``rows`` [S, U] (indices into the training set; shard s's union of its
+    teachers' partitions, padded with its first row) and the partitions re-indexed into
+    them. ``x_train[rows[s]][local.indices[i]] == x_train[self.indices[i]]`` for teacher i
+    of shard s, so a member draws the same examples."""
+    n = len(self.sizes)
+    if n % num_shards:
+      raise ConfigError(f"{n} teachers do not split into {num_shards} equal shards.")
+    per, valid = n // num_shards, np.arange(self.indices.shape[1]) < self.sizes[:, None]
+    unions = [np.unique(self.indices[s * per:(s + 1) * per][valid[s * per:(s + 1) * per]])
+              for s in range(num_shards)]
+    rows = np.stack([np.pad(u, (0, max(map(len, unions)) - len(u)), mode="edge")
+                     for u in unions]).astype(np.int32)
+    local = np.stack([np.searchsorted(unions[i // per], self.indices[i]) for i in range(n)])
+    return rows, Partitions(np.where(valid, local, 0).astype(np.int32), self.sizes)
+
 
 def init_teachers(model: nn.Module, tx: optax.GradientTransformation, key: jax.Array,
-                  num_teachers: int, image_shape: tuple[int, ...]) -> train.TrainState:
-  """n independently initialised teachers (member i from ``split(key, n)[i]``), stacked."""
-  keys = jax.random.split(key, num_teachers)
-  return jax.vmap(lambda k: train.create_train_state(model, tx, k, image_shape))(keys)
+                  num_teachers: int, image_shape: tuple[int, ...], mesh: Mesh
+                  ) -> train.TrainState:
+  """n independently initialised teachers (member i from ``split(key, n)[i]``), stacked and
+  created in place on the teacher mesh (each device initialises its own teachers)."""
+  @functools.partial(jax.jit, out_shardings=NamedSharding(mesh, P(parallel.AXIS)))
+  def init(key):
+    keys = jax.random.split(key, num_teachers)
+    return jax.vmap(lambda k: train.create_train_state(model, tx, k, image_shape))(keys)
+  return init(key)
 
 
 def member_step(state: train.TrainState, x_all: jnp.ndarray, y_all: jnp.ndarray,
                 indices: jnp.ndarray, size: jnp.ndarray, key: jax.Array, batch_size: int,
                 robust=None):
   """One teacher's step: a minibatch drawn uniformly (with replacement) from its own
-  partition ``indices[:size]``, then one optimizer update; ``robust(state, xb, yb, key)``
+  partition ``indices[:size]`` (rows of ``x_all``, ``y_all``: its device's examples), then
+  one optimizer update; ``robust(state, xb, yb, key)``
   replaces the plain update (e.g. ``ldp.robust_update``, LDP Eq. 3)."""
   rows = jax.random.randint(key, (batch_size,), 0, size)
   idx = indices[rows]
@@ -98,27 +124,39 @@ def _lift(fn, chunk: int):
 
 
 def make_train_step(mesh: Mesh, batch_size: int, chunk: int, robust=None):
-  """A jitted ``step(state, x_all, y_all, indices, sizes, key) -> (state, metrics [n])``;
-  member i uses ``split(key, n)[i]``. The state is donated. ``robust``: see
-  ``member_step``."""
+  """A jitted ``step(state, x_shards, y_shards, indices, sizes, key) -> (state, metrics
+  [n])``; ``x_shards``/``y_shards`` [S, U, ...] and the partitions from
+  ``Partitions.localize(S)`` for the mesh's S devices. Member i uses ``split(key, n)[i]``.
+  The state is donated. ``robust``: see ``member_step``."""
 
-  def local(state, x_all, y_all, indices, sizes, keys):
+  def local(state, x_shard, y_shard, indices, sizes, keys):
     def one(args):
       s, idx, size, k = args
-      return member_step(s, x_all, y_all, idx, size, k, batch_size, robust)
+      return member_step(s, x_shard[0], y_shard[0], idx, size, k, batch_size, robust)
     return _lift(one, chunk)((state, indices, sizes, keys))
 
-  sharded = jax.shard_map(local, mesh=mesh, in_specs=(P(parallel.AXIS), P(), P(),
-                                                       P(parallel.AXIS), P(parallel.AXIS),
-                                                       P(parallel.AXIS)),
+  sharded = jax.shard_map(local, mesh=mesh, in_specs=P(parallel.AXIS),
                           out_specs=P(parallel.AXIS))
 
   @functools.partial(jax.jit, donate_argnums=0)
-  def step(state, x_all, y_all, indices, sizes, key):
+  def step(state, x_shards, y_shards, indices, sizes, key):
     keys = jax.random.split(key, indices.shape[0])
-    return sharded(state, x_all, y_all, indices, sizes, keys)
+    return sharded(state, x_shards, y_shards, indices, sizes, keys)
 
   return step
+
+
+def place_examples(mesh: Mesh, parts: Partitions, x_train: np.ndarray, y_train: np.ndarray):
+  """The arguments ``make_train_step``'s step takes after the state: (x_shards, y_shards,
+  indices, sizes) on the mesh, each device holding only its own teachers' examples."""
+  rows, local = parts.localize(mesh.size)
+  sharding = NamedSharding(mesh, P(parallel.AXIS))
+
+  def gathered(source):  # shard s's examples, read only by the process that holds shard s
+    shape = rows.shape + source.shape[1:]
+    return jax.make_array_from_callback(shape, sharding, lambda index: source[rows[index[0]]])
+  return (gathered(x_train), gathered(y_train)) + parallel.put((local.indices, local.sizes),
+                                                               mesh)
 
 
 def make_predict_fn(mesh: Mesh, apply_fn, chunk: int):
@@ -147,7 +185,7 @@ def _in_chunks(fn, queries: np.ndarray, query_chunk: int, axis: int) -> np.ndarr
   pad = -q % query_chunk
   if pad:
     queries = np.concatenate([queries, np.zeros((pad,) + queries.shape[1:], queries.dtype)])
-  out = [np.asarray(fn(queries[i:i + query_chunk]))
+  out = [parallel.to_host(fn(queries[i:i + query_chunk]))
          for i in range(0, len(queries), query_chunk)]
   return np.take(np.concatenate(out, axis=axis), np.arange(q), axis=axis)
 

@@ -3,6 +3,11 @@ r"""dgd_jax command line.
   python -m dgd_jax.main --config=dgd_jax/configs/baseline.py:fashion_mnist[,cpu] \
       --workdir=/tmp/run [--stages=baseline] [--config.seed=1 ...]
 
+Multi-process (``distributed.py``): under SLURM with several tasks or on a multi-host
+Cloud TPU slice the processes find each other; elsewhere give every process
+``--coordinator_address=HOST:PORT --num_processes=N --process_id=I`` (process 0 hosts the
+coordinator). See ``launch/`` and BUILD.md.
+
 Parses flags and calls ``pipeline.run``; the library never reads FLAGS.
 """
 from __future__ import annotations
@@ -13,7 +18,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from dgd_jax import pipeline, progress
+from dgd_jax import distributed, progress
 from dgd_jax.errors import UserInputError
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -21,6 +26,18 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, report.")
 _STAGES = flags.DEFINE_list("stages", None, "Run only these stages (default: all of the method).")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", "", "HOST:PORT of process 0 for a multi-process run (not needed "
+    "under SLURM or on a Cloud TPU slice, where JAX finds it).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", 0, "Processes in the run (with "
+                                      "--coordinator_address).")
+_PROCESS_ID = flags.DEFINE_integer("process_id", -1, "This process's index, 0..N-1 (with "
+                                   "--coordinator_address).")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False, "Join a multi-process run JAX detects by itself (SLURM, Cloud TPU); "
+    "set by launch/slurm.sh and launch/tpu_vm.sh.")
+_TIMEOUT = flags.DEFINE_integer("distributed_timeout", 300, "Seconds to wait for the "
+                                "coordinator and every process to join.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -28,11 +45,15 @@ def main(argv):
   del argv
   progress.setup_cli_logging()
   try:
+    distributed.from_environment(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                                 _DISTRIBUTED.value, _TIMEOUT.value)  # before any device use
+    from dgd_jax import pipeline  # pylint: disable=g-import-not-at-top
     report = pipeline.run(_CONFIG.value, _WORKDIR.value, _STAGES.value)
   except UserInputError as e:
     sys.exit(f"error: {e}")
   summary = {k: report[k] for k in ("method", "dataset", "preset", "test_accuracy")}
-  print(json.dumps(summary))
+  if distributed.is_writer():
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

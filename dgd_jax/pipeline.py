@@ -18,6 +18,7 @@ import jax
 import ml_collections
 from absl import logging
 
+from dgd_jax import distributed
 from dgd_jax import report as report_lib
 from dgd_jax.data import Dataset, load_dataset
 from dgd_jax.errors import ConfigError, UserInputError
@@ -59,6 +60,9 @@ METHODS: dict[str, tuple[str, ...]] = {
     "dpdfd": ("baseline", "teachers", "dpdfd", "dpdfd_samples"),
     "ldp": ("baseline", "ldp"),
 }
+# Stages that run sharded over the devices of every process (distributed.py); the others
+# run on one process.
+MULTIPROCESS_STAGES = ("teachers", "teacher_sweep")
 # What a method runs by default where that is not its last stage.
 DEFAULT_STAGES: dict[str, Callable[[ml_collections.ConfigDict], tuple[str, ...]]] = {
     "dpdfd": lambda c: ("dpdfd",) if c.dpdfd.teacher == "private_data" else ("dpdfd_samples",),
@@ -83,6 +87,11 @@ class Context:
     """A key for one purpose, derived from the root key ``config.seed`` by ``fold_in``."""
     return jax.random.fold_in(jax.random.key(self.config.seed),
                               zlib.crc32(purpose.encode()) & 0x7FFFFFFF)
+
+  @property
+  def writer(self) -> bool:
+    """Whether this process writes files (process 0 of a multi-process run)."""
+    return self.workdir.writer
 
   def log(self, metrics: dict) -> None:
     self.workdir.log_metrics(self.stage.name, metrics)
@@ -119,6 +128,18 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"config.sweep.sizes={config.sweep.sizes}: teacher counts must be >= 1.")
 
 
+def check_multiprocess(to_run: list[str]) -> None:
+  """A multi-process run trains teacher ensembles sharded over every process's devices;
+  the other stages run on one process. Refuses a plan that would run one of those."""
+  single = [n for n in to_run if n not in MULTIPROCESS_STAGES]
+  if single and distributed.is_multiprocess():
+    raise ConfigError(
+        f"Stages {single} run on one process, but this run has {jax.process_count()}. Run "
+        f"--stages={','.join(n for n in to_run if n in MULTIPROCESS_STAGES) or 'teachers'} "
+        "across processes, then the same command on one process with the same --workdir: "
+        "it reuses the finished teacher stages.")
+
+
 def requirements(name: str, config: ml_collections.ConfigDict) -> tuple[str, ...]:
   requires = STAGES[name].requires
   return requires(config) if callable(requires) else requires
@@ -153,10 +174,11 @@ def run(config: ml_collections.ConfigDict, workdir: str,
   for name in names:  # e.g. the privacy budget guard: before anything is trained or queried
     if STAGES[name].precheck:
       STAGES[name].precheck(config)
-  wd = Workdir(workdir)
+  wd = Workdir(workdir, writer=distributed.is_writer())
   planned = [wd.stage(n, config, STAGES[n].config_keys) for n in names]
   for stage in planned:  # refuse conflicts before writing anything
     stage.check()
+  check_multiprocess([s.name for s in planned if not s.done()])
   wd.record_config(config)
   dataset = functools.cache(lambda: load_dataset(  # loaded once, by the first stage that runs
       config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None,
@@ -174,7 +196,9 @@ def run(config: ml_collections.ConfigDict, workdir: str,
         stage.abandon_if_empty()  # e.g. too many teachers: let a fixed config use the dir
         raise
       stage.finish({**result, "stage_seconds": time.perf_counter() - t0})
+      distributed.barrier(f"{stage.name} finished")  # its result.json is written
     results[stage.name] = stage.result()
   report = report_lib.build(config, results)
-  report_lib.write(wd.path, report)
+  if wd.writer:
+    report_lib.write(wd.path, report)
   return report

@@ -18,6 +18,7 @@ import optax
 import orbax.checkpoint as ocp
 from flax.training import train_state
 
+from dgd_jax import parallel
 from dgd_jax import progress as progress_lib
 from dgd_jax.errors import ConfigError
 
@@ -146,7 +147,7 @@ def summarize(metrics: dict[str, jax.Array]) -> dict[str, float]:
   """Scalars as floats; per-member arrays (a teacher axis) as mean, min and max."""
   out = {}
   for k, v in metrics.items():
-    v = np.asarray(v)
+    v = parallel.to_host(v)  # a teacher axis may span processes
     if v.ndim == 0:
       out[k] = float(v)
     else:

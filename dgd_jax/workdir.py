@@ -10,7 +10,9 @@ Layout::
   <workdir>/report.json, report.md
 
 A stage whose folder holds another config slice is refused (``WorkdirConflictError``),
-never overwritten: artefacts already written are not lost.
+never overwritten: artefacts already written are not lost. In a multi-process run every
+process reads the workdir and only the writer (process 0; ``writer=False`` elsewhere)
+writes these files; Orbax checkpoints are written by all.
 """
 from __future__ import annotations
 
@@ -99,6 +101,8 @@ class Stage:
 
   def begin(self) -> None:
     self.check()
+    if not self.workdir.writer:
+      return
     os.makedirs(self.path, exist_ok=True)
     write_json(os.path.join(self.path, "stage.json"),
                {"stage": self.name, "hash": fingerprint(self.config_part),
@@ -106,6 +110,8 @@ class Stage:
 
   def abandon_if_empty(self) -> None:
     """Removes what ``begin`` wrote if the stage stopped before saving any artefact."""
+    if not self.workdir.writer:
+      return
     if not os.path.isdir(self.checkpoint_dir) or not os.listdir(self.checkpoint_dir):
       shutil.rmtree(self.path, ignore_errors=True)
 
@@ -116,14 +122,16 @@ class Stage:
     return read_json(self.result_path)
 
   def finish(self, result: dict) -> None:
-    write_json(self.result_path, result)
+    if self.workdir.writer:
+      write_json(self.result_path, result)
 
 
 class Workdir:
   """A run's working directory (see the module docstring)."""
 
-  def __init__(self, path: str):
+  def __init__(self, path: str, writer: bool = True):
     self.path = os.path.abspath(os.path.expanduser(path))
+    self.writer = writer
     if os.path.exists(self.path) and not os.path.isdir(self.path):
       raise WorkdirConflictError(f"--workdir {self.path} is a file, not a directory.")
 
@@ -132,6 +140,8 @@ class Workdir:
     return Stage(self, name, config_slice(config, keys))
 
   def record_config(self, config: ml_collections.ConfigDict) -> None:
+    if not self.writer:
+      return
     os.makedirs(self.path, exist_ok=True)
     resolved = plain(config)
     write_json(os.path.join(self.path, "config.json"), resolved)
@@ -140,6 +150,8 @@ class Workdir:
                           "config": resolved}) + "\n")
 
   def log_metrics(self, stage: str, metrics: dict) -> None:
+    if not self.writer:
+      return
     with open(os.path.join(self.path, "metrics.jsonl"), "a") as f:
       f.write(json.dumps({"stage": stage, **metrics}) + "\n")
 

@@ -2,7 +2,8 @@
 #  1. Fashion-MNIST IDX files from the Debian package dataset-fashion-mnist (if missing).
 #  2. A virtual environment .venv with dgd_jax and its test/plot extras (re-installed only
 #     when setup.cfg changes).
-# Environment: DGD_VENV (default <repo>/.venv), PYTHON (default python3.11, else python3).
+# Environment: DGD_VENV (default <repo>/.venv), PYTHON (default python3.11, else python3),
+# DGD_EXTRAS (default test,plots; e.g. plots,tpu on a Cloud TPU VM, plots,cuda on GPUs).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${DGD_VENV:-$repo/.venv}"
@@ -22,12 +23,13 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "[setup] creating the virtual environment $venv"
   "$python_bin" -m venv "$venv"
 fi
+extras="${DGD_EXTRAS:-test,plots}"
 stamp="$venv/.dgd_jax-installed"
-want="$(sha256sum "$repo/setup.cfg" | cut -d' ' -f1)"
+want="$(sha256sum "$repo/setup.cfg" | cut -d' ' -f1) $extras"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "[setup] installing dgd_jax[test,plots] into $venv"
+  echo "[setup] installing dgd_jax[$extras] into $venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -e "$repo[test,plots]"
+  "$venv/bin/python" -m pip install -q -e "$repo[$extras]"
   echo "$want" > "$stamp"
 fi
 export PATH="$venv/bin:$PATH"

@@ -21,7 +21,8 @@ N, BATCH, SHAPE = 3, 8, (28, 28, 1)
 def setup_ensemble(n=N, chunk=1):
   model = Classifier(width=0.125)
   tx = train.optimizer(train.FitConfig(num_steps=10))
-  state = ensemble.init_teachers(model, tx, jax.random.key(0), n, SHAPE)
+  state = ensemble.init_teachers(model, tx, jax.random.key(0), n, SHAPE,
+                                 parallel.teacher_mesh(n, jax.devices()[:1]))
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.uniform(-1, 1, (n * 16,) + SHAPE), jnp.float32)
   y = jnp.asarray(rng.integers(0, 10, n * 16), jnp.int32)
@@ -43,8 +44,8 @@ def test_lifted_step_equals_loop_over_members(chunk):
     member, metrics = ensemble.member_step(member, x, y, jnp.asarray(parts.indices[i]),
                                            parts.sizes[i], keys[i], BATCH)
     looped.append((member.params, metrics["loss"]))
-  new_state, metrics = step(state, x, y, jnp.asarray(parts.indices), jnp.asarray(parts.sizes),
-                            key)
+  new_state, metrics = step(state, *ensemble.place_examples(mesh, parts, np.asarray(x),
+                                                            np.asarray(y)), key)
   for i, (params, loss) in enumerate(looped):
     chex.assert_trees_all_close(jax.tree.map(lambda a: a[i], new_state.params), params,
                                 rtol=1e-5, atol=1e-6)
@@ -59,9 +60,9 @@ def test_members_sample_only_their_partition():
   y[parts.indices[1, :parts.sizes[1]]] = 7
   mesh = parallel.teacher_mesh(N, jax.devices()[:1])
   step = ensemble.make_train_step(mesh, BATCH, 1)
+  examples = ensemble.place_examples(mesh, parts, np.asarray(x), y)
   for s in range(10):
-    state, _ = step(state, x, jnp.asarray(y), jnp.asarray(parts.indices),
-                    jnp.asarray(parts.sizes), jax.random.key(s))
+    state, _ = step(state, *examples, jax.random.key(s))
   labels = ensemble.teacher_predictions(ensemble.make_predict_fn(mesh, model.apply, 1),
                                         state.params, np.asarray(x))
   assert np.all(labels[1] == 7) and np.all(labels[0] == 0) and np.all(labels[2] == 0)
@@ -84,6 +85,22 @@ def test_vote_histograms_sum_to_teachers_and_match_predictions():
                              -1))
 
 
+def test_localize_gives_each_shard_its_teachers_examples_once():
+  # Four members, two of them overlapping (a sweep), over two shards.
+  parts = ensemble.Partitions.stack([np.array([9, 3]), np.array([3, 4, 5]), np.array([0]),
+                                     np.array([7, 8])])
+  rows, local = parts.localize(2)
+  assert rows.shape == (2, 4)  # shard 0: {3, 4, 5, 9}; shard 1: {0, 7, 8} padded
+  assert set(rows[0]) == {3, 4, 5, 9} and set(rows[1]) == {0, 7, 8}
+  np.testing.assert_array_equal(local.sizes, parts.sizes)
+  for i in range(4):
+    size = parts.sizes[i]
+    np.testing.assert_array_equal(rows[i // 2][local.indices[i, :size]],
+                                  parts.indices[i, :size])
+  with pytest.raises(Exception, match="equal shards"):
+    parts.localize(3)
+
+
 def test_partitions_stack_pads_and_records_sizes():
   parts = ensemble.Partitions.stack([np.array([5, 6, 7]), np.array([1])])
   np.testing.assert_array_equal(parts.indices, [[5, 6, 7], [1, 0, 0]])
@@ -99,17 +116,15 @@ SHARDED_SCRIPT = textwrap.dedent("""
     model = Classifier(width=0.125)
     tx = train.optimizer(train.FitConfig(num_steps=10))
     rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.uniform(-1, 1, (n * 8, 28, 28, 1)), jnp.float32)
-    y = jnp.asarray(rng.integers(0, 10, n * 8), jnp.int32)
-    idx = jnp.arange(n * 8, dtype=jnp.int32).reshape(n, 8)
-    sizes = jnp.full((n,), 8, jnp.int32)
+    x = rng.uniform(-1, 1, (n * 8, 28, 28, 1)).astype(np.float32)
+    y = rng.integers(0, 10, n * 8).astype(np.int32)
+    parts = ensemble.Partitions.stack(list(np.arange(n * 8, dtype=np.int32).reshape(n, 8)))
     out = {}
     for name, devices in (("one", jax.devices()[:1]), ("eight", jax.devices())):
       mesh = parallel.teacher_mesh(n, devices)
-      state = parallel.shard_teachers(
-          ensemble.init_teachers(model, tx, jax.random.key(0), n, (28, 28, 1)), mesh)
+      state = ensemble.init_teachers(model, tx, jax.random.key(0), n, (28, 28, 1), mesh)
       step = ensemble.make_train_step(mesh, 4, 1)
-      args = parallel.replicate((x, y), mesh) + parallel.shard_teachers((idx, sizes), mesh)
+      args = ensemble.place_examples(mesh, parts, x, y)
       for s in range(3):
         state, metrics = step(state, *args, jax.random.key(s))
       predict = ensemble.make_predict_fn(mesh, model.apply, 1)

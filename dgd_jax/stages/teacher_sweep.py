@@ -15,6 +15,22 @@ from dgd_jax.stages import teachers
 CONFIG_KEYS = ("seed", "dataset", "model", "teachers", "sweep")
 
 
+def write_table(path: str, table: list[dict], sizes: list[int], scales: list[float],
+                dataset: str) -> None:
+  """sweep.csv and sweep.png (accuracy against teacher count) in ``path``."""
+  with open(os.path.join(path, "sweep.csv"), "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=list(table[0]))
+    writer.writeheader()
+    writer.writerows(table)
+  series = {"plurality (no noise)": [r["plurality_accuracy"] for r in table]}
+  series.update({f"LNMax, Laplace scale {s:g}": [r[f"lnmax_accuracy_scale_{s:g}"] for r in table]
+                 for s in scales})
+  series["mean single teacher"] = [r["teacher_accuracy_mean"] for r in table]
+  plots.line_plot(os.path.join(path, "sweep.png"), sizes, series,
+                  xlabel="teachers", ylabel="test accuracy", logx=True,
+                  title=f"Aggregated accuracy vs teacher count ({dataset})")
+
+
 def run(ctx) -> dict:
   config, data = ctx.config, ctx.dataset
   sizes = [int(s) for s in config.sweep.sizes]
@@ -28,18 +44,8 @@ def run(ctx) -> dict:
                                           data.num_classes, scales, ctx.key(f"sweep_{n}"))
     start += n
     table.append({"teachers": n, "examples_per_teacher": len(data.x_train) // n, **acc})
-  csv_path = os.path.join(ctx.stage.path, "sweep.csv")
-  with open(csv_path, "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(table[0]))
-    writer.writeheader()
-    writer.writerows(table)
-  series = {"plurality (no noise)": [r["plurality_accuracy"] for r in table]}
-  series.update({f"LNMax, Laplace scale {s:g}": [r[f"lnmax_accuracy_scale_{s:g}"] for r in table]
-                 for s in scales})
-  series["mean single teacher"] = [r["teacher_accuracy_mean"] for r in table]
-  plots.line_plot(os.path.join(ctx.stage.path, "sweep.png"), sizes, series,
-                  xlabel="teachers", ylabel="test accuracy", logx=True,
-                  title=f"Aggregated accuracy vs teacher count ({config.dataset})")
+  if ctx.writer:
+    write_table(ctx.stage.path, table, sizes, scales, config.dataset)
   return {"members_trained": len(rows), "train_seconds": seconds,
           "csv": "teacher_sweep/sweep.csv", "plot_png": "teacher_sweep/sweep.png",
           "table": table}

@@ -35,8 +35,7 @@ def new_teachers(config, data, n: int, key: jax.Array):
   cfg = fit_config(config, "teachers")
   chunk = ensemble.auto_chunk(config.teachers.chunk, n)
   mesh = parallel.teacher_mesh(n)
-  state = parallel.shard_teachers(
-      ensemble.init_teachers(model, train.optimizer(cfg), key, n, data.image_shape), mesh)
+  state = ensemble.init_teachers(model, train.optimizer(cfg), key, n, data.image_shape, mesh)
   return state, ensemble.make_predict_fn(mesh, model.apply, chunk), mesh, chunk, cfg
 
 
@@ -47,13 +46,10 @@ def train_members(ctx, rows: list[np.ndarray], name: str):
   parts = ensemble.Partitions.stack(rows)
   init_key, train_key = jax.random.split(ctx.key(name))
   state, predict, mesh, chunk, cfg = new_teachers(config, data, len(rows), init_key)
-  x_all, y_all = parallel.replicate((jnp.asarray(data.x_train), jnp.asarray(data.y_train)),
-                                    mesh)
-  indices, sizes = parallel.shard_teachers((jnp.asarray(parts.indices),
-                                            jnp.asarray(parts.sizes)), mesh)
+  examples = ensemble.place_examples(mesh, parts, data.x_train, data.y_train)
   step = ensemble.make_train_step(mesh, cfg.batch_size, chunk, robust_update(config))
   t0 = time.perf_counter()
-  state = train.run_steps(state, lambda s, k: step(s, x_all, y_all, indices, sizes, k),
+  state = train.run_steps(state, lambda s, k: step(s, *examples, k),
                           train_key, cfg, ctx.stage.checkpoint_dir, name, ctx.log,
                           examples_per_step=len(rows) * cfg.batch_size)
   seconds = time.perf_counter() - t0
@@ -87,7 +83,8 @@ def run(ctx) -> dict:
   labels = ensemble.teacher_predictions(predict, params, data.x_test)
   result, votes = ensemble_accuracies(labels, data.y_test, data.num_classes,
                                       config.teachers.noise_scales, ctx.key("teachers_eval"))
-  np.save(os.path.join(ctx.stage.path, "test_votes.npy"), votes)
+  if ctx.writer:
+    np.save(os.path.join(ctx.stage.path, "test_votes.npy"), votes)
   return {
       "num_teachers": config.num_teachers,
       "examples_per_teacher": len(rows[0]),
