@@ -22,7 +22,7 @@ from dgd_jax import distributed
 from dgd_jax import report as report_lib
 from dgd_jax.data import Dataset, load_dataset
 from dgd_jax.errors import ConfigError, UserInputError
-from dgd_jax.stages import (baseline, dpdfd, generator, ldp, pool, queries, student,
+from dgd_jax.stages import (audit, baseline, dpdfd, generator, ldp, pool, queries, student,
                              teacher_sweep, teachers, vae)
 from dgd_jax.workdir import Stage, Workdir
 
@@ -50,6 +50,8 @@ STAGES: dict[str, StageSpec] = {
                        precheck=dpdfd.plan),
     "dpdfd_samples": StageSpec(dpdfd.SAMPLES_KEYS, dpdfd.run_samples, requires=("dpdfd",)),
     "ldp": StageSpec(ldp.CONFIG_KEYS, ldp.run, requires=("baseline",)),
+    "audit": StageSpec(audit.CONFIG_KEYS, audit.run, requires=audit.requires,
+                       precheck=audit.plan),
 }
 METHODS: dict[str, tuple[str, ...]] = {
     "baseline": ("baseline",),
@@ -60,6 +62,8 @@ METHODS: dict[str, tuple[str, ...]] = {
     "dpdfd": ("baseline", "teachers", "dpdfd", "dpdfd_samples"),
     "ldp": ("baseline", "ldp"),
 }
+# Stages any method can run after its own when asked (``--stages``); never by default.
+OPTIONAL_STAGES = ("audit",)
 # Stages that run sharded over the devices of every process (distributed.py); the others
 # run on one process.
 MULTIPROCESS_STAGES = ("teachers", "teacher_sweep")
@@ -153,6 +157,7 @@ def with_prerequisites(config: ml_collections.ConfigDict, stages: tuple[str, ...
   method = config.method
   order = METHODS[method]
   stages = stages or DEFAULT_STAGES.get(method, lambda c: order[-1:])(config)
+  order += OPTIONAL_STAGES
   unknown = [n for n in stages if n not in order]
   if unknown:
     raise ConfigError(f"Unknown stages {unknown} for method {method!r}; it has {list(order)}.")

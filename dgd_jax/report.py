@@ -38,7 +38,7 @@ RAW_POOL_NOTE = (
     "(a stand-in for public data, DGD Fig. 4 and 7). The student sees those images without "
     "noise, so this run's student has no differential-privacy guarantee for them.")
 # Stage results that report.json also shows at its top level.
-TOP_LEVEL = ("generator", "vae", "ldp")
+TOP_LEVEL = ("generator", "vae", "ldp", "audit")
 # The stage whose test accuracy is the method's headline.
 HEADLINE_STAGE = {"baseline": "baseline", "dgd": "student", "pate": "student",
                   "dpdfd": "dpdfd", "ldp": "ldp"}
@@ -98,6 +98,24 @@ def build(config, results: dict) -> dict:
   return report
 
 
+def _audit_lines(a: dict) -> list[str]:
+  """report.md's audit table: membership inference and model inversion per model."""
+  lines = ["## Privacy audit (empirical attacks)", "",
+           "| model | membership AUC | AUC 2.5-97.5% over splits | TPR at 1% FPR | splits x "
+           "examples per side | inversion: correlation with own class mean | classes "
+           "identified |", "|---|---|---|---|---|---|---|"]
+  for name, m in a["membership"].items():
+    inv = a["inversion"].get(name)
+    lines.append(
+        f"| {name} | {m['auc']:.3f} | {m['auc_interval'][0]:.3f}-{m['auc_interval'][1]:.3f} "
+        f"| {m['tpr_at_1pct_fpr']:.3f} | {m['splits']} x {m['examples_per_side']} | "
+        + (f"{inv['correlation_with_own_class_mean']:.3f} | {inv['classes_identified']}/"
+           f"{inv['num_classes']} |" if inv else "- | - |"))
+  lines += ["", f"Loss-threshold membership inference (0.5 = chance); model inversion with "
+            f"the {a['inversion']['prior']} prior. An empirical check, not a guarantee.", ""]
+  return lines
+
+
 def write(workdir: str, report: dict) -> None:
   write_json(os.path.join(workdir, "report.json"), report)
   lines = [f"# dgd_jax report: {report['method']} on {report['dataset']} "
@@ -116,12 +134,15 @@ def write(workdir: str, report: dict) -> None:
     lines += [f"**Client side: local epsilon = {report['ldp_local_epsilon']:.6g} per query "
               "sample** (pure, LDP Algorithm 1: masking + Laplace noise before it leaves the "
               "client).", ""]
+  if report.get("audit"):
+    lines += _audit_lines(report["audit"])
   lines += ["## Privacy", "", report["privacy"]["note"], "", "## Stages", "",
             "| stage | result |", "|---|---|"]
   pictures = []
   for name, result in report["stages"].items():
     shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                      for k, v in result.items() if k not in ("table", "privacy"))
+                      for k, v in result.items() if k not in ("table", "privacy", "membership",
+                                                              "inversion"))
     lines.append(f"| {name} | {shown} |")
     pictures += [(k, v) for k, v in result.items() if k.endswith("_png")]
   if pictures:

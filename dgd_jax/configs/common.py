@@ -149,3 +149,14 @@ def ldp_config(preset: str, robust_teachers: bool = False) -> ml_collections.Con
       learning_rate=1e-3,
       end_learning_rate=0.0,
   ))
+
+
+def audit_config() -> ml_collections.ConfigDict:
+  """The privacy audit's attacks (``python -m dgd_jax.audit``)."""
+  return ml_collections.ConfigDict(dict(
+      splits=10,  # balanced member/non-member splits (teachers: one teacher per split)
+      examples=1000,  # members and non-members per split, at most
+      prior="auto",  # model inversion: 'generator' (the data-free one), 'pixel' or 'auto'
+      inversion_steps=300,  # Adam steps of gradient ascent on log p(class | x)
+      inversion_batch=16,  # reconstructions per class, averaged for the picture and score
+  ))

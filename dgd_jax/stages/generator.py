@@ -36,6 +36,27 @@ def load_baseline(ctx):
   return model, params
 
 
+def new_generator(config, image_shape: tuple[int, ...], key: jax.Array
+                  ) -> generative.GeneratorState:
+  """A freshly initialised generator with its optimizer (lr / 10 every ``decay_every``
+  rounds); also the template a finished stage's generator is restored into."""
+  g = config.generator
+  gen = Generator(image_shape=image_shape, latent_dim=g.latent_dim, features=g.features,
+                  standardize_output=g.standardize_output)
+  variables = gen.init(key, jnp.zeros((2, g.latent_dim)), train=False)
+  tx = optax.adam(optax.exponential_decay(g.learning_rate, g.decay_every * g.iterations_per_round,
+                                          0.1, staircase=True))
+  return generative.GeneratorState.create(apply_fn=gen.apply, params=variables["params"],
+                                          batch_stats=variables["batch_stats"], tx=tx)
+
+
+def load_generator(ctx) -> generative.GeneratorState:
+  """The finished generator stage's generator."""
+  return train.restore_state(os.path.join(ctx.stage_path("generator"), "checkpoints"),
+                             new_generator(ctx.config, ctx.dataset.image_shape,
+                                           jax.random.key(0)))
+
+
 def generate(state: generative.GeneratorState, key: jax.Array, num: int, batch_size: int,
              latent_dim: int) -> np.ndarray:
   """``num`` synthetic images from fresh latent draws, in batches of the training batch
@@ -68,15 +89,8 @@ def run(ctx) -> dict:
   config, data = ctx.config, ctx.dataset
   g = config.generator
   baseline, baseline_params = load_baseline(ctx)
-  gen = Generator(image_shape=data.image_shape, latent_dim=g.latent_dim, features=g.features,
-                  standardize_output=g.standardize_output)
   init_key, train_key, sample_key, student_key = jax.random.split(ctx.key("generator"), 4)
-  variables = gen.init(init_key, jnp.zeros((2, g.latent_dim)), train=False)
-  steps_per_decay = g.decay_every * g.iterations_per_round  # lr / 10 every decay_every rounds
-  tx = optax.adam(optax.exponential_decay(g.learning_rate, steps_per_decay, 0.1,
-                                          staircase=True))
-  state = generative.GeneratorState.create(apply_fn=gen.apply, params=variables["params"],
-                                           batch_stats=variables["batch_stats"], tx=tx)
+  state = new_generator(config, data.image_shape, init_key)
   step = jax.jit(lambda s, k: generative.generator_step(
       s, k, baseline.apply, baseline_params, g.batch_size, g.latent_dim, g.alpha, g.beta),
       donate_argnums=0)

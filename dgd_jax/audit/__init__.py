@@ -1,0 +1,120 @@
+"""Privacy audit: empirical attacks on the models a run produced.
+
+* Membership inference by loss threshold (Yeom et al. 2018): the score of an example is
+  minus the model's cross-entropy on it; members (training examples) tend to score higher.
+  ``membership`` draws balanced splits of members and non-members (held-out examples no
+  model trained on) and gives the attack's ROC AUC and its TPR at 1% FPR per split.
+* Model inversion (Fredrikson et al. 2015; DGD Sec. IV-C, Fig. 9): gradient ascent on
+  log p(target | x) over the input, either through a generator's latent space (the
+  data-free generator as the image prior) or over pixels with a total-variation prior.
+  ``similarity`` compares each reconstruction with the private class means.
+
+The attacks are evaluations by the data owner: they read the private training set.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import scipy.stats
+
+
+def auc(members: np.ndarray, nonmembers: np.ndarray) -> float:
+  """ROC AUC of "score > threshold means member": P(member score > non-member score), ties
+  counting one half (the Mann-Whitney U statistic over the two sample sizes)."""
+  ranks = scipy.stats.rankdata(np.concatenate([members, nonmembers]))  # ties: mean rank
+  m, n = len(members), len(nonmembers)
+  return float((ranks[:m].sum() - m * (m + 1) / 2) / (m * n))
+
+
+def tpr_at_fpr(members: np.ndarray, nonmembers: np.ndarray, fpr: float = 0.01) -> float:
+  """The fraction of members scoring above the threshold that at most ``fpr`` of the
+  non-members exceed (the strictest threshold when ``fpr * n`` < 1)."""
+  threshold = np.quantile(nonmembers, 1.0 - fpr, method="higher")
+  return float(np.mean(members > threshold))
+
+
+def loss_scores(apply_fn: Callable, params, x: np.ndarray, y: np.ndarray,
+                batch_size: int = 1000) -> np.ndarray:
+  """Minus the cross-entropy of each example under the model (the attack's score)."""
+  score = jax.jit(lambda x, y: -optax.softmax_cross_entropy_with_integer_labels(
+      apply_fn(params, x), y))
+  return np.concatenate([np.asarray(score(x[i:i + batch_size], y[i:i + batch_size]))
+                         for i in range(0, len(x), batch_size)])
+
+
+def membership(scores: Callable[[int], tuple[np.ndarray, np.ndarray]], splits: int,
+               examples: int, seed: int) -> dict:
+  """The attack over ``splits`` balanced splits: ``scores(r)`` gives split r's (member,
+  non-member) scores (e.g. a different teacher per split); up to ``examples`` of each are
+  drawn without replacement, as many of one as of the other. Returns the mean AUC and TPR
+  at 1% FPR and the 2.5-97.5 percentile range of the AUC over the splits."""
+  rng = np.random.default_rng(seed)
+  aucs, tprs = [], []
+  for r in range(splits):
+    members, nonmembers = scores(r)
+    k = min(examples, len(members), len(nonmembers))
+    m = rng.choice(members, k, replace=False)
+    n = rng.choice(nonmembers, k, replace=False)
+    aucs.append(auc(m, n))
+    tprs.append(tpr_at_fpr(m, n))
+  return {"auc": float(np.mean(aucs)),
+          "auc_interval": [float(np.percentile(aucs, 2.5)), float(np.percentile(aucs, 97.5))],
+          "auc_per_split": aucs, "tpr_at_1pct_fpr": float(np.mean(tprs)),
+          "splits": splits, "examples_per_side": k}
+
+
+def total_variation(x: jnp.ndarray) -> jnp.ndarray:
+  """Mean absolute difference of neighbouring pixels (the pixel prior)."""
+  return (jnp.abs(jnp.diff(x, axis=-3)).mean() + jnp.abs(jnp.diff(x, axis=-2)).mean())
+
+
+def invert(apply_fn: Callable, params, target: int, shape: tuple[int, ...], key: jax.Array,
+           steps: int, batch: int, decode: Callable | None = None, latent_dim: int = 0,
+           tv_weight: float = 0.05, learning_rate: float = 0.05) -> np.ndarray:
+  """``batch`` inputs maximising log p(target | x) - prior: with ``decode`` (z -> images),
+  over latents z with an N(0, I) penalty 0.5 ||z||^2 / dim; else over pixels x = tanh(u)
+  with ``tv_weight`` * total variation. Returns the images [batch, *shape]."""
+  if decode is not None:
+    start = jax.random.normal(key, (batch, latent_dim))
+    to_image = decode
+    prior = lambda z: 0.5 * jnp.mean(z ** 2)
+  else:
+    start = 0.1 * jax.random.normal(key, (batch,) + tuple(shape))
+    to_image = jnp.tanh
+    prior = lambda u: tv_weight * total_variation(jnp.tanh(u))
+  tx = optax.adam(learning_rate)
+
+  def loss(v):
+    logp = jax.nn.log_softmax(apply_fn(params, to_image(v)))[:, target]
+    return -logp.mean() + prior(v)
+
+  @jax.jit
+  def run(v):
+    def body(carry, _):
+      v, opt = carry
+      grads = jax.grad(loss)(v)
+      updates, opt = tx.update(grads, opt)
+      return (optax.apply_updates(v, updates), opt), None
+    (v, _), _ = jax.lax.scan(body, (v, tx.init(v)), None, length=steps)
+    return to_image(v)
+
+  return np.asarray(run(start))
+
+
+def similarity(reconstructions: np.ndarray, class_means: np.ndarray) -> dict:
+  """Pearson correlation of each class's mean reconstruction [K, ...] with every private
+  class mean [K, ...]: the matching class's correlation (mean over classes) and how many
+  reconstructions are closest to their own class's mean."""
+  flat = lambda a: a.reshape(len(a), -1)
+  r = flat(reconstructions) - flat(reconstructions).mean(1, keepdims=True)
+  c = flat(class_means) - flat(class_means).mean(1, keepdims=True)
+  corr = (r / np.linalg.norm(r, axis=1, keepdims=True)) @ (
+      c / np.linalg.norm(c, axis=1, keepdims=True)).T  # [K reconstructions, K means]
+  return {"correlation_with_own_class_mean": float(np.mean(np.diag(corr))),
+          "correlation_per_class": [float(v) for v in np.diag(corr)],
+          "classes_identified": int(np.sum(corr.argmax(1) == np.arange(len(corr)))),
+          "num_classes": len(corr)}

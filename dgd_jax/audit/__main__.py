@@ -1,0 +1,70 @@
+r"""Privacy audit of a finished run (see ``dgd_jax.audit`` and ``stages/audit.py``):
+
+  python -m dgd_jax.audit --workdir=workdirs/quickstart_cpu [--splits=10] [--prior=auto]
+
+Reads the run's config.json, attacks the models its finished stages saved, writes
+<workdir>/audit/ and adds ``audit`` to report.json and report.md. Trains nothing.
+Parses flags and calls ``pipeline.run``; the library never reads FLAGS.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import ml_collections
+from absl import app, flags
+
+from dgd_jax import pipeline, progress
+from dgd_jax.configs import common
+from dgd_jax.errors import UserInputError, WorkdirConflictError
+from dgd_jax.stages import audit as audit_stage
+from dgd_jax.workdir import Workdir, read_json
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A finished run's workdir.")
+_SPLITS = flags.DEFINE_integer("splits", None, "Balanced member/non-member splits.")
+_EXAMPLES = flags.DEFINE_integer("examples", None, "Members (and non-members) per split.")
+_PRIOR = flags.DEFINE_enum("prior", None, ["auto", "generator", "pixel"],
+                           "Model-inversion prior.")
+_STEPS = flags.DEFINE_integer("inversion_steps", None, "Gradient steps per inversion.")
+flags.mark_flags_as_required(["workdir"])
+
+
+def audit_run(workdir: str, overrides: dict) -> dict:
+  """The run's config with the audit's settings, checked against what the workdir holds;
+  runs the audit stage and returns the report."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    raise WorkdirConflictError(f"{path} does not exist: --workdir must be a run of "
+                               "`python -m dgd_jax.main` (finish the run first).")
+  config = ml_collections.ConfigDict(read_json(path))
+  audit = config.audit.to_dict() if "audit" in config else common.audit_config().to_dict()
+  audit.update({k: v for k, v in overrides.items() if v is not None})
+  config.audit = audit
+  wd = Workdir(workdir)
+  missing = [n for n in audit_stage.requires(config)
+             if not wd.stage(n, config, pipeline.STAGES[n].config_keys).done()]
+  if missing:
+    raise WorkdirConflictError(f"{workdir}: stages {missing} are not finished; the audit "
+                               "trains nothing. Finish the run with `python -m "
+                               "dgd_jax.main` first.")
+  return pipeline.run(config, workdir, ("audit",))
+
+
+def main(argv):
+  del argv
+  progress.setup_cli_logging()
+  try:
+    report = audit_run(_WORKDIR.value, {"splits": _SPLITS.value, "examples": _EXAMPLES.value,
+                                        "prior": _PRIOR.value,
+                                        "inversion_steps": _STEPS.value})
+  except UserInputError as e:
+    sys.exit(f"error: {e}")
+  a = report["audit"]
+  print(json.dumps({"membership_auc": a["membership_auc"],
+                    "inversion_similarity": a["inversion_similarity"]}))
+  print(f"report: {os.path.join(_WORKDIR.value, 'report.md')}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,127 @@
+"""Audit stage (``python -m dgd_jax.audit --workdir=<run>``): membership inference against
+the baseline, single teachers and the student, and model inversion against the baseline
+and the student (``dgd_jax.audit``). Writes ``audit/inversion.png``; its result is
+report.json's ``audit``.
+
+Members are each model's private training examples (the student's "members" are the
+private training set, which it never saw directly); non-members are held-out examples no
+model trained on: the test split (PATE: the part outside the student's public pool).
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+
+from dgd_jax import audit, plots, train
+from dgd_jax.data import partition_indices
+from dgd_jax.errors import ConfigError
+from dgd_jax.stages import baseline as baseline_stage
+from dgd_jax.stages import classifier, fit_config, generator, pool, queries
+from dgd_jax.stages import student as student_stage
+from dgd_jax.stages import teachers as teachers_stage
+
+CONFIG_KEYS = tuple(dict.fromkeys(baseline_stage.CONFIG_KEYS + teachers_stage.CONFIG_KEYS
+                                  + generator.CONFIG_KEYS + student_stage.CONFIG_KEYS
+                                  + ("audit",)))
+INVERSION_PNG = "inversion.png"
+
+
+def requires(config) -> tuple[str, ...]:
+  """The method's models, and its generator where it has one (the inversion prior)."""
+  from dgd_jax import pipeline  # pylint: disable=g-import-not-at-top
+  order = pipeline.METHODS[config.method]
+  return tuple(s for s in ("baseline", "teachers", "generator", "student") if s in order)
+
+
+def plan(config) -> None:
+  """Refuses a method with no model to attack and an unknown prior."""
+  if not set(requires(config)) & {"baseline", "teachers", "student"}:
+    raise ConfigError(f"method {config.method!r} has no baseline, teachers or student to "
+                      "audit.")
+  if config.audit.prior not in ("auto", "generator", "pixel"):
+    raise ConfigError(f"config.audit.prior={config.audit.prior!r}; use auto, generator or "
+                      "pixel.")
+  if config.audit.prior == "generator" and "generator" not in requires(config):
+    raise ConfigError(f"config.audit.prior='generator' but method {config.method!r} trains "
+                      "no generator; use 'pixel'.")
+
+
+def _restore(ctx, stage: str):
+  """A finished classifier stage's (apply_fn, params); ``stage`` names its config block."""
+  model = classifier(ctx.config, ctx.dataset.num_classes)
+  template = train.create_train_state(model, train.optimizer(fit_config(ctx.config, stage)),
+                                      jax.random.key(0), ctx.dataset.image_shape)
+  return model.apply, train.restore_params(os.path.join(ctx.stage_path(stage), "checkpoints"),
+                                           template)
+
+
+def membership(ctx) -> dict:
+  """Loss-threshold membership inference on each model the run has, name -> result."""
+  config, data, a = ctx.config, ctx.dataset, ctx.config.audit
+  have = requires(config)
+  x_out, y_out = pool.evaluation(ctx) if "pool" in config else (data.x_test, data.y_test)
+  out = {}
+  for stage in ("baseline", "student"):
+    if stage in have:
+      apply_fn, params = _restore(ctx, stage)
+      split = (audit.loss_scores(apply_fn, params, data.x_train, data.y_train),
+               audit.loss_scores(apply_fn, params, x_out, y_out))
+      out[stage] = audit.membership(lambda r, s=split: s, a.splits, a.examples, config.seed)
+  if "teachers" in have:  # split r attacks teacher r on its own partition
+    params, _ = queries.load_teachers(ctx)
+    apply_fn = classifier(config, data.num_classes).apply
+    rows = partition_indices(len(data.x_train), config.num_teachers, config.seed)
+
+    def teacher_split(r):
+      p = jax.tree.map(lambda leaf: leaf[r], params)
+      return (audit.loss_scores(apply_fn, p, data.x_train[rows[r]], data.y_train[rows[r]]),
+              audit.loss_scores(apply_fn, p, x_out, y_out))
+    out["teacher"] = audit.membership(teacher_split, min(a.splits, config.num_teachers),
+                                      a.examples, config.seed)
+  return out
+
+
+def inversion(ctx) -> tuple[dict, np.ndarray, list[str]]:
+  """Model inversion of every class against the baseline and the student; returns the
+  similarity to the private class means per model, the picture rows and their labels."""
+  config, data, a = ctx.config, ctx.dataset, ctx.config.audit
+  have = requires(config)
+  prior = a.prior if a.prior != "auto" else ("generator" if "generator" in have else "pixel")
+  decode, latent_dim = None, 0
+  if prior == "generator":
+    g = generator.load_generator(ctx)
+    latent_dim = config.generator.latent_dim
+    decode = lambda z: g.apply_fn({"params": g.params, "batch_stats": g.batch_stats}, z,
+                                  train=True, mutable=["batch_stats"])[0]
+  means = np.stack([data.x_train[data.y_train == k].mean(0) for k in range(data.num_classes)])
+  rows, labels, out = [means], ["private class mean"], {"prior": prior}
+  for stage in ("baseline", "student"):
+    if stage not in have:
+      continue
+    apply_fn, params = _restore(ctx, stage)
+    recon = np.stack([audit.invert(apply_fn, params, k, data.image_shape,
+                                   jax.random.fold_in(ctx.key("audit_inversion"), k),
+                                   a.inversion_steps, a.inversion_batch, decode, latent_dim
+                                   ).mean(0) for k in range(data.num_classes)])
+    out[stage] = audit.similarity(recon, means)
+    rows.append(recon)
+    labels.append(f"{stage} inversion")
+  return out, np.stack(rows), labels
+
+
+def run(ctx) -> dict:
+  mi = membership(ctx)
+  inv, rows, labels = inversion(ctx)
+  png = os.path.join(ctx.stage.path, INVERSION_PNG)
+  plots.image_grid(png, rows, row_labels=labels,
+                   title=f"Model inversion ({inv['prior']} prior), one column per class")
+  return {"membership_auc": {k: v["auc"] for k, v in mi.items()},
+          "membership_auc_interval": {k: v["auc_interval"] for k, v in mi.items()},
+          "tpr_at_1pct_fpr": {k: v["tpr_at_1pct_fpr"] for k, v in mi.items()},
+          "membership": mi,
+          "inversion": inv,
+          "inversion_similarity": {k: v["correlation_with_own_class_mean"]
+                                   for k, v in inv.items() if k != "prior"},
+          "inversion_png": f"audit/{INVERSION_PNG}"}

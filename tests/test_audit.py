@@ -1,0 +1,126 @@
+"""The privacy audit: attack statistics, attacks on known-leaky and unseen data, the
+command end to end."""
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+import tiny_configs
+from dgd_jax import audit, pipeline, train
+from dgd_jax.audit.__main__ import audit_run
+from dgd_jax.errors import ConfigError, WorkdirConflictError
+from dgd_jax.models.classifier import Classifier
+
+TINY_AUDIT = {"splits": 3, "examples": 64, "inversion_steps": 20, "inversion_batch": 4}
+
+
+def test_auc_counts_pairs_and_ties():
+  rng = np.random.default_rng(0)
+  m, n = rng.integers(0, 5, 40).astype(float), rng.integers(0, 5, 30).astype(float)
+  pairs = (m[:, None] > n[None]).mean() + 0.5 * (m[:, None] == n[None]).mean()
+  assert audit.auc(m, n) == pytest.approx(pairs)
+  assert audit.auc(np.array([2.0, 3.0]), np.array([0.0, 1.0])) == 1.0
+  assert audit.auc(np.array([0.0, 1.0]), np.array([2.0, 3.0])) == 0.0
+
+
+def test_tpr_at_fpr_uses_the_strict_threshold():
+  nonmembers = np.arange(100.0)  # 1% FPR: only scores above 99 count
+  assert audit.tpr_at_fpr(np.array([99.0, 99.5, 100.0, 5.0]), nonmembers) == 0.5
+
+
+def fit_classifier(x, y, steps, tmp_path, name):
+  model = Classifier(width=0.25)
+  cfg = train.FitConfig(num_steps=steps, batch_size=32, learning_rate=3e-3, log_every=steps)
+  state = train.create_train_state(model, train.optimizer(cfg), jax.random.key(0), x.shape[1:])
+  state = train.fit(state, x, y, jax.random.key(1), cfg, str(tmp_path / name), name)
+  return model.apply, state.params
+
+
+def test_attack_finds_members_of_an_overfit_model_and_not_of_an_unseen_one(tmp_path):
+  # Noise images with random labels: a model can only memorise them.
+  rng = np.random.default_rng(0)
+  x = rng.uniform(-1, 1, (384, 28, 28, 1)).astype(np.float32)
+  y = rng.integers(0, 10, 384).astype(np.int32)
+  members, nonmembers, other = slice(0, 128), slice(128, 256), slice(256, 384)
+  overfit = fit_classifier(x[members], y[members], 300, tmp_path, "overfit")
+  unseen = fit_classifier(x[other], y[other], 300, tmp_path, "unseen")
+  results = {}
+  for name, (apply_fn, params) in (("overfit", overfit), ("unseen", unseen)):
+    scores = (audit.loss_scores(apply_fn, params, x[members], y[members]),
+              audit.loss_scores(apply_fn, params, x[nonmembers], y[nonmembers]))
+    results[name] = audit.membership(lambda r, s=scores: s, splits=5, examples=100, seed=0)
+  assert results["overfit"]["auc"] > 0.95, results["overfit"]
+  assert results["overfit"]["tpr_at_1pct_fpr"] > 0.2
+  assert abs(results["unseen"]["auc"] - 0.5) < 0.1, results["unseen"]
+  assert results["unseen"]["examples_per_side"] == 100 and len(
+      results["unseen"]["auc_per_split"]) == 5
+
+
+def test_similarity_identifies_reconstructions_close_to_their_class_mean():
+  rng = np.random.default_rng(0)
+  means = rng.normal(size=(4, 8, 8, 1))
+  s = audit.similarity(means + 0.1 * rng.normal(size=means.shape), means)
+  assert s["classes_identified"] == 4 and s["correlation_with_own_class_mean"] > 0.9
+  shuffled = audit.similarity(means[::-1], means)
+  assert shuffled["classes_identified"] == 0
+
+
+def test_inversion_raises_the_target_class_probability():
+  model = Classifier(width=0.25)
+  params = model.init(jax.random.key(0), np.zeros((1, 28, 28, 1)))
+  target = 3
+  before = jax.nn.softmax(model.apply(params, np.zeros((1, 28, 28, 1))))[0, target]
+  x = audit.invert(model.apply, params, target, (28, 28, 1), jax.random.key(1), steps=30,
+                   batch=4)
+  after = jax.nn.softmax(model.apply(params, x))[:, target]
+  assert x.shape == (4, 28, 28, 1) and np.all(np.abs(x) <= 1)
+  assert float(after.mean()) > float(before) + 0.3, (before, after)
+
+
+def test_audit_command_on_a_finished_dgd_run(npz_file, tmp_path):
+  workdir = str(tmp_path / "run")
+  pipeline.run(tiny_configs.dgd(npz_file), workdir)
+  report = audit_run(workdir, TINY_AUDIT)
+  a = report["audit"]
+  assert set(a["membership_auc"]) == {"baseline", "teacher", "student"}
+  assert all(0.0 <= v <= 1.0 for v in a["membership_auc"].values())
+  assert a["membership"]["teacher"]["splits"] == 3  # one teacher per split
+  assert a["inversion"]["prior"] == "generator"
+  assert set(a["inversion_similarity"]) == {"baseline", "student"}
+  assert os.path.exists(os.path.join(workdir, a["inversion_png"]))
+  with open(os.path.join(workdir, "report.json")) as f:
+    assert json.load(f)["audit"]["membership_auc"] == a["membership_auc"]
+  with open(os.path.join(workdir, "report.md")) as f:
+    assert "## Privacy audit" in f.read()
+  assert audit_run(workdir, TINY_AUDIT)["audit"] == a  # a second call reuses the stage
+
+
+def test_audit_of_pate_uses_the_held_out_split_and_the_pixel_prior(npz_file, tmp_path):
+  workdir = str(tmp_path / "run")
+  pipeline.run(tiny_configs.pate(npz_file), workdir)
+  a = audit_run(workdir, TINY_AUDIT)["audit"]
+  assert set(a["membership_auc"]) == {"teacher", "student"}  # PATE has no baseline
+  assert a["inversion"]["prior"] == "pixel"
+  # Non-members: the 32 test examples outside the student's public pool.
+  assert a["membership"]["student"]["examples_per_side"] == 32
+
+
+def test_audit_refuses_unfinished_or_foreign_workdirs(npz_file, tmp_path):
+  with pytest.raises(WorkdirConflictError, match="config.json does not exist"):
+    audit_run(str(tmp_path / "nothing"), {})
+  workdir = str(tmp_path / "run")
+  config = tiny_configs.dgd(npz_file)
+  pipeline.run(config, workdir, ("baseline",))
+  with pytest.raises(WorkdirConflictError, match=r"stages \['teachers', 'generator', 'student'"
+                     r"\] are not finished"):
+    audit_run(workdir, {})
+  assert not os.path.exists(os.path.join(workdir, "audit"))
+  with pytest.raises(ConfigError, match="no baseline, teachers or student"):
+    sweep = tiny_configs.dgd(npz_file)
+    sweep.method = "teacher_sweep"
+    sweep.audit = {"prior": "auto"}
+    pipeline.run(sweep, str(tmp_path / "sweep"), ("audit",))
