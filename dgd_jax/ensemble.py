@@ -117,7 +117,7 @@ def member_step(state: train.TrainState, x_all: jnp.ndarray, y_all: jnp.ndarray,
   return train.update(state, x_all[idx], y_all[idx])
 
 
-def _lift(fn, chunk: int):
+def lift(fn, chunk: int):
   """``fn`` over the leading axis of its tuple argument: vmap within chunks, lax.map
   across them."""
   return lambda xs: jax.lax.map(fn, xs, batch_size=chunk if chunk > 1 else None)
@@ -133,7 +133,7 @@ def make_train_step(mesh: Mesh, batch_size: int, chunk: int, robust=None):
     def one(args):
       s, idx, size, k = args
       return member_step(s, x_shard[0], y_shard[0], idx, size, k, batch_size, robust)
-    return _lift(one, chunk)((state, indices, sizes, keys))
+    return lift(one, chunk)((state, indices, sizes, keys))
 
   sharded = jax.shard_map(local, mesh=mesh, in_specs=P(parallel.AXIS),
                           out_specs=P(parallel.AXIS))
@@ -164,7 +164,7 @@ def make_predict_fn(mesh: Mesh, apply_fn, chunk: int):
   each query, sharded over the teacher axis like ``params``."""
 
   def local(params, x):
-    return _lift(lambda p: jnp.argmax(apply_fn(p, x), -1).astype(jnp.int32), chunk)(params)
+    return lift(lambda p: jnp.argmax(apply_fn(p, x), -1).astype(jnp.int32), chunk)(params)
 
   return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(parallel.AXIS), P()),
                                out_specs=P(parallel.AXIS)))

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dgd_jax import dpdfd, generative, privacy, train
+from dgd_jax import dpdfd, ensemble, generative, privacy, train
 from dgd_jax.errors import ConfigError
 from dgd_jax.models.generator import Generator
 from dgd_jax.stages import classifier, queries
@@ -76,7 +76,8 @@ def _teacher_logits(ctx):
   if ctx.config.dpdfd.teacher == "ensemble":
     params, _ = queries.load_teachers(ctx)
     model = classifier(ctx.config, ctx.dataset.num_classes)
-    return (lambda x: jax.vmap(lambda p: model.apply(p, x))(params),
+    chunk = ensemble.auto_chunk(ctx.config.teachers.chunk, ctx.config.num_teachers)
+    return (lambda x: ensemble.lift(lambda p: model.apply(p, x), chunk)(params),
             ctx.results["teachers"]["plurality_accuracy"])
   model, params = load_baseline(ctx)
   return lambda x: model.apply(params, x), ctx.results["baseline"]["test_accuracy"]
