@@ -29,10 +29,11 @@ INVERSION_PNG = "inversion.png"
 
 
 def requires(config) -> tuple[str, ...]:
-  """The method's models, and its generator where it has one (the inversion prior)."""
+  """The models the method's run trains, and its generator where it trains one (the
+  inversion prior)."""
   from dgd_jax import pipeline  # pylint: disable=g-import-not-at-top
-  order = pipeline.METHODS[config.method]
-  return tuple(s for s in ("baseline", "teachers", "generator", "student") if s in order)
+  planned = pipeline.with_prerequisites(config, None)
+  return tuple(s for s in ("baseline", "teachers", "generator", "student") if s in planned)
 
 
 def plan(config) -> None:
