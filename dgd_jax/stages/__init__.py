@@ -3,6 +3,10 @@ depend on) and ``run(ctx) -> dict`` (JSON-able outputs); ``pipeline.STAGES`` lis
 Helpers shared by stages live here."""
 from __future__ import annotations
 
+import os
+
+import jax
+
 from dgd_jax import train
 from dgd_jax.models.classifier import Classifier
 
@@ -19,3 +23,13 @@ def fit_config(config, block: str) -> train.FitConfig:
   return train.FitConfig(num_steps=b.num_steps, batch_size=b.batch_size,
                          learning_rate=b.learning_rate, end_learning_rate=b.end_learning_rate,
                          checkpoint_every=config.checkpoint_every, log_every=config.log_every)
+
+
+def restore_classifier(ctx, stage: str):
+  """A finished classifier stage's (model, params); ``stage`` also names its config block
+  (e.g. 'baseline', 'student')."""
+  model = classifier(ctx.config, ctx.dataset.num_classes)
+  template = train.create_train_state(model, train.optimizer(fit_config(ctx.config, stage)),
+                                      jax.random.key(0), ctx.dataset.image_shape)
+  return model, train.restore_params(os.path.join(ctx.stage_path(stage), "checkpoints"),
+                                     template)

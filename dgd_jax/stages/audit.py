@@ -14,11 +14,11 @@ import os
 import jax
 import numpy as np
 
-from dgd_jax import audit, plots, train
+from dgd_jax import audit, plots
 from dgd_jax.data import partition_indices
 from dgd_jax.errors import ConfigError
 from dgd_jax.stages import baseline as baseline_stage
-from dgd_jax.stages import classifier, fit_config, generator, pool, queries
+from dgd_jax.stages import classifier, generator, pool, queries, restore_classifier
 from dgd_jax.stages import student as student_stage
 from dgd_jax.stages import teachers as teachers_stage
 
@@ -49,15 +49,6 @@ def plan(config) -> None:
                       "no generator; use 'pixel'.")
 
 
-def _restore(ctx, stage: str):
-  """A finished classifier stage's (apply_fn, params); ``stage`` names its config block."""
-  model = classifier(ctx.config, ctx.dataset.num_classes)
-  template = train.create_train_state(model, train.optimizer(fit_config(ctx.config, stage)),
-                                      jax.random.key(0), ctx.dataset.image_shape)
-  return model.apply, train.restore_params(os.path.join(ctx.stage_path(stage), "checkpoints"),
-                                           template)
-
-
 def membership(ctx) -> dict:
   """Loss-threshold membership inference on each model the run has, name -> result."""
   config, data, a = ctx.config, ctx.dataset, ctx.config.audit
@@ -66,9 +57,9 @@ def membership(ctx) -> dict:
   out = {}
   for stage in ("baseline", "student"):
     if stage in have:
-      apply_fn, params = _restore(ctx, stage)
-      split = (audit.loss_scores(apply_fn, params, data.x_train, data.y_train),
-               audit.loss_scores(apply_fn, params, x_out, y_out))
+      model, params = restore_classifier(ctx, stage)
+      split = (audit.loss_scores(model.apply, params, data.x_train, data.y_train),
+               audit.loss_scores(model.apply, params, x_out, y_out))
       out[stage] = audit.membership(lambda r, s=split: s, a.splits, a.examples, config.seed)
   if "teachers" in have:  # split r attacks teacher r on its own partition
     params, _ = queries.load_teachers(ctx)
@@ -101,8 +92,8 @@ def inversion(ctx) -> tuple[dict, np.ndarray, list[str]]:
   for stage in ("baseline", "student"):
     if stage not in have:
       continue
-    apply_fn, params = _restore(ctx, stage)
-    recon = np.stack([audit.invert(apply_fn, params, k, data.image_shape,
+    model, params = restore_classifier(ctx, stage)
+    recon = np.stack([audit.invert(model.apply, params, k, data.image_shape,
                                    jax.random.fold_in(ctx.key("audit_inversion"), k),
                                    a.inversion_steps, a.inversion_batch, decode, latent_dim
                                    ).mean(0) for k in range(data.num_classes)])

@@ -19,7 +19,7 @@ import optax
 
 from dgd_jax import generative, plots, train
 from dgd_jax.models.generator import Generator
-from dgd_jax.stages import classifier, fit_config
+from dgd_jax.stages import classifier, fit_config, restore_classifier
 
 CONFIG_KEYS = ("seed", "dataset", "model", "baseline", "generator")
 SYNTHETIC = "synthetic.npy"
@@ -28,12 +28,7 @@ SYNTHETIC_LABELS = "synthetic_labels.npy"
 
 def load_baseline(ctx):
   """The finished baseline stage's classifier and parameters."""
-  model = classifier(ctx.config, ctx.dataset.num_classes)
-  template = train.create_train_state(model, train.optimizer(fit_config(ctx.config, "baseline")),
-                                      jax.random.key(0), ctx.dataset.image_shape)
-  params = train.restore_params(os.path.join(ctx.stage_path("baseline"), "checkpoints"),
-                                template)
-  return model, params
+  return restore_classifier(ctx, "baseline")
 
 
 def new_generator(config, image_shape: tuple[int, ...], key: jax.Array
