@@ -97,6 +97,9 @@ def test_audit_command_on_a_finished_dgd_run(npz_file, tmp_path):
   with open(os.path.join(workdir, "report.md")) as f:
     assert "## Privacy audit" in f.read()
   assert audit_run(workdir, TINY_AUDIT)["audit"] == a  # a second call reuses the stage
+  with pytest.raises(WorkdirConflictError, match="To audit with other settings, remove"):
+    audit_run(workdir, {**TINY_AUDIT, "splits": 2})
+  assert os.path.exists(os.path.join(workdir, a["inversion_png"]))  # nothing lost
 
 
 def test_audit_of_pate_uses_the_held_out_split_and_the_pixel_prior(npz_file, tmp_path):

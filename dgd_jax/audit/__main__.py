@@ -48,6 +48,12 @@ def audit_run(workdir: str, overrides: dict) -> dict:
     raise WorkdirConflictError(f"{workdir}: stages {missing} are not finished; the audit "
                                "trains nothing. Finish the run with `python -m "
                                "dgd_jax.main` first.")
+  stage = wd.stage("audit", config, pipeline.STAGES["audit"].config_keys)
+  try:
+    stage.check()
+  except WorkdirConflictError as e:
+    raise WorkdirConflictError(f"{e}\nTo audit with other settings, remove {stage.path} (the "
+                               "earlier audit's results).") from None
   return pipeline.run(config, workdir, ("audit",))
 
 
