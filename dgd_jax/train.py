@@ -82,20 +82,29 @@ def train_step(state: TrainState, x: jnp.ndarray, y: jnp.ndarray, key: jax.Array
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _predict(apply_fn: Callable, params: Any, x: jnp.ndarray) -> jnp.ndarray:
-  return jnp.argmax(apply_fn(params, x), -1)
+def _logits(apply_fn: Callable, params: Any, x: jnp.ndarray) -> jnp.ndarray:
+  return apply_fn(params, x)
 
 
-def predict(apply_fn: Callable, params: Any, x: np.ndarray, batch_size: int = 1000
-            ) -> np.ndarray:
-  """Predicted labels for ``x`` in fixed-size chunks (the last one padded: one trace)."""
+def logits(apply_fn: Callable, params: Any, x: np.ndarray, batch_size: int = 1000
+           ) -> np.ndarray:
+  """The model's logits [N, K] for ``x`` in fixed-size chunks (the last one padded: one
+  trace per model)."""
   n = len(x)
   batch_size = min(batch_size, max(n, 1))
   pad = -n % batch_size
   xp = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]) if pad else x
-  out = [np.asarray(_predict(apply_fn, params, xp[i:i + batch_size]))
+  out = [np.asarray(_logits(apply_fn, params, xp[i:i + batch_size]))
          for i in range(0, len(xp), batch_size)]
-  return np.concatenate(out)[:n] if out else np.zeros((0,), np.int32)
+  return np.concatenate(out)[:n]
+
+
+def predict(apply_fn: Callable, params: Any, x: np.ndarray, batch_size: int = 1000
+            ) -> np.ndarray:
+  """Predicted labels for ``x`` (see ``logits``)."""
+  if not len(x):
+    return np.zeros((0,), np.int32)
+  return logits(apply_fn, params, x, batch_size).argmax(-1).astype(np.int32)
 
 
 def accuracy(apply_fn: Callable, params: Any, x: np.ndarray, y: np.ndarray,

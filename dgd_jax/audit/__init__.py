@@ -13,13 +13,15 @@ The attacks are evaluations by the data owner: they read the private training se
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import scipy.stats
+
+from dgd_jax import train
 
 
 def auc(members: np.ndarray, nonmembers: np.ndarray) -> float:
@@ -37,13 +39,10 @@ def tpr_at_fpr(members: np.ndarray, nonmembers: np.ndarray, fpr: float = 0.01) -
   return float(np.mean(members > threshold))
 
 
-def loss_scores(apply_fn: Callable, params, x: np.ndarray, y: np.ndarray,
-                batch_size: int = 1000) -> np.ndarray:
+def loss_scores(apply_fn: Callable, params, x: np.ndarray, y: np.ndarray) -> np.ndarray:
   """Minus the cross-entropy of each example under the model (the attack's score)."""
-  score = jax.jit(lambda x, y: -optax.softmax_cross_entropy_with_integer_labels(
-      apply_fn(params, x), y))
-  return np.concatenate([np.asarray(score(x[i:i + batch_size], y[i:i + batch_size]))
-                         for i in range(0, len(x), batch_size)])
+  return -np.asarray(optax.softmax_cross_entropy_with_integer_labels(
+      train.logits(apply_fn, params, x), y))
 
 
 def membership(scores: Callable[[int], tuple[np.ndarray, np.ndarray]], splits: int,
@@ -72,37 +71,40 @@ def total_variation(x: jnp.ndarray) -> jnp.ndarray:
   return (jnp.abs(jnp.diff(x, axis=-3)).mean() + jnp.abs(jnp.diff(x, axis=-2)).mean())
 
 
-def invert(apply_fn: Callable, params, target: int, shape: tuple[int, ...], key: jax.Array,
-           steps: int, batch: int, decode: Callable | None = None, latent_dim: int = 0,
-           tv_weight: float = 0.05, learning_rate: float = 0.05) -> np.ndarray:
-  """``batch`` inputs maximising log p(target | x) - prior: with ``decode`` (z -> images),
-  over latents z with an N(0, I) penalty 0.5 ||z||^2 / dim; else over pixels x = tanh(u)
-  with ``tv_weight`` * total variation. Returns the images [batch, *shape]."""
+def invert(apply_fn: Callable, params, targets: Sequence[int], shape: tuple[int, ...],
+           key: jax.Array, steps: int, batch: int, decode: Callable | None = None,
+           latent_dim: int = 0, tv_weight: float = 0.05, learning_rate: float = 0.05
+           ) -> np.ndarray:
+  """For each target class k, ``batch`` inputs maximising log p(k | x) - prior (restarts
+  from ``fold_in(key, k)``): with ``decode`` (z -> images), over latents z with an N(0, I)
+  penalty 0.5 ||z||^2 / dim; else over pixels x = tanh(u) with ``tv_weight`` * total
+  variation. All targets in one jitted program; returns images [len(targets), batch,
+  *shape]."""
   if decode is not None:
-    start = jax.random.normal(key, (batch, latent_dim))
+    draw = lambda k: jax.random.normal(k, (batch, latent_dim))
     to_image = decode
     prior = lambda z: 0.5 * jnp.mean(z ** 2)
   else:
-    start = 0.1 * jax.random.normal(key, (batch,) + tuple(shape))
+    draw = lambda k: 0.1 * jax.random.normal(k, (batch,) + tuple(shape))
     to_image = jnp.tanh
     prior = lambda u: tv_weight * total_variation(jnp.tanh(u))
   tx = optax.adam(learning_rate)
 
-  def loss(v):
-    logp = jax.nn.log_softmax(apply_fn(params, to_image(v)))[:, target]
-    return -logp.mean() + prior(v)
+  def one(target, v):
+    def loss(v):
+      logp = jax.nn.log_softmax(apply_fn(params, to_image(v)))[:, target]
+      return -logp.mean() + prior(v)
 
-  @jax.jit
-  def run(v):
     def body(carry, _):
       v, opt = carry
-      grads = jax.grad(loss)(v)
-      updates, opt = tx.update(grads, opt)
+      updates, opt = tx.update(jax.grad(loss)(v), opt)
       return (optax.apply_updates(v, updates), opt), None
     (v, _), _ = jax.lax.scan(body, (v, tx.init(v)), None, length=steps)
     return to_image(v)
 
-  return np.asarray(run(start))
+  targets = jnp.asarray(targets)
+  starts = jax.vmap(lambda k: draw(jax.random.fold_in(key, k)))(targets)
+  return np.asarray(jax.jit(jax.vmap(one))(targets, starts))
 
 
 def similarity(reconstructions: np.ndarray, class_means: np.ndarray) -> dict:

@@ -49,19 +49,17 @@ def plan(config) -> None:
                       "no generator; use 'pixel'.")
 
 
-def membership(ctx) -> dict:
-  """Loss-threshold membership inference on each model the run has, name -> result."""
+def membership(ctx, models: dict) -> dict:
+  """Loss-threshold membership inference on each model the run has, name -> result;
+  ``models``: the restored baseline and student, name -> (model, params)."""
   config, data, a = ctx.config, ctx.dataset, ctx.config.audit
-  have = requires(config)
   x_out, y_out = pool.evaluation(ctx) if "pool" in config else (data.x_test, data.y_test)
   out = {}
-  for stage in ("baseline", "student"):
-    if stage in have:
-      model, params = restore_classifier(ctx, stage)
-      split = (audit.loss_scores(model.apply, params, data.x_train, data.y_train),
-               audit.loss_scores(model.apply, params, x_out, y_out))
-      out[stage] = audit.membership(lambda r, s=split: s, a.splits, a.examples, config.seed)
-  if "teachers" in have:  # split r attacks teacher r on its own partition
+  for name, (model, params) in models.items():
+    split = (audit.loss_scores(model.apply, params, data.x_train, data.y_train),
+             audit.loss_scores(model.apply, params, x_out, y_out))
+    out[name] = audit.membership(lambda r, s=split: s, a.splits, a.examples, config.seed)
+  if "teachers" in requires(config):  # split r attacks teacher r on its own partition
     params, _ = queries.load_teachers(ctx)
     apply_fn = classifier(config, data.num_classes).apply
     rows = partition_indices(len(data.x_train), config.num_teachers, config.seed)
@@ -75,9 +73,9 @@ def membership(ctx) -> dict:
   return out
 
 
-def inversion(ctx) -> tuple[dict, np.ndarray, list[str]]:
-  """Model inversion of every class against the baseline and the student; returns the
-  similarity to the private class means per model, the picture rows and their labels."""
+def inversion(ctx, models: dict) -> tuple[dict, np.ndarray, list[str]]:
+  """Model inversion of every class against each of ``models``; returns the similarity to
+  the private class means per model, the picture rows and their labels."""
   config, data, a = ctx.config, ctx.dataset, ctx.config.audit
   have = requires(config)
   prior = a.prior if a.prior != "auto" else ("generator" if "generator" in have else "pixel")
@@ -87,25 +85,24 @@ def inversion(ctx) -> tuple[dict, np.ndarray, list[str]]:
     latent_dim = config.generator.latent_dim
     decode = lambda z: g.apply_fn({"params": g.params, "batch_stats": g.batch_stats}, z,
                                   train=True, mutable=["batch_stats"])[0]
-  means = np.stack([data.x_train[data.y_train == k].mean(0) for k in range(data.num_classes)])
+  classes = range(data.num_classes)
+  means = np.stack([data.x_train[data.y_train == k].mean(0) for k in classes])
   rows, labels, out = [means], ["private class mean"], {"prior": prior}
-  for stage in ("baseline", "student"):
-    if stage not in have:
-      continue
-    model, params = restore_classifier(ctx, stage)
-    recon = np.stack([audit.invert(model.apply, params, k, data.image_shape,
-                                   jax.random.fold_in(ctx.key("audit_inversion"), k),
-                                   a.inversion_steps, a.inversion_batch, decode, latent_dim
-                                   ).mean(0) for k in range(data.num_classes)])
-    out[stage] = audit.similarity(recon, means)
+  for name, (model, params) in models.items():
+    recon = audit.invert(model.apply, params, classes, data.image_shape,
+                         ctx.key("audit_inversion"), a.inversion_steps, a.inversion_batch,
+                         decode, latent_dim).mean(1)
+    out[name] = audit.similarity(recon, means)
     rows.append(recon)
-    labels.append(f"{stage} inversion")
+    labels.append(f"{name} inversion")
   return out, np.stack(rows), labels
 
 
 def run(ctx) -> dict:
-  mi = membership(ctx)
-  inv, rows, labels = inversion(ctx)
+  models = {name: restore_classifier(ctx, name) for name in ("baseline", "student")
+            if name in requires(ctx.config)}  # restored once, attacked twice
+  mi = membership(ctx, models)
+  inv, rows, labels = inversion(ctx, models)
   png = os.path.join(ctx.stage.path, INVERSION_PNG)
   plots.image_grid(png, rows, row_labels=labels,
                    title=f"Model inversion ({inv['prior']} prior), one column per class")

@@ -85,10 +85,8 @@ def selector_probabilities(ctx, x: np.ndarray, y: np.ndarray, x_pool: np.ndarray
   state = train.fit(state, x, y.astype(np.int32), train_key, cfg,
                     os.path.join(ctx.stage.path, "selector_checkpoints"), "query_selector",
                     ctx.log)
-  apply = jax.jit(model.apply)
-  logits = [np.asarray(apply(state.params, x_pool[i:i + 1000]))
-            for i in range(0, len(x_pool), 1000)]
-  return np.asarray(jax.nn.softmax(np.concatenate(logits)), np.float64)
+  return np.asarray(jax.nn.softmax(train.logits(model.apply, state.params, x_pool)),
+                    np.float64)
 
 
 def load_teachers(ctx):
