@@ -8,6 +8,17 @@ p(x) and backbone features f(x) (DGD Eq. 2):
       + alpha * sum_j pbar_j ln pbar_j         # pbar = mean_i p(x_i): -H(pbar), class balance
       - beta * mean_{i,k} |f(x_i)_k|           # activation term: strong features
 
+Optional image priors that make the samples look like data, each 0 by default (the paper's
+Eq. 2 alone); all are functions of the frozen baseline and of private-set statistics, i.e. of
+the generator path that DGD's epsilon does not cover (the report says so):
+
+  + w_stats * sum_l ||mu_l(x) - mu_l*||_2 + ||var_l(x) - var_l*||_2   # DeepInversion Eq. 4
+  + w_tv * TV(x)                                                       # DeepInversion R_prior
+  with x randomly shifted / mirrored before the baseline sees it      # DeepInversion jitter
+
+mu_l*, var_l* are the per-channel mean and variance of the baseline's convolution outputs on
+the private training set (``layer_statistics``), computed once by the generator stage.
+
 The paper prints "+ beta ||f||_1" but motivates the term by real data having *higher*
 activations, so the activation is rewarded, as in DAFL's code (-features.abs().mean()).
 The entropy uses the natural log; DAFL's code used log10, i.e. its alpha is ln(10) times
@@ -15,13 +26,17 @@ smaller in natural-log units. alpha = 5, beta = 0.1 (DGD Section III-B).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax.training import train_state
 
+from dgd_jax import augment
+from dgd_jax.models.classifier import Conv3x3
 from dgd_jax.models.vae import VAE, elbo_terms
 
 
@@ -49,18 +64,83 @@ def generator_loss(logits: jnp.ndarray, features: jnp.ndarray, alpha: float = 5.
   return loss, {**t, "loss": loss, "batch_entropy": -t["neg_entropy"]}
 
 
+def _is_conv(module, method_name: str) -> bool:
+  return isinstance(module, Conv3x3) and method_name == "__call__"
+
+
+def baseline_forward(baseline_apply: Callable, baseline_params: Any, x: jnp.ndarray):
+  """The baseline's logits, backbone features and per-layer (mean, variance) of its
+  convolution outputs over batch and space: [(mu_l [C_l], var_l [C_l]), ...]."""
+  (logits, features), captured = baseline_apply(
+      baseline_params, x, with_features=True, capture_intermediates=_is_conv,
+      mutable=["intermediates"])
+  layers = captured["intermediates"]
+  stats = [(a.mean(axis=(0, 1, 2)), a.var(axis=(0, 1, 2)))
+           for a in (layers[name]["__call__"][0] for name in sorted(layers))]
+  return logits, features, stats
+
+
+def layer_statistics(baseline_apply: Callable, baseline_params: Any, x: np.ndarray,
+                     batch_size: int = 1000) -> list[tuple[np.ndarray, np.ndarray]]:
+  """mu_l*, var_l* of the baseline's convolution outputs over all of ``x`` (the private
+  training set), from per-chunk first and second moments."""
+  run = jax.jit(lambda xb: [(m, v + m ** 2) for m, v in
+                            baseline_forward(baseline_apply, baseline_params, xb)[2]])
+  sums, n = None, 0
+  for i in range(0, len(x), batch_size):
+    xb = x[i:i + batch_size]
+    moments = [(np.asarray(m, np.float64) * len(xb), np.asarray(s, np.float64) * len(xb))
+               for m, s in run(xb)]
+    sums = moments if sums is None else [(a + c, b + d) for (a, b), (c, d) in zip(sums, moments)]
+    n += len(xb)
+  return [(m / n, s / n - (m / n) ** 2) for m, s in sums]
+
+
+def statistics_loss(stats, targets) -> jnp.ndarray:
+  """DeepInversion Eq. 4: sum over layers of ||mu_l - mu_l*||_2 + ||var_l - var_l*||_2."""
+  return sum(jnp.linalg.norm(m - tm) + jnp.linalg.norm(v - tv)
+             for (m, v), (tm, tv) in zip(stats, targets))
+
+
+def total_variation(x: jnp.ndarray) -> jnp.ndarray:
+  """Anisotropic total variation: mean absolute difference of neighbouring pixels."""
+  return (jnp.abs(x[:, 1:] - x[:, :-1]).mean() + jnp.abs(x[:, :, 1:] - x[:, :, :-1]).mean())
+
+
+@dataclasses.dataclass(frozen=True)
+class Priors:
+  """The optional image priors added to Eq. 2 (module docstring); zeros = Eq. 2 alone."""
+
+  w_stats: float = 0.0
+  w_tv: float = 0.0
+  jitter: int = 0  # largest random shift, pixels
+  mirror: bool = False
+
+
 def generator_step(state: GeneratorState, key: jax.Array, baseline_apply: Callable,
                    baseline_params: Any, batch_size: int, latent_dim: int, alpha: float,
-                   beta: float) -> tuple[GeneratorState, dict[str, jnp.ndarray]]:
+                   beta: float, priors: Priors = Priors(), targets=None
+                   ) -> tuple[GeneratorState, dict[str, jnp.ndarray]]:
   """One generator update against the frozen baseline (the five steps of DGD III-B):
-  draw z, generate x, apply the baseline, Eq. 2, back-propagate into the generator only."""
+  draw z, generate x, apply the baseline, Eq. 2 (+ ``priors``; ``targets`` = the private
+  set's ``layer_statistics`` when ``priors.w_stats`` > 0), back-propagate into the generator
+  only."""
   z = jax.random.normal(key, (batch_size, latent_dim))
+  aug_key = jax.random.fold_in(key, 1)
 
   def loss_fn(params):
     x, updates = state.apply_fn({"params": params, "batch_stats": state.batch_stats}, z,
                                 train=True, mutable=["batch_stats"])
-    logits, features = baseline_apply(baseline_params, x, with_features=True)
+    seen = augment.weak(aug_key, x, priors.jitter, priors.mirror)
+    logits, features, stats = baseline_forward(baseline_apply, baseline_params, seen)
     loss, metrics = generator_loss(logits, features, alpha, beta)
+    if priors.w_stats > 0:
+      metrics["statistics"] = statistics_loss(stats, targets)
+      loss = loss + priors.w_stats * metrics["statistics"]
+    if priors.w_tv > 0:
+      metrics["total_variation"] = total_variation(x)
+      loss = loss + priors.w_tv * metrics["total_variation"]
+    metrics["loss"] = loss
     return loss, (metrics, updates["batch_stats"])
 
   (_, (metrics, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)

@@ -47,6 +47,12 @@ def get_config(arg: str | None = None):
       alpha=5.0,  # Eq. 2 weight of the information-entropy term (natural log)
       beta=0.1,  # Eq. 2 weight of the activation term
       num_synthetic=0,  # 0: as many as the private training set (DGD IV-A)
+      # Image priors beside Eq. 2 (generative.Priors; 0/False = Eq. 2 alone).
+      w_stats=0.0,  # feature-statistics matching (DeepInversion Eq. 4)
+      w_tv=0.0,  # total variation
+      jitter=0,  # random shift (pixels) of the samples the baseline sees
+      mirror=False,  # random left-right mirror of the samples the baseline sees
+      oversample=1.0,  # > 1: generate this many times num_synthetic, keep the most stable
   ))
   config.pool = common.pool_config("synthetic")
   config.vae = common.vae_config(paper)

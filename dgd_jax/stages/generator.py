@@ -17,11 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dgd_jax import generative, plots, train
+from dgd_jax import augment, generative, plots, train
 from dgd_jax.models.generator import Generator
 from dgd_jax.stages import classifier, fit_config, restore_classifier
 
-CONFIG_KEYS = ("seed", "dataset", "model", "baseline", "generator")
+CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "baseline", "generator")
 SYNTHETIC = "synthetic.npy"
 SYNTHETIC_LABELS = "synthetic_labels.npy"
 
@@ -80,15 +80,40 @@ def class_grid(path: str, x: np.ndarray, labels: np.ndarray, num_classes: int, t
                    title=title)
 
 
+def select_stable(x: np.ndarray, logits: np.ndarray, shifted_logits: np.ndarray, num: int,
+                  num_classes: int) -> np.ndarray:
+  """Indices of ``num`` samples, as equal a share per class (the baseline's label) as the
+  candidates allow, with the highest stability score min(p_y(x), p_y(shifted x)), y the
+  baseline's label on x: samples the baseline names confidently and the same way after a
+  small shift."""
+  labels = logits.argmax(-1)
+  p = jax.nn.softmax(logits, -1)
+  p_shifted = jax.nn.softmax(shifted_logits, -1)
+  rows = np.arange(len(x))
+  score = np.minimum(np.asarray(p)[rows, labels], np.asarray(p_shifted)[rows, labels])
+  order = np.argsort(-score, kind="stable")
+  per_class = [order[labels[order] == k] for k in range(num_classes)]
+  chosen, quota = [], num // num_classes
+  for k in range(num_classes):  # a quota per class, then the best of the rest
+    chosen.append(per_class[k][:quota])
+  taken = np.concatenate(chosen)
+  rest = order[~np.isin(order, taken)][:num - len(taken)]
+  return np.sort(np.concatenate([taken, rest]))
+
+
 def run(ctx) -> dict:
   config, data = ctx.config, ctx.dataset
   g = config.generator
   baseline, baseline_params = load_baseline(ctx)
   init_key, train_key, sample_key, student_key = jax.random.split(ctx.key("generator"), 4)
   state = new_generator(config, data.image_shape, init_key)
+  priors = generative.Priors(w_stats=g.w_stats, w_tv=g.w_tv, jitter=g.jitter, mirror=g.mirror)
+  targets = None
+  if priors.w_stats > 0:  # private-set statistics: the generator path, not covered by epsilon
+    targets = generative.layer_statistics(baseline.apply, baseline_params, data.x_train)
   step = jax.jit(lambda s, k: generative.generator_step(
-      s, k, baseline.apply, baseline_params, g.batch_size, g.latent_dim, g.alpha, g.beta),
-      donate_argnums=0)
+      s, k, baseline.apply, baseline_params, g.batch_size, g.latent_dim, g.alpha, g.beta,
+      priors, targets), donate_argnums=0)
   cfg = train.FitConfig(num_steps=g.rounds * g.iterations_per_round, batch_size=g.batch_size,
                         checkpoint_every=config.checkpoint_every, log_every=config.log_every)
   t0 = time.perf_counter()
@@ -97,7 +122,13 @@ def run(ctx) -> dict:
   seconds = time.perf_counter() - t0
 
   num = g.num_synthetic or len(data.x_train)  # DGD IV-A: as many as the private set
-  x_syn = generate(state, sample_key, num, g.batch_size, g.latent_dim)
+  x_syn = generate(state, sample_key, int(num * g.oversample), g.batch_size, g.latent_dim)
+  if g.oversample > 1:  # keep the samples the baseline labels confidently and stably
+    shifted = np.asarray(augment.translate(jax.random.fold_in(sample_key, 1), x_syn, 2))
+    keep = select_stable(x_syn, train.logits(baseline.apply, baseline_params, x_syn),
+                         train.logits(baseline.apply, baseline_params, shifted), num,
+                         data.num_classes)
+    x_syn = x_syn[keep]
   labels = train.predict(baseline.apply, baseline_params, x_syn).astype(np.int32)
   np.save(os.path.join(ctx.stage.path, SYNTHETIC), x_syn)
   np.save(os.path.join(ctx.stage.path, SYNTHETIC_LABELS), labels)
