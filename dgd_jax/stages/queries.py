@@ -9,15 +9,18 @@ data-independent epsilon exceeds ``config.privacy.max_epsilon`` is refused.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import aggregation, ensemble, ldp, privacy, train
+from dgd_jax import aggregation, ensemble, ldp, privacy, query_plan, train
 from dgd_jax.errors import ConfigError
 from dgd_jax.stages import classifier, fit_config, pool, teachers
+from dgd_jax.stages.generator import SYNTHETIC_LABELS
 
 CONFIG_KEYS = tuple(dict.fromkeys(teachers.CONFIG_KEYS + pool.CONFIG_KEYS +
                                   ("queries", "privacy")))
@@ -25,9 +28,50 @@ QUERIES = "queries.npz"  # indices into the synthetic set, noisy labels, answere
 VOTES = "votes.npy"  # the teachers' vote histograms: PRIVATE, used only for accounting
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """The query plan a run makes: from the config (``queries.plan='fixed'``) or chosen by
+  ``query_plan.choose`` for the target epsilon (``'auto'``)."""
+
+  aggregator: str
+  noise_scale: float
+  num_queries: int
+  threshold: float = 0.0
+  sigma1: float = 0.0
+  selection: str = "random"
+  first_round: int = 0
+  chosen: tuple = ()  # 'auto': (best, candidates) as JSON-able dicts
+
+
+@functools.lru_cache(maxsize=32)
+def _choose(n, k, eps, delta, consensus, cap, accountant):
+  best, found = query_plan.choose(n, k, eps, delta, consensus, cap, accountant)
+  return best, tuple(found)
+
+
+def settings(config) -> Settings:
+  q, p = config.queries, config.privacy
+  fixed = Settings(q.aggregator, q.noise_scale, q.num_queries, q.threshold, q.sigma1,
+                   q.selection, q.first_round)
+  if q.get("plan", "fixed") == "fixed":
+    return fixed
+  if q.plan != "auto":
+    raise ConfigError(f"config.queries.plan={q.plan!r}; use 'fixed' (the config's aggregator, "
+                      "noise and count) or 'auto' (chosen for privacy.max_epsilon).")
+  if not p.max_epsilon > 0:
+    raise ConfigError("config.queries.plan='auto' chooses the plan for a target epsilon: set "
+                      "config.privacy.max_epsilon > 0.")
+  accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
+  best, found = _choose(config.num_teachers, q.num_classes, p.max_epsilon, p.delta,
+                        q.assumed_consensus, q.num_queries, accountant)
+  return dataclasses.replace(
+      fixed, aggregator=best.aggregator, noise_scale=best.noise_scale,
+      num_queries=best.num_queries, chosen=(best.to_json(), [c.to_json() for c in found]))
+
+
 def release(config, votes=None, answered=None) -> privacy.Release:
   """The ledger record of the planned (or, with votes, the made) label queries."""
-  q = config.queries
+  q = settings(config)
   if q.aggregator == "lnmax":
     return privacy.LNMaxQueries(q.noise_scale, q.num_queries, votes)
   if q.aggregator == "gnmax":
@@ -39,12 +83,13 @@ def release(config, votes=None, answered=None) -> privacy.Release:
 def plan(config) -> privacy.EpsilonReport:
   """The budget guard: the data-independent epsilon of the planned queries under
   ``config.privacy.accountant``; ConfigError when it exceeds ``max_epsilon``."""
-  q = config.queries
+  q = settings(config)
   if q.selection not in ("random", "least_confident"):
     raise ConfigError(f"config.queries.selection={q.selection!r}; use 'random' or "
                       "'least_confident'.")
-  if q.get("client", "") not in ("", "ldp") or (q.get("client") == "ldp" and "ldp" not in config):
-    raise ConfigError(f"config.queries.client={q.client!r}: use '' (the pool as is) or 'ldp' "
+  client = config.queries.get("client", "")
+  if client not in ("", "ldp") or (client == "ldp" and "ldp" not in config):
+    raise ConfigError(f"config.queries.client={client!r}: use '' (the pool as is) or 'ldp' "
                       "(with an ldp block, e.g. the pate.py argument ldp1 or ldp5).")
   if q.selection == "least_confident" and not 0 < q.first_round < q.num_queries:
     raise ConfigError(f"config.queries.first_round={q.first_round}: least-confident selection "
@@ -60,7 +105,7 @@ def plan(config) -> privacy.EpsilonReport:
 
 
 def aggregate(config, key: jax.Array, votes: np.ndarray) -> aggregation.Aggregate:
-  q = config.queries
+  q = settings(config)
   votes = jnp.asarray(votes)
   if q.aggregator == "lnmax":
     return aggregation.lnmax(key, votes, q.noise_scale)  # DGD Eq. 3
@@ -103,20 +148,27 @@ def run(ctx) -> dict:
   config = ctx.config
   plan(config)  # again here: a stage run on its own is guarded too
   x_pool = pool.load(ctx)
-  num = config.queries.num_queries
+  plan_made = settings(config)
+  num = plan_made.num_queries
+  if config.queries.get("plan", "fixed") == "auto" and (
+      config.queries.num_classes != ctx.dataset.num_classes):
+    raise ConfigError(f"config.queries.num_classes={config.queries.num_classes} but the dataset "
+                      f"has {ctx.dataset.num_classes} classes: the automatic plan assumes the "
+                      "dataset's number; set it to match.")
   if num > len(x_pool):
     raise ConfigError(f"config.queries.num_queries={num} exceeds the {len(x_pool)} "
                       "samples of the unlabelled pool; lower it or enlarge the pool "
                       "(generator.num_synthetic or pool.size).")
   select_key, noise_key = jax.random.split(ctx.key("queries"))
   params, predict = load_teachers(ctx)
-  q = config.queries
+  q = plan_made
+  client = config.queries.get("client", "")
 
   client_key = ctx.key("ldp_client")
 
   def ask(indices, key, round_index):  # the teachers' votes on x_pool[indices], answers
     sent = x_pool[indices]
-    if q.client == "ldp":  # the client masks and perturbs what it sends (LDP Algorithm 1)
+    if client == "ldp":  # the client masks and perturbs what it sends (LDP Algorithm 1)
       c = config.ldp
       sent = np.asarray(ldp.transform(jax.random.fold_in(client_key, round_index),
                                       jnp.asarray(sent), c.sigma, c.mu, c.bound))
@@ -144,12 +196,20 @@ def run(ctx) -> dict:
   np.save(os.path.join(ctx.stage.path, VOTES), votes)
   ledger = privacy.PrivacyLedger([release(config, votes, answered)])
   plurality = np.argmax(votes, -1)
-  client = {}
-  if q.client == "ldp":  # the client side's own guarantee, per sample it sends
-    client = {"ldp_local_epsilon": privacy.ldp_local_epsilon(
+  local = {}
+  if client == "ldp":  # the client side's own guarantee, per sample it sends
+    local = {"ldp_local_epsilon": privacy.ldp_local_epsilon(
         config.ldp.sigma, int(np.prod(x_pool.shape[1:])), config.ldp.mu)}
+  if config.pool.source == "synthetic":  # the baseline's labels of the queried samples
+    baseline = np.load(os.path.join(ctx.stage_path("generator"), SYNTHETIC_LABELS))[indices]
+    local["label_accuracy_vs_baseline"] = float(np.mean(labels[answered] == baseline[answered]))
+  if q.chosen:  # why this plan: every candidate's expected label accuracy and epsilon
+    local["plan"] = {"chosen": q.chosen[0], "candidates": q.chosen[1],
+                     "assumed_consensus": config.queries.assumed_consensus}
   return {
-      **client,
+      **local,
+      "aggregator": q.aggregator,
+      "noise_scale": q.noise_scale,
       "num_queries": num,
       "answered": int(answered.sum()),
       "noisy_label_agreement_with_plurality": float(
