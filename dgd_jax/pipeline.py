@@ -187,7 +187,7 @@ def run(config: ml_collections.ConfigDict, workdir: str,
   wd.record_config(config)
   dataset = functools.cache(lambda: load_dataset(  # loaded once, by the first stage that runs
       config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None,
-      download=config.download))
+      download=config.download).with_private_size(config.get("private_size", 0)))
   results = {}
   for stage in planned:
     if stage.done():

@@ -33,6 +33,14 @@ PRIVACY_NOTES["dgd"] = (
     "baseline (trained on private data without noise), the generator trained against it, the "
     "synthetic set and the VAE carry no differential-privacy guarantee, and the student also "
     "learns from the synthetic set: none of them is covered.")
+STATISTICS_NOTE = (
+    "generator.w_stats > 0: the generator also matches per-channel statistics of the "
+    "baseline's activations on the private training set (computed without noise); like the "
+    "baseline, they are not covered.")
+DIAGNOSTICS_NOTE = (
+    "Diagnostics computed by the server and not released: the student trained on the "
+    "teachers' noiseless plurality (student_accuracy_noiseless_labels) and the agreement of "
+    "the noisy labels with the plurality and with the baseline.")
 RAW_POOL_NOTE = (
     "pool.source='train': the student's unlabelled pool is the private training set itself "
     "(a stand-in for public data, DGD Fig. 4 and 7). The student sees those images without "
@@ -71,7 +79,11 @@ def _privacy(config, results: dict) -> dict:
                              f"{stage['num_steps']} DPDFD steps (A_{{C,sigma}} releases)"),
                  "not_covered": [PRIVACY_NOTES[config.method]] + p["not_covered"]
                                 + ([RAW_POOL_NOTE] if config.get("pool", {}).get("source")
-                                   == "train" else [])},
+                                   == "train" else [])
+                                + ([STATISTICS_NOTE] if config.get("generator", {}).get(
+                                    "w_stats", 0) > 0 else [])
+                                + ([DIAGNOSTICS_NOTE] if "student_accuracy_noiseless_labels"
+                                   in results.get("student", {}) else [])},
   }
 
 
@@ -86,6 +98,10 @@ def build(config, results: dict) -> dict:
       "privacy": {"epsilon": None, "delta": None, "accountant": None,
                   "note": PRIVACY_NOTES[config.method]},
       **{name: results[name] for name in TOP_LEVEL if name in results},
+      # Label diagnostics (not releases): what the label noise costs the student.
+      **{k: stage[k] for stage in (results.get("student", {}), results.get("queries", {}))
+         for k in ("student_accuracy_noiseless_labels", "noisy_label_agreement_with_plurality",
+                   "label_accuracy_vs_baseline") if k in stage},
       "stage_seconds": {k: r.get("stage_seconds") for k, r in results.items()},
       "wall_seconds": sum(r.get("stage_seconds") or 0.0 for r in results.values()),
       "stages": results,
@@ -116,6 +132,23 @@ def _audit_lines(a: dict) -> list[str]:
   return lines
 
 
+def _plan_lines(plan: dict) -> list[str]:
+  """report.md's query plan: the chosen candidate and why (query_plan.choose)."""
+  c = plan["chosen"]
+  lines = ["## Query plan", "",
+           f"Chosen automatically for the target epsilon: {c['aggregator']} with noise "
+           f"{c['noise_scale']:g}, {c['num_queries']} queries (the most clean-equivalent labels "
+           f"Q kappa^2 on an assumed vote histogram with top-class share "
+           f"{plan['assumed_consensus']:g}; no votes are read to choose).", "",
+           "| aggregator | noise | queries | expected label accuracy | epsilon | "
+           "clean-equivalent labels |", "|---|---|---|---|---|---|"]
+  for x in plan["candidates"]:
+    lines.append(f"| {x['aggregator']} | {x['noise_scale']:g} | {x['num_queries']} | "
+                 f"{x['expected_label_accuracy']:.3f} | {x['epsilon']:.3f} | "
+                 f"{x['clean_equivalent_labels']:.0f} |")
+  return lines + [""]
+
+
 def write(workdir: str, report: dict) -> None:
   write_json(os.path.join(workdir, "report.json"), report)
   lines = [f"# dgd_jax report: {report['method']} on {report['dataset']} "
@@ -134,15 +167,20 @@ def write(workdir: str, report: dict) -> None:
     lines += [f"**Client side: local epsilon = {report['ldp_local_epsilon']:.6g} per query "
               "sample** (pure, LDP Algorithm 1: masking + Laplace noise before it leaves the "
               "client).", ""]
+  if "student_accuracy_noiseless_labels" in report:
+    lines += [f"Diagnostic (not released): the same student on the teachers' noiseless "
+              f"plurality reaches {100 * report['student_accuracy_noiseless_labels']:.2f}%.", ""]
   if report.get("audit"):
     lines += _audit_lines(report["audit"])
+  if report["stages"].get("queries", {}).get("plan"):
+    lines += _plan_lines(report["stages"]["queries"]["plan"])
   lines += ["## Privacy", "", report["privacy"]["note"], "", "## Stages", "",
             "| stage | result |", "|---|---|"]
   pictures = []
   for name, result in report["stages"].items():
     shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                       for k, v in result.items() if k not in ("table", "privacy", "membership",
-                                                              "inversion"))
+                                                              "inversion", "plan"))
     lines.append(f"| {name} | {shown} |")
     pictures += [(k, v) for k, v in result.items() if k.endswith("_png")]
   if pictures:

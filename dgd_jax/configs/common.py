@@ -43,6 +43,7 @@ def base_config(dataset: str, preset: str) -> ml_collections.ConfigDict:
   config.manual_dir = ""  # IDX files of a built-in dataset; "" = the dataset's default
   config.download = True  # may a built-in dataset be downloaded when no IDX files exist
   config.seed = 0
+  config.private_size = 0  # the first N training examples are the private set; 0 = all
 
   config.model = ml_collections.ConfigDict()
   config.model.width = 1.0 if preset == "paper" else 0.25  # multiplier of 64/128 channels
@@ -65,6 +66,7 @@ def teachers_config(preset: str) -> ml_collections.ConfigDict:
       batch_size=128 if paper else 32,
       learning_rate=1e-3,
       end_learning_rate=0.0,
+      augment=False,  # random shift/mirror of each minibatch (stages/teachers.py)
       chunk=0,  # teachers per vmapped chunk; 0 = backend default (ensemble.AUTO_CHUNK)
       noise_scales=(20.0, 40.0),  # Laplace scales b at which ensemble accuracy is reported
   ))
@@ -100,6 +102,9 @@ def queries_config(num_queries: int, aggregator: str, noise_scale: float
       selection="random",  # random | least_confident (PATE App. C.2)
       first_round=0,  # least_confident: random queries that train the selecting student
       client="",  # "ldp": the client transforms its queries first (LDP Algorithm 1)
+      plan="fixed",  # fixed: the fields above; auto: query_plan.choose for max_epsilon
+      assumed_consensus=0.5,  # auto: the top class's assumed share of the votes (not read)
+      num_classes=10,  # auto: the dataset's number of classes K
   ))
 
 
@@ -128,6 +133,10 @@ def student_config() -> ml_collections.ConfigDict:
       eps_normal=1.0,  # input-space L2 step along the normal direction
       adversarial=True,  # TNAR-style adversarial directions (False: random)
       eps1=0.0,  # DGD's latent Laplace term (paper: 0.01); 0 = off, see README
+      augment=False,  # shift/mirror the labelled batch (post-processing, no epsilon)
+      w_consistency=0.0,  # FixMatch consistency on the unlabelled pool (stages/student.py)
+      threshold=0.95,  # FixMatch's confidence threshold for a pseudo-label
+      diagnose_noiseless=False,  # also train on the noiseless plurality (a diagnostic)
   ))
 
 

@@ -42,6 +42,16 @@ class Dataset:
   def image_shape(self) -> tuple[int, int, int]:
     return tuple(self.x_train.shape[1:])
 
+  def with_private_size(self, size: int) -> "Dataset":
+    """The first ``size`` training examples as the private set (0: all); the test split is
+    kept whole."""
+    if size == 0:
+      return self
+    if not 0 < size <= len(self.x_train):
+      raise DatasetError(f"config.private_size={size}: {self.name} has {len(self.x_train)} "
+                         f"training examples; choose 1..{len(self.x_train)} (0 = all).")
+    return dataclasses.replace(self, x_train=self.x_train[:size], y_train=self.y_train[:size])
+
 
 def to_float(images: np.ndarray) -> np.ndarray:
   """uint8 0..255 -> float32 in [-1, 1]."""

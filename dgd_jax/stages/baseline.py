@@ -10,7 +10,7 @@ import jax
 from dgd_jax import train
 from dgd_jax.stages import classifier, fit_config
 
-CONFIG_KEYS = ("seed", "dataset", "model", "baseline")
+CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "baseline")
 
 
 def run(ctx) -> dict:

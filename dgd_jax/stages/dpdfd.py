@@ -24,8 +24,8 @@ from dgd_jax.models.generator import Generator
 from dgd_jax.stages import classifier, queries
 from dgd_jax.stages.generator import class_grid, generate, load_baseline
 
-CONFIG_KEYS = ("seed", "dataset", "model", "baseline", "num_teachers", "teachers", "dpdfd",
-               "privacy")
+CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "baseline", "num_teachers", "teachers",
+               "dpdfd", "privacy")
 SAMPLES_KEYS = CONFIG_KEYS
 SYNTHETIC = "synthetic.npy"
 

@@ -16,7 +16,7 @@ from dgd_jax import ldp, plots, privacy, train
 from dgd_jax.stages import classifier, fit_config
 from dgd_jax.stages.generator import load_baseline
 
-CONFIG_KEYS = ("seed", "dataset", "model", "baseline", "ldp")
+CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "baseline", "ldp")
 
 
 def perturbed(config, key: jax.Array, x: np.ndarray) -> np.ndarray:

@@ -10,6 +10,17 @@ Eq. 6 as implemented, per unlabelled batch (means over the batch):
   w_entropy * H(p(x_hat))                     # entropy regularisation
 The paper prints the last term as + sum p log p (= -H) but says it "ensures the student
 output more determinate predictions", i.e. lower entropy, as in TNAR/VAT; we minimise H.
+
+Beside Eq. 6, the unlabelled samples can teach through consistency (FixMatch, Sohn et al.
+2020 Eq. 4): a weakly augmented view's confident prediction is the target of a strongly
+augmented view,
+  w_consistency * mean_j 1[max p(weak(x_j)) >= threshold] CE(f(strong(x_j)), argmax p(weak(x_j)))
+and the labelled batch can be augmented (``augment``). Both are post-processing of the
+released labels: no epsilon.
+
+``student_accuracy_noiseless_labels`` is a diagnostic, not a release: the same student trained
+on the teachers' noiseless plurality for the same queried samples (read from the queries
+stage's private vote histograms), so the report shows what the label noise costs.
 """
 from __future__ import annotations
 
@@ -20,11 +31,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax.training import train_state
 
-from dgd_jax import plots, train, triples
+import optax
+
+from dgd_jax import augment, plots, train, triples
 from dgd_jax.models.vae import VAE
 from dgd_jax.stages import classifier, fit_config, pool
 from dgd_jax.stages import vae as vae_stage
-from dgd_jax.stages.queries import CONFIG_KEYS as QUERY_KEYS, QUERIES
+from dgd_jax.stages.queries import CONFIG_KEYS as QUERY_KEYS, QUERIES, VOTES
 
 CONFIG_KEYS = tuple(dict.fromkeys(QUERY_KEYS + vae_stage.CONFIG_KEYS + ("student",)))
 
@@ -32,6 +45,16 @@ CONFIG_KEYS = tuple(dict.fromkeys(QUERY_KEYS + vae_stage.CONFIG_KEYS + ("student
 def entropy(logits: jnp.ndarray) -> jnp.ndarray:
   logp = jax.nn.log_softmax(logits)
   return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+
+
+def consistency_loss(weak_logits: jnp.ndarray, strong_logits: jnp.ndarray, threshold: float
+                     ) -> tuple[jnp.ndarray, jnp.ndarray]:
+  """FixMatch Eq. 4: mean_j 1[max p_weak_j >= threshold] CE(strong_j, argmax p_weak_j), the
+  weak view held fixed; also the share of confident rows."""
+  p_weak = jax.nn.softmax(jax.lax.stop_gradient(weak_logits))
+  confident = (p_weak.max(-1) >= threshold).astype(jnp.float32)
+  ce = optax.softmax_cross_entropy_with_integer_labels(strong_logits, jnp.argmax(p_weak, -1))
+  return jnp.mean(confident * ce), jnp.mean(confident)
 
 
 def load_vae(ctx, image_shape):
@@ -47,6 +70,7 @@ def load_vae(ctx, image_shape):
 def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
   """The jitted semi-supervised step (Eq. 1 = Eq. 5 + Eq. 6) with config block ``s``."""
   unsupervised = s.w_normal > 0 or s.w_tangent > 0 or s.w_entropy > 0
+  consistency = s.w_consistency > 0
 
   def decode(z):
     return vae.apply({"params": vae_params}, z, method=VAE.decode)
@@ -55,6 +79,12 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
     k_s, k_u, k_z, k_noise, k_dir = jax.random.split(key, 5)
     idx = jax.random.randint(k_s, (s.batch_size,), 0, x_s.shape[0])
     xb, yb = x_s[idx], y_s[idx]
+    k_aug, k_c, k_weak, k_strong = jax.random.split(jax.random.fold_in(key, 1), 4)
+    if s.augment:
+      xb = augment.weak(k_aug, xb)
+    if consistency:  # FixMatch: a weak and a strong view of unlabelled samples
+      xc = x_u[jax.random.randint(k_c, (s.unlabelled_batch_size,), 0, x_u.shape[0])]
+      x_weak, x_strong = augment.weak(k_weak, xc), augment.strong(k_strong, xc)
     if unsupervised:
       xu = x_u[jax.random.randint(k_u, (s.unlabelled_batch_size,), 0, x_u.shape[0])]
       mean, logvar = vae.apply({"params": vae_params}, xu, method=VAE.encode)
@@ -77,6 +107,10 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
       logits = student.apply(params, xb)
       loss = train.cross_entropy(logits, yb)  # Eq. 5
       terms = {"ce": loss}
+      if consistency:
+        terms["consistency"], terms["confident_fraction"] = consistency_loss(
+            student.apply(params, x_weak), student.apply(params, x_strong), s.threshold)
+        loss = loss + s.w_consistency * terms["consistency"]
       if unsupervised:
         apply_f = lambda x: student.apply(params, x, with_features=True)
         logits_hat, f_hat = apply_f(x_hat)
@@ -94,9 +128,24 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
   return jax.jit(step, donate_argnums=0)
 
 
+def train_student(ctx, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray, name: str,
+                  checkpoint_dir: str):
+  """The student (model, trained parameters) on labelled (x_s, y_s) and unlabelled x_u."""
+  config = ctx.config
+  student = classifier(config, ctx.dataset.num_classes)
+  cfg = fit_config(config, "student")
+  init_key, train_key = jax.random.split(ctx.key("student"))
+  state = train.create_train_state(student, train.optimizer(cfg), init_key, x_s.shape[1:])
+  vae, vae_params = load_vae(ctx, x_s.shape[1:])
+  step = make_step(student, vae, vae_params, jnp.asarray(x_s), jnp.asarray(y_s),
+                   jnp.asarray(x_u), config.student)
+  log = lambda metrics: ctx.workdir.log_metrics(name, metrics)  # its own curve
+  state = train.run_steps(state, step, train_key, cfg, checkpoint_dir, name, log)
+  return student, state.params
+
+
 def run(ctx) -> dict:
   config = ctx.config
-  s = config.student
   x_pool = pool.load(ctx)  # the synthetic set (DGD) or the public pool (PATE)
   with np.load(os.path.join(ctx.stage_path("queries"), QUERIES)) as q:
     answered = q["answered"]
@@ -104,21 +153,21 @@ def run(ctx) -> dict:
     x_s, y_s = x_pool[labelled], q["labels"][answered].astype(np.int32)  # (D_s, L_s)
   x_u = np.delete(x_pool, labelled, axis=0)  # D_u: the pool samples not queried
   x_eval, y_eval = pool.evaluation(ctx)  # the test split (PATE: the part not in the pool)
-  student = classifier(config, ctx.dataset.num_classes)
-  cfg = fit_config(config, "student")
-  init_key, train_key = jax.random.split(ctx.key("student"))
-  state = train.create_train_state(student, train.optimizer(cfg), init_key, x_s.shape[1:])
-  vae, vae_params = load_vae(ctx, x_pool.shape[1:])
-  step = make_step(student, vae, vae_params, jnp.asarray(x_s), jnp.asarray(y_s),
-                   jnp.asarray(x_u), s)
-  state = train.run_steps(state, step, train_key, cfg, ctx.stage.checkpoint_dir, "student",
-                          ctx.log)
+  student, params = train_student(ctx, x_s, y_s, x_u, "student", ctx.stage.checkpoint_dir)
+  diagnostic = {}
+  if config.student.diagnose_noiseless:  # server-side diagnostic (module docstring)
+    plurality = np.load(os.path.join(ctx.stage_path("queries"), VOTES)).argmax(-1)[answered]
+    _, clean = train_student(ctx, x_s, plurality.astype(np.int32), x_u, "student_noiseless",
+                             os.path.join(ctx.stage.path, "noiseless_checkpoints"))
+    diagnostic["student_accuracy_noiseless_labels"] = train.accuracy(
+        student.apply, clean, x_eval, y_eval)
   curve = ctx.workdir.read_metrics("student")
-  terms = [k for k in ("loss", "ce", "normal", "tangent", "entropy") if curve and k in curve[0]]
+  terms = [k for k in ("loss", "ce", "consistency", "normal", "tangent", "entropy")
+           if curve and k in curve[0]]
   plots.line_plot(os.path.join(ctx.stage.path, "training_curve.png"),
                   [m["step"] for m in curve], {k: [m[k] for m in curve] for k in terms},
                   xlabel="step", ylabel="loss term", title="Student training (Eq. 1)")
-  return {"test_accuracy": train.accuracy(student.apply, state.params, x_eval, y_eval),
+  return {**diagnostic, "test_accuracy": train.accuracy(student.apply, params, x_eval, y_eval),
           "num_evaluated": len(y_eval),
           "num_labelled": int(answered.sum()), "num_unlabelled": len(x_u),
           "training_curve_png": "student/training_curve.png"}

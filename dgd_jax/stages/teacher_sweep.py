@@ -12,7 +12,7 @@ from dgd_jax import ensemble, plots
 from dgd_jax.data import partition_indices
 from dgd_jax.stages import teachers
 
-CONFIG_KEYS = ("seed", "dataset", "model", "teachers", "sweep")
+CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "teachers", "sweep")
 
 
 def write_table(path: str, table: list[dict], sizes: list[int], scales: list[float],

@@ -12,19 +12,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import aggregation, ensemble, ldp, parallel, train
+from dgd_jax import aggregation, augment, ensemble, ldp, parallel, train
 from dgd_jax.data import partition_indices
 from dgd_jax.stages import classifier, fit_config
 
 # "ldp": robust teachers for an LDP client (LDP Eq. 3) when ``ldp.robust_teachers`` is set.
-CONFIG_KEYS = ("seed", "dataset", "model", "num_teachers", "teachers", "ldp")
+CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "num_teachers", "teachers", "ldp")
+
+
+def augmented_update(state, xb, yb, key):
+  """A plain update on a randomly shifted and mirrored minibatch (``teachers.augment``)."""
+  return train.update(state, augment.weak(key, xb), yb)
 
 
 def robust_update(config):
-  """``ldp.robust_update`` with the config's LDP setting, or None for plain teachers."""
-  if not ("ldp" in config and config.ldp.get("robust_teachers", False)):
-    return None
-  return functools.partial(ldp.robust_update, cfg=types.SimpleNamespace(**config.ldp))
+  """The member update when it is not the plain one: ``ldp.robust_update`` with the config's
+  LDP setting, or ``augmented_update``; None for plain teachers."""
+  if "ldp" in config and config.ldp.get("robust_teachers", False):
+    return functools.partial(ldp.robust_update, cfg=types.SimpleNamespace(**config.ldp))
+  if config.teachers.get("augment", False):
+    return augmented_update
+  return None
 
 
 def new_teachers(config, data, n: int, key: jax.Array):

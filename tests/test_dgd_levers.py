@@ -1,0 +1,118 @@
+"""The levers that make DGD learn (issue 16): augmentations, the generator's image priors, the
+student's consistency term, the query-plan chooser, the restricted private set. Each loss term
+is checked against a hand computation."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dgd_jax import augment, generative, query_plan
+from dgd_jax.errors import ConfigError
+from dgd_jax.models.classifier import Classifier
+from dgd_jax.stages import student
+
+
+def test_translate_moves_pixels_and_keeps_edges():
+  x = jnp.zeros((1, 6, 6, 1)).at[0, 2, 3, 0].set(1.0)
+  for seed in range(20):  # every draw moves the lit pixel by at most 2 in each direction
+    y = augment.translate(jax.random.key(seed), x, 2)
+    (i, j), = np.argwhere(np.asarray(y[0, ..., 0]) == 1.0)
+    assert abs(i - 2) <= 2 and abs(j - 3) <= 2 and float(y.sum()) == 1.0
+  assert augment.translate(jax.random.key(0), x, 0) is x
+
+
+def test_flip_and_cutout():
+  x = jnp.arange(2 * 4 * 4, dtype=jnp.float32).reshape(2, 4, 4, 1)
+  y = augment.flip(jax.random.key(3), x)
+  for a, b in zip(np.asarray(x), np.asarray(y)):
+    assert np.array_equal(a, b) or np.array_equal(a[:, ::-1], b)
+  c = augment.cutout(jax.random.key(0), jnp.ones((8, 10, 10, 1)), 3, fill=0.0)
+  zeros = (np.asarray(c) == 0).reshape(8, -1).sum(1)
+  assert np.all((zeros >= 4) & (zeros <= 9))  # a 3x3 square, clipped at the border
+
+
+def test_total_variation_by_hand():
+  x = jnp.array([[0.0, 1.0], [3.0, 1.0]]).reshape(1, 2, 2, 1)
+  # vertical |3-0|, |1-1| -> mean 1.5; horizontal |1-0|, |1-3| -> mean 1.5
+  assert float(generative.total_variation(x)) == pytest.approx(3.0)
+
+
+def test_statistics_loss_and_layer_statistics_by_hand():
+  stats = [(jnp.array([1.0, 2.0]), jnp.array([1.0, 1.0]))]
+  targets = [(np.array([1.0, 0.0]), np.array([4.0, 5.0]))]
+  # ||(0, 2)|| + ||(-3, -4)|| = 2 + 5
+  assert float(generative.statistics_loss(stats, targets)) == pytest.approx(7.0)
+
+  model = Classifier(num_classes=3, width=0.05)
+  x = np.asarray(jax.random.uniform(jax.random.key(0), (50, 8, 8, 1), minval=-1, maxval=1))
+  params = model.init(jax.random.key(1), x[:1])
+  whole = generative.layer_statistics(model.apply, params, x, batch_size=50)
+  chunked = generative.layer_statistics(model.apply, params, x, batch_size=7)
+  conv1 = x  # the first conv's output recomputed by hand from its kernel
+  kernel = params["params"]["conv1"]["kernel"]
+  out = jax.lax.conv_general_dilated(conv1, kernel, (1, 1), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  out = out + params["params"]["conv1"]["bias"]
+  np.testing.assert_allclose(whole[0][0], np.asarray(out).mean((0, 1, 2)), atol=1e-5)
+  np.testing.assert_allclose(whole[0][1], np.asarray(out).var((0, 1, 2)), atol=1e-5)
+  for (m1, v1), (m2, v2) in zip(whole, chunked):
+    np.testing.assert_allclose(m1, m2, atol=1e-5)
+    np.testing.assert_allclose(v1, v2, atol=1e-5)
+  assert len(whole) == 2  # conv1 and conv2
+
+
+def test_consistency_term_by_hand():
+  """The student's FixMatch term: CE of the strong view against the weak view's argmax,
+  only where the weak view is confident."""
+  weak_logits = jnp.array([[5.0, 0.0], [0.1, 0.0]])  # confident, not confident at 0.95
+  strong_logits = jnp.array([[1.0, 2.0], [0.0, 3.0]])
+  term, share = student.consistency_loss(weak_logits, strong_logits, 0.95)
+  # Row 0 is confident with pseudo-label 0: CE = -log softmax(1, 2)[0]; row 1 is masked.
+  by_hand = 0.5 * (-np.log(np.exp(1.0) / (np.exp(1.0) + np.exp(2.0))))
+  assert float(term) == pytest.approx(by_hand, rel=1e-6) and float(share) == 0.5
+  grad = jax.grad(lambda w: student.consistency_loss(w, strong_logits, 0.95)[0])(weak_logits)
+  assert not np.any(np.asarray(grad))  # the weak view is the fixed target
+
+
+def test_assumed_histogram():
+  v = query_plan.assumed_histogram(250, 10, 0.6)
+  assert v[0] == 150 and v[1] == 50 and np.allclose(v[2:], 50 / 8) and v.sum() == 250
+  with pytest.raises(ConfigError, match="assumed_consensus"):
+    query_plan.assumed_histogram(250, 10, 0.05)
+
+
+def test_expected_label_accuracy_limits():
+  votes = query_plan.assumed_histogram(250, 10, 0.8)
+  assert query_plan.expected_label_accuracy("gnmax", 1.0, votes) == 1.0
+  assert query_plan.expected_label_accuracy("lnmax", 1e6, votes) == pytest.approx(0.1, abs=0.02)
+
+
+def test_small_ensembles_get_less_noise_and_fewer_queries():
+  big, _ = query_plan.choose(250, 10, 10.0, 1e-5, 0.5, 60000)
+  small, table = query_plan.choose(50, 10, 10.0, 1e-5, 0.5, 60000)
+  assert small.noise_scale < big.noise_scale and small.num_queries < big.num_queries
+  assert small.epsilon <= 10.0 and big.epsilon <= 10.0
+  assert small == max(table, key=lambda c: c.clean_equivalent)
+  # The fixed plan of the quick preset (LNMax b = 40) is a poor plan for 50 teachers.
+  votes = query_plan.assumed_histogram(50, 10, 0.5)
+  assert query_plan.expected_label_accuracy("lnmax", 40.0, votes) < small.label_accuracy - 0.1
+  capped, _ = query_plan.choose(250, 10, 10.0, 1e-5, 0.5, 100)
+  assert capped.num_queries <= 100
+
+
+def test_no_plan_fits_a_tiny_budget():
+  with pytest.raises(ConfigError, match="no query plan fits"):
+    query_plan.choose(10, 10, 1e-4, 1e-5, 0.5, 1000)
+
+
+def test_select_stable_keeps_confident_stable_samples_per_class():
+  from dgd_jax.stages.generator import select_stable
+  # 6 candidates, 2 classes; keep 4 (2 per class). Scores min(p_y(x), p_y(shifted x)):
+  strong, weak_ = 4.0, 0.5
+  logits = np.array([[strong, 0], [weak_, 0], [strong, 0], [0, strong], [0, strong], [0, weak_]])
+  shifted = logits.copy()
+  shifted[2] = [0, strong]  # sample 2 flips class when shifted: unstable
+  keep = select_stable(np.zeros((6, 2, 2, 1)), logits, shifted, 4, 2)
+  assert keep.tolist() == [0, 1, 3, 4]
