@@ -293,3 +293,35 @@ def test_student_never_reads_private_training_data(npz_file, tmp_path):
   logged = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
   semi = [m for m in logged if m["stage"] == "student"]
   assert semi and all(np.isfinite(m[k]) for m in semi for k in ("normal", "tangent", "entropy"))
+
+
+def test_dgd_with_every_issue16_lever_end_to_end(fashion_mnist_subset, tmp_path):
+  """Generator priors and stable selection, augmented teachers, an automatic query plan, a
+  FixMatch student, the noiseless-label diagnostic and a restricted private set: the report
+  carries the plan, the diagnostics and their privacy notes."""
+  config = tiny_configs.dgd(fashion_mnist_subset)
+  config.private_size = 300
+  config.teachers.augment = True
+  config.generator.update(w_stats=1.0, w_tv=0.1, jitter=1, mirror=True, oversample=1.5,
+                          learning_rate=0.02)
+  config.queries.update(plan="auto", num_queries=60)
+  config.student.update(augment=True, w_consistency=1.0, threshold=0.5,
+                        unlabelled_batch_size=16, diagnose_noiseless=True)
+  workdir = tmp_path / "d"
+  report = pipeline.run(config, str(workdir))
+  q = report["stages"]["queries"]
+  chosen = q["plan"]["chosen"]
+  assert report["queries"] == chosen["num_queries"] <= 60
+  assert (q["aggregator"], q["noise_scale"]) == (chosen["aggregator"], chosen["noise_scale"])
+  assert report["epsilon"] <= config.privacy.max_epsilon
+  assert report["stages"]["teachers"]["examples_per_teacher"] == 300 // 4  # private_size
+  for key in ("student_accuracy_noiseless_labels", "label_accuracy_vs_baseline",
+              "noisy_label_agreement_with_plurality"):
+    assert 0 <= report[key] <= 1, key
+  notes = " ".join(report["covers"]["not_covered"])
+  assert "w_stats" in notes and "noiseless plurality" in notes
+  md = (workdir / "report.md").read_text()
+  assert "## Query plan" in md and "noiseless plurality reaches" in md
+  logged = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+  assert any(m["stage"] == "student" and "consistency" in m for m in logged)
+  assert any(m["stage"] == "student_noiseless" for m in logged)

@@ -25,7 +25,7 @@ def dgd(data_file: str):
   config = dgd_generative(data_file)
   config.num_teachers = 4
   config.teachers.num_steps = 20
-  config.queries.num_queries = 50
+  config.queries.update(plan="fixed", aggregator="lnmax", noise_scale=40.0, num_queries=50)
   config.student.update(num_steps=30, batch_size=16)
   return config
 

@@ -120,6 +120,7 @@ def student_config() -> ml_collections.ConfigDict:
   """The student (DGD Eq. 1 = Eq. 5 + Eq. 6)."""
   return ml_collections.ConfigDict(dict(
       num_steps=500,  # DGD IV-A: 500 iterations
+      width=0.0,  # the student's width multiplier; 0 = config.model.width
       batch_size=128,  # labelled samples per step (D_s)
       unlabelled_batch_size=128,  # VAE triples per step (D_u)
       learning_rate=1e-3,  # decaying linearly to 0 (DGD IV-A)
@@ -136,6 +137,7 @@ def student_config() -> ml_collections.ConfigDict:
       augment=False,  # shift/mirror the labelled batch (post-processing, no epsilon)
       w_consistency=0.0,  # FixMatch consistency on the unlabelled pool (stages/student.py)
       threshold=0.95,  # FixMatch's confidence threshold for a pseudo-label
+      consistency_augment=True,  # False: no views, plain confident pseudo-labels
       diagnose_noiseless=False,  # also train on the noiseless plurality (a diagnostic)
   ))
 

@@ -11,9 +11,11 @@ from dgd_jax import train
 from dgd_jax.models.classifier import Classifier
 
 
-def classifier(config, num_classes: int) -> Classifier:
-  """The paper classifier at the config's width (baseline, teachers and students)."""
-  return Classifier(num_classes=num_classes, width=config.model.width,
+def classifier(config, num_classes: int, block: str | None = None) -> Classifier:
+  """The paper classifier at the config's width (baseline, teachers and students), or at
+  ``config.<block>.width`` where that block sets one (> 0; e.g. a wider student)."""
+  width = (config[block].get("width", 0) if block and block in config else 0)
+  return Classifier(num_classes=num_classes, width=width or config.model.width,
                     hidden=tuple(config.model.hidden))
 
 
@@ -28,7 +30,7 @@ def fit_config(config, block: str) -> train.FitConfig:
 def restore_classifier(ctx, stage: str):
   """A finished classifier stage's (model, params); ``stage`` also names its config block
   (e.g. 'baseline', 'student')."""
-  model = classifier(ctx.config, ctx.dataset.num_classes)
+  model = classifier(ctx.config, ctx.dataset.num_classes, stage)
   template = train.create_train_state(model, train.optimizer(fit_config(ctx.config, stage)),
                                       jax.random.key(0), ctx.dataset.image_shape)
   return model, train.restore_params(os.path.join(ctx.stage_path(stage), "checkpoints"),

@@ -15,6 +15,7 @@ Beside Eq. 6, the unlabelled samples can teach through consistency (FixMatch, So
 2020 Eq. 4): a weakly augmented view's confident prediction is the target of a strongly
 augmented view,
   w_consistency * mean_j 1[max p(weak(x_j)) >= threshold] CE(f(strong(x_j)), argmax p(weak(x_j)))
+(``consistency_augment=False``: both views are x_j itself, i.e. confident pseudo-labels, Lee 2013)
 and the labelled batch can be augmented (``augment``). Both are post-processing of the
 released labels: no epsilon.
 
@@ -84,7 +85,8 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
       xb = augment.weak(k_aug, xb)
     if consistency:  # FixMatch: a weak and a strong view of unlabelled samples
       xc = x_u[jax.random.randint(k_c, (s.unlabelled_batch_size,), 0, x_u.shape[0])]
-      x_weak, x_strong = augment.weak(k_weak, xc), augment.strong(k_strong, xc)
+      x_weak, x_strong = ((augment.weak(k_weak, xc), augment.strong(k_strong, xc))
+                          if s.consistency_augment else (xc, xc))  # else: pseudo-labels
     if unsupervised:
       xu = x_u[jax.random.randint(k_u, (s.unlabelled_batch_size,), 0, x_u.shape[0])]
       mean, logvar = vae.apply({"params": vae_params}, xu, method=VAE.encode)
@@ -132,7 +134,7 @@ def train_student(ctx, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray, name: 
                   checkpoint_dir: str):
   """The student (model, trained parameters) on labelled (x_s, y_s) and unlabelled x_u."""
   config = ctx.config
-  student = classifier(config, ctx.dataset.num_classes)
+  student = classifier(config, ctx.dataset.num_classes, "student")
   cfg = fit_config(config, "student")
   init_key, train_key = jax.random.split(ctx.key("student"))
   state = train.create_train_state(student, train.optimizer(cfg), init_key, x_s.shape[1:])
