@@ -16,3 +16,7 @@ class DatasetError(UserInputError):
 
 class WorkdirConflictError(UserInputError):
   """The workdir holds artefacts of another config."""
+
+
+class WorkdirLockedError(UserInputError):
+  """Another run is writing to the workdir."""

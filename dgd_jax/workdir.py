@@ -8,24 +8,34 @@ Layout::
   <workdir>/<stage>/checkpoints/  Orbax checkpoints (resume from the latest step)
   <workdir>/<stage>/result.json   the stage's outputs; its presence marks the stage done
   <workdir>/report.json, report.md
+  <workdir>/lock.json          the writing run's pid, host and start time, while it runs
 
 A stage whose folder holds another config slice is refused (``WorkdirConflictError``),
 never overwritten: artefacts already written are not lost. In a multi-process run every
 process reads the workdir and only the writer (process 0; ``writer=False`` elsewhere)
-writes these files; Orbax checkpoints are written by all.
+writes these files and holds the lock; Orbax checkpoints are written by all. A second run
+on the same workdir is refused while the first holds the lock (``WorkdirLockedError``); the
+lock of a killed run (its pid no longer running on this host) is taken over.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
 import os
 import shutil
-from typing import Any
+import socket
+import sys
+import tempfile
+from typing import Any, Callable, IO, Iterator
 
 import ml_collections
+from absl import logging
 
-from dgd_jax.errors import WorkdirConflictError
+from dgd_jax.errors import WorkdirConflictError, WorkdirLockedError
+
+LOCK = "lock.json"
 
 
 def plain(value: Any) -> Any:
@@ -56,18 +66,78 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
   return [] if a == b else [f"{prefix[:-1]}: {a!r} here, {b!r} in the workdir"]
 
 
-def write_json(path: str, obj: Any) -> None:
-  """Writes JSON atomically (temp file + rename), so a crash never leaves half a file."""
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
+def atomic_write(path: str, write: Callable[[IO], None], binary: bool = False,
+                 exclusive: bool = False) -> None:
+  """Writes ``path`` all at once: ``write(f)`` fills a temporary file in the same folder,
+  which is flushed to disk and then renamed to ``path``. A crash leaves either the old file
+  or the new one, never part of one. ``exclusive``: fail with ``FileExistsError`` instead
+  of replacing an existing ``path`` (the new file is linked into place)."""
+  folder, name = os.path.split(path)
+  fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder or ".")
+  try:
+    with os.fdopen(fd, "wb" if binary else "w") as f:
+      write(f)
+      f.flush()
+      os.fsync(f.fileno())
+    if exclusive:
+      os.link(tmp, path)
+    else:
+      os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+
+
+def write_json(path: str, obj: Any, exclusive: bool = False) -> None:
+  """Writes ``obj`` as JSON atomically (``atomic_write``)."""
+
+  def write(f):
     json.dump(obj, f, indent=2, sort_keys=True)
     f.write("\n")
-  os.replace(tmp, path)
+
+  atomic_write(path, write, exclusive=exclusive)
 
 
 def read_json(path: str) -> Any:
   with open(path) as f:
     return json.load(f)
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+  """Fields 3.. of ``/proc/<pid>/stat`` (state, ppid, ...; Linux); None where unreadable."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()
+  except (OSError, IndexError):
+    return None
+
+
+def _process_start(pid: int) -> int | None:
+  """When process ``pid`` started, in clock ticks since boot (Linux; else None). With the pid
+  it names one process: a pid reused after a restart has another start time."""
+  fields = _proc_stat(pid)
+  return None if fields is None else int(fields[19])
+
+
+def _running_here(holder: dict) -> bool:
+  """Whether the process a lock names (on this host) is still running."""
+  try:
+    os.kill(holder["pid"], 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # another user's process
+    pass
+  fields = _proc_stat(holder["pid"])
+  if fields is None:  # no /proc: the pid exists
+    return True
+  if fields[0] == "Z":  # exited, not yet reaped
+    return False
+  return holder.get("pid_start") in (None, int(fields[19]))
+
+
+def _describe_holder(holder: dict) -> str:
+  return (f"pid {holder.get('pid')} on host {holder.get('host')}, started "
+          f"{holder.get('started')} ({holder.get('command')})")
 
 
 class Stage:
@@ -134,6 +204,84 @@ class Workdir:
     self.writer = writer
     if os.path.exists(self.path) and not os.path.isdir(self.path):
       raise WorkdirConflictError(f"--workdir {self.path} is a file, not a directory.")
+
+  @property
+  def lock_path(self) -> str:
+    return os.path.join(self.path, LOCK)
+
+  @contextlib.contextmanager
+  def lock(self) -> Iterator[None]:
+    """Holds ``<workdir>/lock.json`` while the body runs, so that one run writes the workdir
+    at a time (only the writer locks). Refuses a workdir another live run holds; takes over
+    the lock of a run that was killed on this host."""
+    if not self.writer:
+      yield
+      return
+    os.makedirs(self.path, exist_ok=True)
+    mine = {"pid": os.getpid(), "host": socket.gethostname(),
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "pid_start": _process_start(os.getpid()), "command": " ".join(sys.argv)}
+    while True:
+      try:
+        write_json(self.lock_path, mine, exclusive=True)  # atomic: no one sees half a lock
+        break
+      except FileExistsError:
+        self._take_over_if_stale()  # or raise WorkdirLockedError naming the holder
+    try:
+      yield
+    finally:
+      try:
+        if read_json(self.lock_path) == mine:
+          os.unlink(self.lock_path)
+      except (OSError, ValueError):
+        pass
+
+  def _take_over_if_stale(self) -> None:
+    """Removes the lock if the run it names was killed on this host; raises
+    ``WorkdirLockedError`` naming that run otherwise."""
+    try:
+      with open(self.lock_path) as f:
+        text = f.read()
+      holder = json.loads(text)
+      holder["pid"] = int(holder["pid"])
+    except FileNotFoundError:
+      return  # released meanwhile: try again
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      raise WorkdirLockedError(
+          f"{self.lock_path} exists but cannot be read ({e}), so dgd_jax cannot tell whether "
+          "another run is writing to this workdir. If none is, remove that file and re-run."
+          ) from None
+    here = socket.gethostname()
+    if holder.get("host") != here:
+      raise WorkdirLockedError(
+          f"{self.path} is in use by another run: {_describe_holder(holder)}. Two runs writing "
+          f"one workdir would corrupt its artefacts. Wait for that run to finish or use another "
+          f"--workdir. This host ({here}) cannot see whether a process on {holder.get('host')} "
+          f"is alive: if that run is gone, remove {self.lock_path} and re-run.")
+    if _running_here(holder):
+      raise WorkdirLockedError(
+          f"{self.path} is in use by another run: {_describe_holder(holder)}. Two runs writing "
+          f"one workdir would corrupt its artefacts. Wait for it to finish (or stop it: kill "
+          f"{holder['pid']}), or use another --workdir.")
+    # Stale: move it aside (atomic; of several processes taking over, one succeeds), and
+    # check that what was moved is the stale lock, not one a faster process just created.
+    aside = f"{self.lock_path}.stale.{os.getpid()}"
+    try:
+      os.rename(self.lock_path, aside)
+    except FileNotFoundError:
+      return  # another process took it over first: try again
+    with open(aside) as f:
+      moved = f.read()
+    if moved != text:  # a live lock: put it back unless yet another run holds the name
+      try:
+        os.link(aside, self.lock_path)
+      except FileExistsError:
+        pass
+    else:
+      logging.warning("%s: taking over the lock of a run that no longer runs (%s); "
+                      "finished stages are reused, interrupted ones resume.", self.path,
+                      _describe_holder(holder))
+    os.unlink(aside)
 
   def stage(self, name: str, config: ml_collections.ConfigDict, keys: tuple[str, ...]
             ) -> Stage:

@@ -31,7 +31,7 @@ import ml_collections
 from dgd_jax import pipeline, plots, privacy
 from dgd_jax.errors import ConfigError
 from dgd_jax.stages import queries
-from dgd_jax.workdir import config_slice, fingerprint, read_json
+from dgd_jax.workdir import Workdir, config_slice, fingerprint, read_json
 
 Axis = tuple[tuple[str, ...], list[tuple[Any, ...]]]  # field names, one value tuple per point
 
@@ -136,23 +136,23 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
     if not accounting_only and "queries" in c:
       queries.plan(c)
   workdir = os.path.abspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
   rows = []
-  for overrides, c in points:
-    row = dict(overrides)
-    if accounting_only:
-      row.update(planned_epsilons(c))
-    else:
-      name = point_name(overrides)
-      _link_stages(c, workdir, name, [os.path.abspath(r) for r in reuse])
-      report = pipeline.run(c, os.path.join(workdir, name))
-      row.update({k: report.get(k) for k in ("test_accuracy", "epsilon", "accountant",
-                                             "queries", "baseline_accuracy")})
-      row.update({c: _at(report, c, f"--columns names {c!r}, which report.json does "
-                                    "not have.") for c in columns})
-      row["workdir"] = name
-    rows.append(row)
-    _write(workdir, axes, rows, accounting_only, columns)
+  with Workdir(workdir).lock():  # one sweep per workdir (each point's run locks its own)
+    for overrides, c in points:
+      row = dict(overrides)
+      if accounting_only:
+        row.update(planned_epsilons(c))
+      else:
+        name = point_name(overrides)
+        _link_stages(c, workdir, name, [os.path.abspath(r) for r in reuse])
+        report = pipeline.run(c, os.path.join(workdir, name))
+        row.update({k: report.get(k) for k in ("test_accuracy", "epsilon", "accountant",
+                                               "queries", "baseline_accuracy")})
+        row.update({c: _at(report, c, f"--columns names {c!r}, which report.json does "
+                                      "not have.") for c in columns})
+        row["workdir"] = name
+      rows.append(row)
+      _write(workdir, axes, rows, accounting_only, columns)
   return rows
 
 
