@@ -172,8 +172,11 @@ def run_steps(state: Any, step_fn: Callable, key: jax.Array, cfg: FitConfig,
   same keys as an uninterrupted one. ``step_fn`` should be jitted with the state donated.
   Logs progress (rate, ETA) and metrics every ``cfg.log_every`` steps; a non-finite loss
   stops the run."""
+  # Orbax saves into <step>.orbax-checkpoint-tmp-* and renames it to <step> when complete,
+  # so a killed save is never restored; cleanup_tmp_directories removes its leftovers.
   options = ocp.CheckpointManagerOptions(max_to_keep=1, create=True,
-                                         enable_async_checkpointing=False)
+                                         enable_async_checkpointing=False,
+                                         cleanup_tmp_directories=True)
   with ocp.CheckpointManager(checkpoint_dir, options=options) as manager:
     start = manager.latest_step()
     if start is not None:

@@ -20,6 +20,7 @@ lock of a killed run (its pid no longer running on this host) is taken over.
 from __future__ import annotations
 
 import contextlib
+import csv
 import datetime
 import hashlib
 import json
@@ -31,11 +32,13 @@ import tempfile
 from typing import Any, Callable, IO, Iterator
 
 import ml_collections
+import numpy as np
 from absl import logging
 
 from dgd_jax.errors import WorkdirConflictError, WorkdirLockedError
 
 LOCK = "lock.json"
+TEMP_SUFFIX = ".tmp"
 
 
 def plain(value: Any) -> Any:
@@ -68,14 +71,15 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
 
 def atomic_write(path: str, write: Callable[[IO], None], binary: bool = False,
                  exclusive: bool = False) -> None:
-  """Writes ``path`` all at once: ``write(f)`` fills a temporary file in the same folder,
-  which is flushed to disk and then renamed to ``path``. A crash leaves either the old file
-  or the new one, never part of one. ``exclusive``: fail with ``FileExistsError`` instead
-  of replacing an existing ``path`` (the new file is linked into place)."""
+  """Writes ``path`` all at once: ``write(f)`` fills a temporary file in the same folder
+  (``.<name>.*.tmp``), which is flushed to disk and then renamed to ``path``. A crash leaves
+  either the old file or the new one, never part of one. ``exclusive``: fail with
+  ``FileExistsError`` instead of replacing an existing ``path`` (the new file is linked into
+  place). Every artefact of the workdir is written through here."""
   folder, name = os.path.split(path)
-  fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder or ".")
+  fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=TEMP_SUFFIX, dir=folder or ".")
   try:
-    with os.fdopen(fd, "wb" if binary else "w") as f:
+    with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"newline": ""})) as f:
       write(f)
       f.flush()
       os.fsync(f.fileno())
@@ -88,6 +92,11 @@ def atomic_write(path: str, write: Callable[[IO], None], binary: bool = False,
       os.unlink(tmp)
 
 
+def is_temporary(name: str) -> bool:
+  """Whether a file name is one of ``atomic_write``'s temporary files (left by a crash)."""
+  return name.startswith(".") and name.endswith(TEMP_SUFFIX)
+
+
 def write_json(path: str, obj: Any, exclusive: bool = False) -> None:
   """Writes ``obj`` as JSON atomically (``atomic_write``)."""
 
@@ -96,6 +105,43 @@ def write_json(path: str, obj: Any, exclusive: bool = False) -> None:
     f.write("\n")
 
   atomic_write(path, write, exclusive=exclusive)
+
+
+def write_text(path: str, text: str) -> None:
+  atomic_write(path, lambda f: f.write(text))
+
+
+def write_csv(path: str, rows: list[dict], columns: list[str]) -> None:
+
+  def write(f):
+    writer = csv.DictWriter(f, columns)
+    writer.writeheader()
+    writer.writerows(rows)
+
+  atomic_write(path, write)
+
+
+def save_array(path: str, array) -> None:
+  """``numpy.save`` atomically."""
+  atomic_write(path, lambda f: np.save(f, array, allow_pickle=False), binary=True)
+
+
+def save_arrays(path: str, **arrays) -> None:
+  """``numpy.savez`` atomically."""
+  atomic_write(path, lambda f: np.savez(f, **arrays), binary=True)
+
+
+def append_line(path: str, record: dict) -> None:
+  """Appends ``record`` as one JSON line. A run killed while appending may leave a partial
+  last line: it is ended first, so the new record stays on a line of its own (readers skip
+  the broken one)."""
+  line = json.dumps(record) + "\n"
+  with open(path, "a+b") as f:
+    if f.tell() > 0:
+      f.seek(-1, os.SEEK_END)
+      if f.read(1) != b"\n":
+        line = "\n" + line
+    f.write(line.encode())
 
 
 def read_json(path: str) -> Any:
@@ -164,7 +210,7 @@ class Stage:
             + "\n  ".join(diffs)
             + f"\nNothing was changed. Use a new --workdir, or re-run with the config in "
             f"{os.path.join(self.workdir.path, 'config.json')}.")
-    elif os.path.isdir(self.path) and os.listdir(self.path):
+    elif os.path.isdir(self.path) and [n for n in os.listdir(self.path) if not is_temporary(n)]:
       raise WorkdirConflictError(
           f"{self.path} exists, is not empty and has no stage.json, so dgd_jax cannot tell "
           "what made it. Nothing was changed. Use a new --workdir.")
@@ -293,15 +339,14 @@ class Workdir:
     os.makedirs(self.path, exist_ok=True)
     resolved = plain(config)
     write_json(os.path.join(self.path, "config.json"), resolved)
-    with open(os.path.join(self.path, "runs.jsonl"), "a") as f:
-      f.write(json.dumps({"time": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                          "config": resolved}) + "\n")
+    append_line(os.path.join(self.path, "runs.jsonl"),
+                {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                 "config": resolved})
 
   def log_metrics(self, stage: str, metrics: dict) -> None:
     if not self.writer:
       return
-    with open(os.path.join(self.path, "metrics.jsonl"), "a") as f:
-      f.write(json.dumps({"stage": stage, **metrics}) + "\n")
+    append_line(os.path.join(self.path, "metrics.jsonl"), {"stage": stage, **metrics})
 
   def read_metrics(self, stage: str) -> list[dict]:
     """The stage's logged metrics by step; after a resume, the last record of each step."""
@@ -311,7 +356,10 @@ class Workdir:
     by_step = {}
     with open(path) as f:
       for line in f:
-        record = json.loads(line)
+        try:
+          record = json.loads(line)
+        except ValueError:  # a line cut short by a killed run
+          continue
         if record.get("stage") == stage and "step" in record:
           by_step[record["step"]] = record
     return [by_step[k] for k in sorted(by_step)]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from dgd_jax import pipeline, workdir
@@ -127,3 +128,52 @@ def test_the_lock_is_released_when_the_run_fails_and_only_the_writer_locks(tmp_p
   write_lock(path, host="other-node-7")
   with workdir.Workdir(path, writer=False).lock():  # process k > 0 of a multi-process run
     pass
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
+  path = str(tmp_path / "result.json")
+  workdir.write_json(path, {"accuracy": 0.5})
+
+  def crash(f):
+    f.write('{"accuracy": 0.')
+    raise KeyboardInterrupt
+
+  with pytest.raises(KeyboardInterrupt):
+    workdir.atomic_write(path, crash)
+  assert workdir.read_json(path) == {"accuracy": 0.5}
+  assert os.listdir(tmp_path) == ["result.json"]
+  with pytest.raises(FileExistsError):  # exclusive: never replaces
+    workdir.write_json(path, {"accuracy": 0.9}, exclusive=True)
+  assert workdir.read_json(path) == {"accuracy": 0.5}
+
+
+def test_arrays_are_saved_whole(tmp_path):
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  workdir.save_array(str(tmp_path / "x.npy"), x)
+  workdir.save_arrays(str(tmp_path / "q.npz"), indices=np.arange(3), labels=x[:, 0])
+  np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), x)
+  with np.load(tmp_path / "q.npz") as q:
+    assert sorted(q.files) == ["indices", "labels"]
+  assert sorted(os.listdir(tmp_path)) == ["q.npz", "x.npy"]  # no other names (no .npy added)
+
+
+def test_leftovers_of_a_killed_write_do_not_block_the_stage(tmp_path, npz_file):
+  config = baseline_config.get_config(f"npz:{npz_file},cpu")
+  wd = workdir.Workdir(str(tmp_path / "w"))
+  stage = wd.stage("baseline", config, ("seed", "model", "baseline"))
+  os.makedirs(stage.path)
+  (tmp_path / "w" / "baseline" / ".stage.json.x1y2.tmp").write_text('{"sta')  # killed here
+  stage.begin()  # not refused as a foreign folder
+  assert workdir.read_json(os.path.join(stage.path, "stage.json"))["stage"] == "baseline"
+
+
+def test_a_metrics_line_cut_short_by_a_kill_is_skipped(tmp_path):
+  wd = workdir.Workdir(str(tmp_path))
+  wd.log_metrics("student", {"step": 10, "loss": 1.0})
+  with open(tmp_path / "metrics.jsonl", "a") as f:
+    f.write('{"stage": "student", "step": 20, "lo')  # killed mid-line
+  wd.log_metrics("student", {"step": 20, "loss": 0.5})
+  assert wd.read_metrics("student") == [{"stage": "student", "step": 10, "loss": 1.0},
+                                        {"stage": "student", "step": 20, "loss": 0.5}]
+  assert (tmp_path / "metrics.jsonl").read_text().splitlines()[2] == (
+      '{"stage": "student", "step": 20, "loss": 0.5}')

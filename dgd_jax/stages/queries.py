@@ -18,6 +18,7 @@ import numpy as np
 from dgd_jax import aggregation, ensemble, ldp, privacy, train
 from dgd_jax.errors import ConfigError
 from dgd_jax.stages import classifier, fit_config, pool, teachers
+from dgd_jax.workdir import save_array, save_arrays
 
 CONFIG_KEYS = tuple(dict.fromkeys(teachers.CONFIG_KEYS + pool.CONFIG_KEYS +
                                   ("queries", "privacy")))
@@ -139,9 +140,9 @@ def run(ctx) -> dict:
     indices = np.concatenate([indices, second])
     votes, labels, answered = (np.concatenate([a, b]) for a, b in
                                zip((votes, labels, answered), more))
-  np.savez(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
-           answered=answered)
-  np.save(os.path.join(ctx.stage.path, VOTES), votes)
+  save_arrays(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
+              answered=answered)
+  save_array(os.path.join(ctx.stage.path, VOTES), votes)
   ledger = privacy.PrivacyLedger([release(config, votes, answered)])
   plurality = np.argmax(votes, -1)
   client = {}

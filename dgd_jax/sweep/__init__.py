@@ -21,7 +21,6 @@ Writes ``<workdir>/sweep.csv``, ``accuracy.png`` / ``epsilon.png`` and ``sweep.m
 from __future__ import annotations
 
 import copy
-import csv
 import itertools
 import os
 from typing import Any, Sequence
@@ -31,7 +30,8 @@ import ml_collections
 from dgd_jax import pipeline, plots, privacy
 from dgd_jax.errors import ConfigError
 from dgd_jax.stages import queries
-from dgd_jax.workdir import Workdir, config_slice, fingerprint, read_json
+from dgd_jax.workdir import (Workdir, config_slice, fingerprint, read_json, write_csv,
+                             write_text)
 
 Axis = tuple[tuple[str, ...], list[tuple[Any, ...]]]  # field names, one value tuple per point
 
@@ -159,10 +159,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
 def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only: bool,
            columns: Sequence[str] = ()) -> None:
   columns = list(dict.fromkeys(k for r in rows for k in r))
-  with open(os.path.join(workdir, "sweep.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, columns)
-    writer.writeheader()
-    writer.writerows(rows)
+  write_csv(os.path.join(workdir, "sweep.csv"), rows, columns)
   x_name = axes[0][0][0]
   rest = [n for names, _ in axes[1:] for n in names]
   xs = list(dict.fromkeys(r[x_name] for r in rows))
@@ -195,5 +192,4 @@ def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only
   lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
   lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
   lines += [""] + [f"![{p}]({p})" for p in pictures]
-  with open(os.path.join(workdir, "sweep.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
+  write_text(os.path.join(workdir, "sweep.md"), "\n".join(lines) + "\n")
