@@ -20,3 +20,11 @@ class WorkdirConflictError(UserInputError):
 
 class WorkdirLockedError(UserInputError):
   """Another run is writing to the workdir."""
+
+
+class DamagedArtefactError(UserInputError):
+  """A workdir file that cannot be read (cut short, corrupted): names the stage to recompute."""
+
+
+class WorkdirNotWritableError(UserInputError):
+  """The workdir cannot be written (permissions, a read-only or full disk)."""

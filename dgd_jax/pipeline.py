@@ -187,6 +187,8 @@ def run(config: ml_collections.ConfigDict, workdir: str,
   with wd.lock():  # one writer per workdir
     for stage in planned:  # again: another run may have written before we took the lock
       stage.check()
+      if stage.done():
+        stage.result()  # a damaged result.json is refused before anything is written
     return _run_stages(config, wd, planned)
 
 

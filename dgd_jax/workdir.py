@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime
+import errno
 import hashlib
 import json
 import os
@@ -29,13 +30,16 @@ import shutil
 import socket
 import sys
 import tempfile
+import zipfile
+import zlib
 from typing import Any, Callable, IO, Iterator
 
 import ml_collections
 import numpy as np
 from absl import logging
 
-from dgd_jax.errors import WorkdirConflictError, WorkdirLockedError
+from dgd_jax.errors import (DamagedArtefactError, WorkdirConflictError, WorkdirLockedError,
+                            WorkdirNotWritableError)
 
 LOCK = "lock.json"
 TEMP_SUFFIX = ".tmp"
@@ -69,6 +73,62 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
   return [] if a == b else [f"{prefix[:-1]}: {a!r} here, {b!r} in the workdir"]
 
 
+def _stage_folder(path: str) -> str | None:
+  """The stage folder (the nearest one holding stage.json) that ``path`` lies in, if any."""
+  folder = os.path.dirname(os.path.abspath(path))
+  for _ in range(4):  # <stage>/file, <stage>/checkpoints/<step>/..., at most
+    if os.path.exists(os.path.join(folder, "stage.json")):
+      return folder
+    folder = os.path.dirname(folder)
+  return None
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip().splitlines()
+  return f"{type(error).__name__}: {text[0][:300] if text else ''}"
+
+
+def damaged(path: str, error: BaseException) -> DamagedArtefactError:
+  """The error for a workdir file that cannot be read: names the file, the stage it belongs
+  to and how to recompute it."""
+  folder = _stage_folder(path)
+  if folder is None:
+    fix = f"remove {path} and re-run the same command"
+  else:
+    # realpath: a sweep's stage folders are links into its shared stages/ folder
+    fix = (f"recompute the '{os.path.basename(folder)}' stage: rm -r {os.path.realpath(folder)}, "
+           "then re-run the same command (finished stages are reused)")
+  return DamagedArtefactError(
+      f"{path} cannot be read ({_first_line(error)}): it is damaged, e.g. cut short by a full "
+      f"disk or corrupted. Fix: {fix}. Nothing in the workdir was changed.")
+
+
+_WRITE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+
+
+@contextlib.contextmanager
+def writing(path: str) -> Iterator[None]:
+  """Turns a failure to write ``path`` (no permission, a read-only or full disk; also from
+  Orbax, whose errors name the cause only in their text) into ``WorkdirNotWritableError``
+  naming the file and the fix."""
+  try:
+    yield
+  except WorkdirNotWritableError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    if isinstance(e, OSError):
+      cause = e.errno in _WRITE_ERRNOS and os.strerror(e.errno)
+    else:
+      cause = next((os.strerror(n) for n in _WRITE_ERRNOS if os.strerror(n) in str(e)), None)
+    if not cause:
+      raise
+    raise WorkdirNotWritableError(
+        f"cannot write {path}: {cause}. Free space on that disk or make it writable (or use "
+        "another --workdir), then re-run the same command: finished stages are reused and an "
+        "interrupted one resumes from its last checkpoint. Files already in the workdir were "
+        "not changed.") from None
+
+
 def atomic_write(path: str, write: Callable[[IO], None], binary: bool = False,
                  exclusive: bool = False) -> None:
   """Writes ``path`` all at once: ``write(f)`` fills a temporary file in the same folder
@@ -77,19 +137,20 @@ def atomic_write(path: str, write: Callable[[IO], None], binary: bool = False,
   ``FileExistsError`` instead of replacing an existing ``path`` (the new file is linked into
   place). Every artefact of the workdir is written through here."""
   folder, name = os.path.split(path)
-  fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=TEMP_SUFFIX, dir=folder or ".")
-  try:
-    with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"newline": ""})) as f:
-      write(f)
-      f.flush()
-      os.fsync(f.fileno())
-    if exclusive:
-      os.link(tmp, path)
-    else:
-      os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
+  with writing(path):
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=TEMP_SUFFIX, dir=folder or ".")
+    try:
+      with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"newline": ""})) as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+      if exclusive:
+        os.link(tmp, path)
+      else:
+        os.replace(tmp, path)
+    finally:
+      if os.path.exists(tmp):
+        os.unlink(tmp)
 
 
 def is_temporary(name: str) -> bool:
@@ -136,7 +197,7 @@ def append_line(path: str, record: dict) -> None:
   last line: it is ended first, so the new record stays on a line of its own (readers skip
   the broken one)."""
   line = json.dumps(record) + "\n"
-  with open(path, "a+b") as f:
+  with writing(path), open(path, "a+b") as f:
     if f.tell() > 0:
       f.seek(-1, os.SEEK_END)
       if f.read(1) != b"\n":
@@ -144,9 +205,36 @@ def append_line(path: str, record: dict) -> None:
     f.write(line.encode())
 
 
+def makedirs(path: str) -> None:
+  with writing(path):
+    os.makedirs(path, exist_ok=True)
+
+
+def load_array(path: str) -> np.ndarray | dict[str, np.ndarray]:
+  """A saved ``.npy`` array, or an ``.npz`` file's arrays as a dict, read whole; a damaged
+  file raises ``DamagedArtefactError`` (see ``damaged``)."""
+  try:
+    data = np.load(path, allow_pickle=False)
+    if isinstance(data, np.lib.npyio.NpzFile):
+      with data:
+        return {k: data[k] for k in data.files}
+    return data
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    raise damaged(path, e) from None
+
+
 def read_json(path: str) -> Any:
   with open(path) as f:
     return json.load(f)
+
+
+def read_artefact_json(path: str) -> Any:
+  """``read_json`` for a file the workdir must hold; a damaged one raises
+  ``DamagedArtefactError``."""
+  try:
+    return read_json(path)
+  except (OSError, ValueError) as e:
+    raise damaged(path, e) from None
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -202,7 +290,10 @@ class Stage:
     """Refuses a folder that holds another config's artefacts."""
     meta_path = os.path.join(self.path, "stage.json")
     if os.path.exists(meta_path):
-      theirs = read_json(meta_path)["config"]
+      theirs = read_artefact_json(meta_path)
+      if not isinstance(theirs, dict) or "config" not in theirs:
+        raise damaged(meta_path, ValueError("no 'config' field"))
+      theirs = theirs["config"]
       diffs = _differences(self.config_part, theirs)
       if diffs:
         raise WorkdirConflictError(
@@ -219,7 +310,7 @@ class Stage:
     self.check()
     if not self.workdir.writer:
       return
-    os.makedirs(self.path, exist_ok=True)
+    makedirs(self.path)
     write_json(os.path.join(self.path, "stage.json"),
                {"stage": self.name, "hash": fingerprint(self.config_part),
                 "config": self.config_part})
@@ -235,7 +326,10 @@ class Stage:
     return os.path.exists(self.result_path)
 
   def result(self) -> dict:
-    return read_json(self.result_path)
+    result = read_artefact_json(self.result_path)
+    if not isinstance(result, dict):
+      raise damaged(self.result_path, ValueError(f"a JSON {type(result).__name__}, not an object"))
+    return result
 
   def finish(self, result: dict) -> None:
     if self.workdir.writer:
@@ -263,7 +357,7 @@ class Workdir:
     if not self.writer:
       yield
       return
-    os.makedirs(self.path, exist_ok=True)
+    makedirs(self.path)
     mine = {"pid": os.getpid(), "host": socket.gethostname(),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "pid_start": _process_start(os.getpid()), "command": " ".join(sys.argv)}
@@ -336,7 +430,7 @@ class Workdir:
   def record_config(self, config: ml_collections.ConfigDict) -> None:
     if not self.writer:
       return
-    os.makedirs(self.path, exist_ok=True)
+    makedirs(self.path)
     resolved = plain(config)
     write_json(os.path.join(self.path, "config.json"), resolved)
     append_line(os.path.join(self.path, "runs.jsonl"),

@@ -25,6 +25,7 @@ from dgd_jax.models.vae import VAE
 from dgd_jax.stages import classifier, fit_config, pool
 from dgd_jax.stages import vae as vae_stage
 from dgd_jax.stages.queries import CONFIG_KEYS as QUERY_KEYS, QUERIES
+from dgd_jax.workdir import load_array
 
 CONFIG_KEYS = tuple(dict.fromkeys(QUERY_KEYS + vae_stage.CONFIG_KEYS + ("student",)))
 
@@ -98,10 +99,10 @@ def run(ctx) -> dict:
   config = ctx.config
   s = config.student
   x_pool = pool.load(ctx)  # the synthetic set (DGD) or the public pool (PATE)
-  with np.load(os.path.join(ctx.stage_path("queries"), QUERIES)) as q:
-    answered = q["answered"]
-    labelled = q["indices"][answered]
-    x_s, y_s = x_pool[labelled], q["labels"][answered].astype(np.int32)  # (D_s, L_s)
+  q = load_array(os.path.join(ctx.stage_path("queries"), QUERIES))
+  answered = q["answered"]
+  labelled = q["indices"][answered]
+  x_s, y_s = x_pool[labelled], q["labels"][answered].astype(np.int32)  # (D_s, L_s)
   x_u = np.delete(x_pool, labelled, axis=0)  # D_u: the pool samples not queried
   x_eval, y_eval = pool.evaluation(ctx)  # the test split (PATE: the part not in the pool)
   student = classifier(config, ctx.dataset.num_classes)
