@@ -16,6 +16,12 @@ process reads the workdir and only the writer (process 0; ``writer=False`` elsew
 writes these files and holds the lock; Orbax checkpoints are written by all. A second run
 on the same workdir is refused while the first holds the lock (``WorkdirLockedError``); the
 lock of a killed run (its pid no longer running on this host) is taken over.
+
+Every file is written whole (``atomic_write``: a temporary file, fsynced, renamed into
+place) and ``result.json`` last, so a killed run never leaves a half-written artefact that
+a rerun would take as finished. A file that cannot be read raises ``DamagedArtefactError``
+naming the stage folder to remove (``damaged``); a failed write raises
+``WorkdirNotWritableError`` naming the file (``writing``).
 """
 from __future__ import annotations
 
