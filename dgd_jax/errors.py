@@ -16,3 +16,15 @@ class DatasetError(UserInputError):
 
 class WorkdirConflictError(UserInputError):
   """The workdir holds artefacts of another config."""
+
+
+class WorkdirLockedError(UserInputError):
+  """Another run is writing to the workdir."""
+
+
+class DamagedArtefactError(UserInputError):
+  """A workdir file that cannot be read (cut short, corrupted): names the stage to recompute."""
+
+
+class WorkdirNotWritableError(UserInputError):
+  """The workdir cannot be written (permissions, a read-only or full disk)."""

@@ -184,6 +184,16 @@ def run(config: ml_collections.ConfigDict, workdir: str,
   for stage in planned:  # refuse conflicts before writing anything
     stage.check()
   check_multiprocess([s.name for s in planned if not s.done()])
+  with wd.lock():  # one writer per workdir
+    for stage in planned:  # again: another run may have written before we took the lock
+      stage.check()
+      if stage.done():
+        stage.result()  # a damaged result.json is refused before anything is written
+    return _run_stages(config, wd, planned)
+
+
+def _run_stages(config: ml_collections.ConfigDict, wd: Workdir, planned: list[Stage]) -> dict:
+  """Runs the planned stages, reusing finished ones, and writes the report (under the lock)."""
   wd.record_config(config)
   dataset = functools.cache(lambda: load_dataset(  # loaded once, by the first stage that runs
       config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None,

@@ -5,6 +5,8 @@ from typing import Sequence
 
 from absl import logging
 
+from dgd_jax.workdir import atomic_write
+
 
 def _pyplot(path: str):
   """matplotlib.pyplot on the Agg backend, or None (with a warning naming ``path``)."""
@@ -17,6 +19,10 @@ def _pyplot(path: str):
                     "pip install 'dgd_jax[plots]'.", path)
     return None
   return plt
+
+
+def _save(fig, path: str) -> None:
+  atomic_write(path, lambda f: fig.savefig(f, format="png"), binary=True)
 
 
 def line_plot(path: str, x: Sequence[float], series: dict[str, Sequence[float]], *,
@@ -43,7 +49,7 @@ def line_plot(path: str, x: Sequence[float], series: dict[str, Sequence[float]],
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(path)
+  _save(fig, path)
   plt.close(fig)
   return True
 
@@ -75,6 +81,6 @@ def image_grid(path: str, images, *, row_labels: Sequence[str] | None = None,
   if title:
     fig.suptitle(title, fontsize=9)
   fig.tight_layout()
-  fig.savefig(path)
+  _save(fig, path)
   plt.close(fig)
   return True

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from dgd_jax.workdir import plain, write_json
+from dgd_jax.workdir import plain, write_json, write_text
 
 # What each method's epsilon covers. The baseline is trained on the private data without
 # noise and so has no differential-privacy guarantee.
@@ -186,5 +186,4 @@ def write(workdir: str, report: dict) -> None:
   if pictures:
     lines += ["", "## Pictures", ""]
     lines += [f"![{k}]({v})" for k, v in pictures]
-  with open(os.path.join(workdir, "report.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
+  write_text(os.path.join(workdir, "report.md"), "\n".join(lines) + "\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -18,7 +19,7 @@ import optax
 import orbax.checkpoint as ocp
 from flax.training import train_state
 
-from dgd_jax import parallel
+from dgd_jax import parallel, workdir
 from dgd_jax import progress as progress_lib
 from dgd_jax.errors import ConfigError
 
@@ -134,6 +135,17 @@ def _restored(state: Any, items: dict) -> Any:
   return state.replace(**items)
 
 
+def _restore(manager: ocp.CheckpointManager, step: int, state: Any, checkpoint_dir: str
+             ) -> Any:
+  """``state`` with the checkpoint of ``step``; one that cannot be read (cut short,
+  corrupted) raises ``DamagedArtefactError`` naming the stage to recompute."""
+  try:
+    restored = manager.restore(step, args=ocp.args.StandardRestore(_saved(state)))
+  except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds
+    raise workdir.damaged(os.path.join(checkpoint_dir, str(step)), e) from None
+  return _restored(state, restored).replace(step=step)
+
+
 def restore_state(checkpoint_dir: str, template: Any) -> Any:
   """``template`` with what ``fit``/``run_steps`` saved at the latest step in
   ``checkpoint_dir`` (a finished stage's model)."""
@@ -141,9 +153,8 @@ def restore_state(checkpoint_dir: str, template: Any) -> Any:
       read_only=True, enable_async_checkpointing=False)) as manager:
     step = manager.latest_step()
     if step is None:
-      raise FileNotFoundError(f"no checkpoint in {checkpoint_dir}")
-    return _restored(template, manager.restore(
-        step, args=ocp.args.StandardRestore(_saved(template)))).replace(step=step)
+      raise workdir.damaged(checkpoint_dir, FileNotFoundError("no finished checkpoint"))
+    return _restore(manager, step, template, checkpoint_dir)
 
 
 def restore_params(checkpoint_dir: str, template: TrainState) -> Any:
@@ -172,13 +183,17 @@ def run_steps(state: Any, step_fn: Callable, key: jax.Array, cfg: FitConfig,
   same keys as an uninterrupted one. ``step_fn`` should be jitted with the state donated.
   Logs progress (rate, ETA) and metrics every ``cfg.log_every`` steps; a non-finite loss
   stops the run."""
+  # Orbax saves into <step>.orbax-checkpoint-tmp-* and renames it to <step> when complete,
+  # so a killed save is never restored; cleanup_tmp_directories removes its leftovers.
   options = ocp.CheckpointManagerOptions(max_to_keep=1, create=True,
-                                         enable_async_checkpointing=False)
-  with ocp.CheckpointManager(checkpoint_dir, options=options) as manager:
+                                         enable_async_checkpointing=False,
+                                         cleanup_tmp_directories=True)
+  with workdir.writing(checkpoint_dir):
+    manager = ocp.CheckpointManager(checkpoint_dir, options=options)
+  with manager:
     start = manager.latest_step()
     if start is not None:
-      restored = manager.restore(start, args=ocp.args.StandardRestore(_saved(state)))
-      state = _restored(state, restored).replace(step=start)
+      state = _restore(manager, start, state, checkpoint_dir)
     start = start or 0
     bar = progress_lib.Progress(name, cfg.num_steps, start=start,
                                 examples_per_step=examples_per_step or cfg.batch_size)
@@ -193,7 +208,8 @@ def run_steps(state: Any, step_fn: Callable, key: jax.Array, cfg: FitConfig,
         bar.update(done, metrics)
         log({"step": done, **metrics})
       if done % cfg.checkpoint_every == 0 or done == cfg.num_steps:
-        manager.save(done, args=ocp.args.StandardSave(_saved(state)))
+        with workdir.writing(os.path.join(checkpoint_dir, str(done))):
+          manager.save(done, args=ocp.args.StandardSave(_saved(state)))
     manager.wait_until_finished()
   return state
 

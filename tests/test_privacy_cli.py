@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from dgd_jax import privacy
+from dgd_jax.errors import ConfigError
+from dgd_jax.privacy import checks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,6 +36,7 @@ RUNS = {
     "tiny_scale": ["--mechanism=lnmax", "--noise_scale=1e-3", "--queries=10", "--json"],
     "no_query_fits": ["--mechanism=lnmax", "--noise_scale=1", "--target_epsilon=0.5"],
     "answered_with_target": CONFIDENT + ["--answered=600", "--target_epsilon=5"],
+    "fractional_votes": ["--mechanism=lnmax", "--noise_scale=20", "--votes={fractional}"],
 }
 
 
@@ -46,7 +49,8 @@ def runs(tmp_path_factory):
   votes[:, 1] = 250 - votes[:, 0]
   np.save(folder / "votes.npy", votes)
   np.save(folder / "mask.npy", votes[:, 0] >= 200)
-  paths = {"votes": folder / "votes.npy", "mask": folder / "mask.npy"}
+  np.save(folder / "fractional.npy", votes / 250.0)
+  paths = {name: folder / f"{name}.npy" for name in ("votes", "mask", "fractional")}
   procs = {name: subprocess.Popen(
       [sys.executable, "-m", "dgd_jax.privacy", *(a.format(**paths) for a in args)], cwd=REPO,
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name, args in RUNS.items()}
@@ -217,3 +221,56 @@ def test_calibration_errors_exit_1_with_a_message(runs, run, messages):
   assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
   for message in messages:
     assert message in result.stderr
+
+
+def test_a_bad_votes_file_exits_1_naming_the_file(runs):
+  result = runs["fractional_votes"]
+  assert result.returncode == 1 and result.stdout == ""
+  assert result.stderr.startswith("error: --votes ") and "Traceback" not in result.stderr
+  assert "fractional.npy' contains fractional counts" in result.stderr
+  assert "pass the raw whole counts" in result.stderr
+
+
+GOOD_VOTES = np.array([[240, 5, 5], [100, 100, 50], [0, 0, 250]])
+
+
+@pytest.mark.parametrize("array, message", [
+    (GOOD_VOTES / 250, "contains fractional counts (first 0.96 at [query, class] = (0, 0))"),
+    (GOOD_VOTES - 10, "contains negative counts (first at [query, class] = (0, 1))"),
+    (np.array([[240, 5, 5], [100, 100, 49]]), "rows with different totals (query 0: 250 votes, "
+     "query 1: 249)"),
+    (np.zeros((3, 4), np.int64), "has no votes (every row sums to 0)"),
+    (GOOD_VOTES > 50, "holds a boolean array"),
+    (GOOD_VOTES.astype(np.complex128), "holds complex numbers (complex128)"),
+    (np.array([["a", "b"], ["c", "d"]]), "holds <U1 values; pass numeric vote counts"),
+    (GOOD_VOTES[0], "has shape (3,); it must be 2-D [queries, classes]"),
+    (GOOD_VOTES[None], "has shape (1, 3, 3); it must be 2-D [queries, classes]"),
+    (np.zeros((0, 10), np.int64), "has shape (0, 10); it needs at least 1 query (row)"),
+    (GOOD_VOTES[:, :1], "has shape (3, 1); it needs at least 1 query (row) and 2 classes"),
+    (np.array([[240.0, np.nan, 5]]), "contains NaN or infinite counts"),
+])
+def test_votes_file_refusals_name_the_file_and_the_reason(tmp_path, array, message):
+  path = tmp_path / "votes.npy"
+  np.save(path, array)
+  with pytest.raises(ConfigError) as e:
+    checks.votes_file(str(path))
+  assert str(e.value).startswith(f"--votes {str(path)!r} ") and message in str(e.value)
+
+
+def test_votes_file_refuses_npz_and_unreadable_files(tmp_path):
+  np.savez(tmp_path / "votes.npz", votes=GOOD_VOTES)
+  with pytest.raises(ConfigError, match="is an .npz archive; pass a .npy file"):
+    checks.votes_file(str(tmp_path / "votes.npz"))
+  (tmp_path / "text.npy").write_text("240,5,5\n")
+  with pytest.raises(ConfigError, match="cannot read --votes .*pass a .npy file"):
+    checks.votes_file(str(tmp_path / "text.npy"))
+  with pytest.raises(ConfigError, match="cannot read --votes"):
+    checks.votes_file(str(tmp_path / "missing.npy"))
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint16, np.float32])
+def test_votes_file_accepts_whole_counts_of_any_numeric_type(tmp_path, dtype):
+  np.save(tmp_path / "votes.npy", GOOD_VOTES.astype(dtype))
+  votes = checks.votes_file(str(tmp_path / "votes.npy"))
+  assert votes.dtype == np.float64 and not votes.flags.writeable
+  np.testing.assert_array_equal(votes, GOOD_VOTES)

@@ -22,7 +22,7 @@ import numpy as np
 from absl import app, flags
 
 from dgd_jax.errors import ConfigError, UserInputError
-from dgd_jax.privacy import calibrate, conversion, dpdfd, ledger, releases
+from dgd_jax.privacy import calibrate, checks, conversion, dpdfd, ledger, releases
 
 _MECHANISM = flags.DEFINE_string(
     "mechanism", None, f"One of {', '.join(releases.MECHANISMS)}.")
@@ -44,7 +44,7 @@ _ANSWERED_MASK = flags.DEFINE_string(
 _DELTA = flags.DEFINE_float("delta", 1e-5, "delta of (epsilon, delta)-DP, in (0, 1).")
 _VOTES = flags.DEFINE_string(
     "votes", None, ".npy array of vote histograms [queries, classes] for the data-dependent "
-    "analysis.")
+    "analysis: whole, non-negative counts, every row summing to the number of teachers.")
 _TARGET = flags.DEFINE_float(
     "target_epsilon", None, "Calibrate: most queries (no --queries) or least noise (no noise "
     "flag) meeting this epsilon under --accountant.")
@@ -110,7 +110,7 @@ def _describe(release: releases.Release) -> str:
 
 def _plan(mechanism: str) -> tuple[releases.Release, dict]:
   """The release record the flags describe, calibrated when --target_epsilon is given."""
-  votes = _load(_VOTES.value, "votes") if _VOTES.value else None
+  votes = checks.votes_file(_VOTES.value) if _VOTES.value else None
   answered = (_load(_ANSWERED_MASK.value, "answered mask") if _ANSWERED_MASK.value
               else _ANSWERED.value)
   noise = _SIGMA2.value if mechanism == "confident_gnmax" else _NOISE_SCALE.value

@@ -91,6 +91,61 @@ def votes(value, queries: int | None = None) -> np.ndarray:
   return arr
 
 
+def votes_file(path: str) -> np.ndarray:
+  """The vote histograms ``[queries, classes]`` of a ``.npy`` file (the planner's ``--votes``):
+  whole, non-negative counts whose rows all sum to the same number of teachers (every teacher
+  votes on every query). Refuses anything else, naming the file and the fix."""
+  where = f"--votes {path!r}"
+  try:
+    arr = np.load(path, allow_pickle=False)
+  except (OSError, ValueError) as e:
+    raise ConfigError(f"cannot read {where} ({e}): pass a .npy file written with numpy.save "
+                      "of the [queries, classes] vote counts.") from None
+  if not isinstance(arr, np.ndarray):  # an .npz archive
+    arr.close()
+    raise ConfigError(f"{where} is an .npz archive; pass a .npy file of one [queries, classes] "
+                      "array of vote counts (numpy.save, not numpy.savez).")
+  if arr.dtype == np.bool_:
+    raise ConfigError(f"{where} holds a boolean array; vote histograms are counts of teachers "
+                      "per class. A mask of the answered queries goes to --answered_mask.")
+  if np.issubdtype(arr.dtype, np.complexfloating):
+    raise ConfigError(f"{where} holds complex numbers ({arr.dtype}); pass real vote counts, "
+                      "e.g. an integer array.")
+  if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+    raise ConfigError(f"{where} holds {arr.dtype} values; pass numeric vote counts, e.g. an "
+                      "integer array.")
+  if arr.ndim != 2:
+    raise ConfigError(f"{where} has shape {arr.shape}; it must be 2-D [queries, classes] (one row "
+                      "of teacher vote counts per query). Reshape it, e.g. votes[None, :] for one "
+                      "query.")
+  if arr.shape[0] < 1 or arr.shape[1] < 2:
+    raise ConfigError(f"{where} has shape {arr.shape}; it needs at least 1 query (row) and 2 "
+                      "classes (columns).")
+  arr = arr.astype(np.float64)
+  if not np.all(np.isfinite(arr)):
+    raise ConfigError(f"{where} contains NaN or infinite counts: pass finite vote counts.")
+  if np.any(arr != np.round(arr)):
+    bad = tuple(int(i) for i in np.argwhere(arr != np.round(arr))[0])
+    raise ConfigError(f"{where} contains fractional counts (first {arr[bad]:g} at [query, class]"
+                      f" = {bad}); each entry is a number of teachers: pass the raw whole counts, "
+                      "not averaged or normalised votes.")
+  if np.any(arr < 0):
+    bad = tuple(int(i) for i in np.argwhere(arr < 0)[0])
+    raise ConfigError(f"{where} contains negative counts (first at [query, class] = {bad}): vote "
+                      "counts are numbers of teachers and must be >= 0.")
+  totals = arr.sum(axis=1)
+  if np.any(totals != totals[0]):
+    other = int(np.argmax(totals != totals[0]))
+    raise ConfigError(f"{where} has rows with different totals (query 0: {totals[0]:g} votes, "
+                      f"query {other}: {totals[other]:g}); every teacher votes on every query, "
+                      "so each row must sum to the number of teachers. Pass the votes of one "
+                      "ensemble, every query complete.")
+  if totals[0] == 0:
+    raise ConfigError(f"{where} has no votes (every row sums to 0); pass the teachers' vote "
+                      "counts.")
+  return votes(arr)
+
+
 def choice(name: str, value: str, allowed) -> str:
   if value not in allowed:
     raise ConfigError(f"unknown {name} {value!r}: use one of {', '.join(allowed)}.")

@@ -23,6 +23,7 @@ from dgd_jax.errors import ConfigError
 from dgd_jax.models.generator import Generator
 from dgd_jax.stages import classifier, queries
 from dgd_jax.stages.generator import class_grid, generate, load_baseline
+from dgd_jax.workdir import save_array
 
 CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "baseline", "num_teachers", "teachers",
                "dpdfd", "privacy")
@@ -141,7 +142,7 @@ def run_samples(ctx) -> dict:
   num = d.num_synthetic
   x = generate(state.generator, ctx.key("dpdfd_samples"), num, d.batch_size, d.latent_dim)
   labels = train.predict(student.apply, state.params, x)  # the DP student's labels
-  np.save(os.path.join(ctx.stage.path, SYNTHETIC), x)
+  save_array(os.path.join(ctx.stage.path, SYNTHETIC), x)
   class_grid(os.path.join(ctx.stage.path, "samples.png"), x, labels, k,
              "DPDFD generator samples by the DP student's class")
   return {"num_synthetic": num, "class_histogram": np.bincount(labels, minlength=k).tolist(),

@@ -20,6 +20,7 @@ import optax
 from dgd_jax import augment, generative, plots, train
 from dgd_jax.models.generator import Generator
 from dgd_jax.stages import classifier, fit_config, restore_classifier
+from dgd_jax.workdir import save_array
 
 CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "baseline", "generator")
 SYNTHETIC = "synthetic.npy"
@@ -130,8 +131,8 @@ def run(ctx) -> dict:
                          data.num_classes)
     x_syn = x_syn[keep]
   labels = train.predict(baseline.apply, baseline_params, x_syn).astype(np.int32)
-  np.save(os.path.join(ctx.stage.path, SYNTHETIC), x_syn)
-  np.save(os.path.join(ctx.stage.path, SYNTHETIC_LABELS), labels)
+  save_array(os.path.join(ctx.stage.path, SYNTHETIC), x_syn)
+  save_array(os.path.join(ctx.stage.path, SYNTHETIC_LABELS), labels)
   histogram = np.bincount(labels, minlength=data.num_classes)
   p = histogram[histogram > 0] / num
   entropy = float(-(p * np.log(p)).sum())

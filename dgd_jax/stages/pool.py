@@ -17,6 +17,7 @@ import numpy as np
 
 from dgd_jax.errors import ConfigError
 from dgd_jax.stages.generator import CONFIG_KEYS as GENERATOR_KEYS, SYNTHETIC
+from dgd_jax.workdir import load_array
 
 SOURCES = ("synthetic", "public", "train")
 # The pool's config slice (a config without a generator block slices without it).
@@ -42,7 +43,7 @@ def load(ctx) -> np.ndarray:
   """The unlabelled pool's images (never its labels)."""
   config = ctx.config
   if config.pool.source == "synthetic":
-    return np.load(os.path.join(ctx.stage_path("generator"), SYNTHETIC))
+    return load_array(os.path.join(ctx.stage_path("generator"), SYNTHETIC))
   if config.pool.source == "train":
     return ctx.dataset.x_train
   check(config, len(ctx.dataset.x_test))

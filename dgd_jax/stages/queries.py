@@ -21,6 +21,7 @@ from dgd_jax import aggregation, ensemble, ldp, privacy, query_plan, train
 from dgd_jax.errors import ConfigError
 from dgd_jax.stages import classifier, fit_config, pool, teachers
 from dgd_jax.stages.generator import SYNTHETIC_LABELS
+from dgd_jax.workdir import load_array, save_array, save_arrays
 
 CONFIG_KEYS = tuple(dict.fromkeys(teachers.CONFIG_KEYS + pool.CONFIG_KEYS +
                                   ("queries", "privacy")))
@@ -191,9 +192,9 @@ def run(ctx) -> dict:
     indices = np.concatenate([indices, second])
     votes, labels, answered = (np.concatenate([a, b]) for a, b in
                                zip((votes, labels, answered), more))
-  np.savez(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
-           answered=answered)
-  np.save(os.path.join(ctx.stage.path, VOTES), votes)
+  save_arrays(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
+              answered=answered)
+  save_array(os.path.join(ctx.stage.path, VOTES), votes)
   ledger = privacy.PrivacyLedger([release(config, votes, answered)])
   plurality = np.argmax(votes, -1)
   local = {}
@@ -201,7 +202,7 @@ def run(ctx) -> dict:
     local = {"ldp_local_epsilon": privacy.ldp_local_epsilon(
         config.ldp.sigma, int(np.prod(x_pool.shape[1:])), config.ldp.mu)}
   if config.pool.source == "synthetic":  # the baseline's labels of the queried samples
-    baseline = np.load(os.path.join(ctx.stage_path("generator"), SYNTHETIC_LABELS))[indices]
+    baseline = load_array(os.path.join(ctx.stage_path("generator"), SYNTHETIC_LABELS))[indices]
     local["label_accuracy_vs_baseline"] = float(np.mean(labels[answered] == baseline[answered]))
   if q.chosen:  # why this plan: every candidate's expected label accuracy and epsilon
     local["plan"] = {"chosen": q.chosen[0], "candidates": q.chosen[1],

@@ -39,6 +39,7 @@ from dgd_jax.models.vae import VAE
 from dgd_jax.stages import classifier, fit_config, pool
 from dgd_jax.stages import vae as vae_stage
 from dgd_jax.stages.queries import CONFIG_KEYS as QUERY_KEYS, QUERIES, VOTES
+from dgd_jax.workdir import load_array
 
 CONFIG_KEYS = tuple(dict.fromkeys(QUERY_KEYS + vae_stage.CONFIG_KEYS + ("student",)))
 
@@ -149,16 +150,16 @@ def train_student(ctx, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray, name: 
 def run(ctx) -> dict:
   config = ctx.config
   x_pool = pool.load(ctx)  # the synthetic set (DGD) or the public pool (PATE)
-  with np.load(os.path.join(ctx.stage_path("queries"), QUERIES)) as q:
-    answered = q["answered"]
-    labelled = q["indices"][answered]
-    x_s, y_s = x_pool[labelled], q["labels"][answered].astype(np.int32)  # (D_s, L_s)
+  q = load_array(os.path.join(ctx.stage_path("queries"), QUERIES))
+  answered = q["answered"]
+  labelled = q["indices"][answered]
+  x_s, y_s = x_pool[labelled], q["labels"][answered].astype(np.int32)  # (D_s, L_s)
   x_u = np.delete(x_pool, labelled, axis=0)  # D_u: the pool samples not queried
   x_eval, y_eval = pool.evaluation(ctx)  # the test split (PATE: the part not in the pool)
   student, params = train_student(ctx, x_s, y_s, x_u, "student", ctx.stage.checkpoint_dir)
   diagnostic = {}
   if config.student.diagnose_noiseless:  # server-side diagnostic (module docstring)
-    plurality = np.load(os.path.join(ctx.stage_path("queries"), VOTES)).argmax(-1)[answered]
+    plurality = load_array(os.path.join(ctx.stage_path("queries"), VOTES)).argmax(-1)[answered]
     _, clean = train_student(ctx, x_s, plurality.astype(np.int32), x_u, "student_noiseless",
                              os.path.join(ctx.stage.path, "noiseless_checkpoints"))
     diagnostic["student_accuracy_noiseless_labels"] = train.accuracy(

@@ -4,13 +4,13 @@ count and Laplace scale (DGD Fig. 8 top left; PATE Fig. 2). Writes sweep.csv and
 sweep.png into the stage folder."""
 from __future__ import annotations
 
-import csv
 import os
 
 
 from dgd_jax import ensemble, plots
 from dgd_jax.data import partition_indices
 from dgd_jax.stages import teachers
+from dgd_jax.workdir import write_csv
 
 CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "teachers", "sweep")
 
@@ -18,10 +18,7 @@ CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "teachers", "sweep")
 def write_table(path: str, table: list[dict], sizes: list[int], scales: list[float],
                 dataset: str) -> None:
   """sweep.csv and sweep.png (accuracy against teacher count) in ``path``."""
-  with open(os.path.join(path, "sweep.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(table[0]))
-    writer.writeheader()
-    writer.writerows(table)
+  write_csv(os.path.join(path, "sweep.csv"), table, list(table[0]))
   series = {"plurality (no noise)": [r["plurality_accuracy"] for r in table]}
   series.update({f"LNMax, Laplace scale {s:g}": [r[f"lnmax_accuracy_scale_{s:g}"] for r in table]
                  for s in scales})

@@ -15,6 +15,7 @@ import numpy as np
 from dgd_jax import aggregation, augment, ensemble, ldp, parallel, train
 from dgd_jax.data import partition_indices
 from dgd_jax.stages import classifier, fit_config
+from dgd_jax.workdir import save_array
 
 # "ldp": robust teachers for an LDP client (LDP Eq. 3) when ``ldp.robust_teachers`` is set.
 CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "num_teachers", "teachers", "ldp")
@@ -92,7 +93,7 @@ def run(ctx) -> dict:
   result, votes = ensemble_accuracies(labels, data.y_test, data.num_classes,
                                       config.teachers.noise_scales, ctx.key("teachers_eval"))
   if ctx.writer:
-    np.save(os.path.join(ctx.stage.path, "test_votes.npy"), votes)
+    save_array(os.path.join(ctx.stage.path, "test_votes.npy"), votes)
   return {
       "num_teachers": config.num_teachers,
       "examples_per_teacher": len(rows[0]),

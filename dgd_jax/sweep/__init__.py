@@ -21,7 +21,6 @@ Writes ``<workdir>/sweep.csv``, ``accuracy.png`` / ``epsilon.png`` and ``sweep.m
 from __future__ import annotations
 
 import copy
-import csv
 import itertools
 import os
 from typing import Any, Sequence
@@ -31,7 +30,8 @@ import ml_collections
 from dgd_jax import pipeline, plots, privacy
 from dgd_jax.errors import ConfigError
 from dgd_jax.stages import queries
-from dgd_jax.workdir import config_slice, fingerprint, read_json
+from dgd_jax.workdir import (Workdir, config_slice, fingerprint, read_json, write_csv,
+                             write_text)
 
 Axis = tuple[tuple[str, ...], list[tuple[Any, ...]]]  # field names, one value tuple per point
 
@@ -136,33 +136,30 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
     if not accounting_only and "queries" in c:
       queries.plan(c)
   workdir = os.path.abspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
   rows = []
-  for overrides, c in points:
-    row = dict(overrides)
-    if accounting_only:
-      row.update(planned_epsilons(c))
-    else:
-      name = point_name(overrides)
-      _link_stages(c, workdir, name, [os.path.abspath(r) for r in reuse])
-      report = pipeline.run(c, os.path.join(workdir, name))
-      row.update({k: report.get(k) for k in ("test_accuracy", "epsilon", "accountant",
-                                             "queries", "baseline_accuracy")})
-      row.update({c: _at(report, c, f"--columns names {c!r}, which report.json does "
-                                    "not have.") for c in columns})
-      row["workdir"] = name
-    rows.append(row)
-    _write(workdir, axes, rows, accounting_only, columns)
+  with Workdir(workdir).lock():  # one sweep per workdir (each point's run locks its own)
+    for overrides, c in points:
+      row = dict(overrides)
+      if accounting_only:
+        row.update(planned_epsilons(c))
+      else:
+        name = point_name(overrides)
+        _link_stages(c, workdir, name, [os.path.abspath(r) for r in reuse])
+        report = pipeline.run(c, os.path.join(workdir, name))
+        row.update({k: report.get(k) for k in ("test_accuracy", "epsilon", "accountant",
+                                               "queries", "baseline_accuracy")})
+        row.update({c: _at(report, c, f"--columns names {c!r}, which report.json does "
+                                      "not have.") for c in columns})
+        row["workdir"] = name
+      rows.append(row)
+      _write(workdir, axes, rows, accounting_only, columns)
   return rows
 
 
 def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only: bool,
            columns: Sequence[str] = ()) -> None:
   columns = list(dict.fromkeys(k for r in rows for k in r))
-  with open(os.path.join(workdir, "sweep.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, columns)
-    writer.writeheader()
-    writer.writerows(rows)
+  write_csv(os.path.join(workdir, "sweep.csv"), rows, columns)
   x_name = axes[0][0][0]
   rest = [n for names, _ in axes[1:] for n in names]
   xs = list(dict.fromkeys(r[x_name] for r in rows))
@@ -195,5 +192,4 @@ def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only
   lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
   lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
   lines += [""] + [f"![{p}]({p})" for p in pictures]
-  with open(os.path.join(workdir, "sweep.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
+  write_text(os.path.join(workdir, "sweep.md"), "\n".join(lines) + "\n")

@@ -1,0 +1,179 @@
+"""The workdir's lock (one writer per workdir, a killed run's lock taken over)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from dgd_jax import pipeline, workdir
+from dgd_jax.configs import baseline as baseline_config
+from dgd_jax.errors import WorkdirLockedError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def holder(tmp_path):
+  """Another process holding the lock of ``tmp_path / 'w'`` until it is killed."""
+  code = textwrap.dedent(f"""
+      import sys, time
+      from dgd_jax.workdir import Workdir
+      with Workdir({str(tmp_path / 'w')!r}).lock():
+        print("locked", flush=True)
+        time.sleep(300)
+      """)
+  proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
+                          text=True)
+  assert proc.stdout.readline() == "locked\n"
+  yield proc
+  proc.kill()
+  proc.wait()
+
+
+def lock_record(path):
+  with open(os.path.join(path, workdir.LOCK)) as f:
+    return json.load(f)
+
+
+def test_a_second_run_is_refused_naming_the_first(holder, tmp_path, npz_file):
+  path = str(tmp_path / "w")
+  held = lock_record(path)
+  assert held["pid"] == holder.pid and held["host"] == socket.gethostname()
+  with pytest.raises(WorkdirLockedError) as e:
+    with workdir.Workdir(path).lock():
+      pytest.fail("entered a locked workdir")
+  message = str(e.value)
+  assert f"pid {holder.pid} on host {socket.gethostname()}, started {held['started']}" in message
+  assert f"kill {holder.pid}" in message and "use another --workdir" in message
+  # Through the pipeline: refused before it writes anything.
+  config = baseline_config.get_config(f"npz:{npz_file},cpu")
+  with pytest.raises(WorkdirLockedError, match=f"pid {holder.pid} on host"):
+    pipeline.run(config, path)
+  assert sorted(os.listdir(path)) == [workdir.LOCK] and lock_record(path) == held
+
+
+def test_the_lock_of_a_killed_run_is_taken_over_and_released(holder, tmp_path):
+  path = str(tmp_path / "w")
+  killed = lock_record(path)
+  holder.kill()
+  holder.wait()
+  with workdir.Workdir(path).lock():
+    mine = lock_record(path)
+    assert mine["pid"] == os.getpid() and mine["started"] != killed["started"]
+    with pytest.raises(WorkdirLockedError, match=f"pid {os.getpid()} on host"):
+      with workdir.Workdir(path).lock():  # held by this process now
+        pass
+  assert os.listdir(path) == []  # released, and nothing left behind
+
+
+def write_lock(path, **record):
+  os.makedirs(path, exist_ok=True)
+  record = {"pid": os.getpid(), "host": socket.gethostname(), "started": "then",
+            "command": "python -m dgd_jax.main", **record}
+  with open(os.path.join(path, workdir.LOCK), "w") as f:
+    json.dump(record, f)
+
+
+def test_a_reused_pid_is_not_taken_for_the_run_that_held_the_lock(tmp_path):
+  path = str(tmp_path / "w")
+  sleeper = subprocess.Popen(["sleep", "60"])
+  try:
+    start = workdir._process_start(sleeper.pid)
+    assert start is not None  # Linux
+    write_lock(path, pid=sleeper.pid, pid_start=start)  # the live process itself: refused
+    with pytest.raises(WorkdirLockedError, match=f"pid {sleeper.pid} on host"):
+      with workdir.Workdir(path).lock():
+        pass
+    write_lock(path, pid=sleeper.pid, pid_start=start - 1)  # the same pid, another process
+    with workdir.Workdir(path).lock():
+      assert lock_record(path)["pid"] == os.getpid()
+  finally:
+    sleeper.kill()
+    sleeper.wait()
+
+
+def test_a_lock_from_another_host_is_refused_with_the_manual_fix(tmp_path):
+  path = str(tmp_path / "w")
+  write_lock(path, pid=1, host="other-node-7")
+  with pytest.raises(WorkdirLockedError) as e:
+    with workdir.Workdir(path).lock():
+      pass
+  assert "pid 1 on host other-node-7, started then" in str(e.value)
+  assert f"if that run is gone, remove {os.path.join(path, workdir.LOCK)}" in str(e.value)
+  assert lock_record(path)["host"] == "other-node-7"  # untouched
+
+
+def test_an_unreadable_lock_is_refused_and_kept(tmp_path):
+  path = tmp_path / "w"
+  path.mkdir()
+  (path / workdir.LOCK).write_text('{"pid": 12')
+  with pytest.raises(WorkdirLockedError, match="cannot be read .* If none is, remove that file"):
+    with workdir.Workdir(str(path)).lock():
+      pass
+  assert (path / workdir.LOCK).read_text() == '{"pid": 12'
+
+
+def test_the_lock_is_released_when_the_run_fails_and_only_the_writer_locks(tmp_path):
+  path = str(tmp_path / "w")
+  with pytest.raises(RuntimeError):
+    with workdir.Workdir(path).lock():
+      raise RuntimeError("stage failed")
+  assert not os.path.exists(os.path.join(path, workdir.LOCK))
+  write_lock(path, host="other-node-7")
+  with workdir.Workdir(path, writer=False).lock():  # process k > 0 of a multi-process run
+    pass
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
+  path = str(tmp_path / "result.json")
+  workdir.write_json(path, {"accuracy": 0.5})
+
+  def crash(f):
+    f.write('{"accuracy": 0.')
+    raise KeyboardInterrupt
+
+  with pytest.raises(KeyboardInterrupt):
+    workdir.atomic_write(path, crash)
+  assert workdir.read_json(path) == {"accuracy": 0.5}
+  assert os.listdir(tmp_path) == ["result.json"]
+  with pytest.raises(FileExistsError):  # exclusive: never replaces
+    workdir.write_json(path, {"accuracy": 0.9}, exclusive=True)
+  assert workdir.read_json(path) == {"accuracy": 0.5}
+
+
+def test_arrays_are_saved_whole(tmp_path):
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  workdir.save_array(str(tmp_path / "x.npy"), x)
+  workdir.save_arrays(str(tmp_path / "q.npz"), indices=np.arange(3), labels=x[:, 0])
+  np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), x)
+  with np.load(tmp_path / "q.npz") as q:
+    assert sorted(q.files) == ["indices", "labels"]
+  assert sorted(os.listdir(tmp_path)) == ["q.npz", "x.npy"]  # no other names (no .npy added)
+
+
+def test_leftovers_of_a_killed_write_do_not_block_the_stage(tmp_path, npz_file):
+  config = baseline_config.get_config(f"npz:{npz_file},cpu")
+  wd = workdir.Workdir(str(tmp_path / "w"))
+  stage = wd.stage("baseline", config, ("seed", "model", "baseline"))
+  os.makedirs(stage.path)
+  (tmp_path / "w" / "baseline" / ".stage.json.x1y2.tmp").write_text('{"sta')  # killed here
+  stage.begin()  # not refused as a foreign folder
+  assert workdir.read_json(os.path.join(stage.path, "stage.json"))["stage"] == "baseline"
+
+
+def test_a_metrics_line_cut_short_by_a_kill_is_skipped(tmp_path):
+  wd = workdir.Workdir(str(tmp_path))
+  wd.log_metrics("student", {"step": 10, "loss": 1.0})
+  with open(tmp_path / "metrics.jsonl", "a") as f:
+    f.write('{"stage": "student", "step": 20, "lo')  # killed mid-line
+  wd.log_metrics("student", {"step": 20, "loss": 0.5})
+  assert wd.read_metrics("student") == [{"stage": "student", "step": 10, "loss": 1.0},
+                                        {"stage": "student", "step": 20, "loss": 0.5}]
+  assert (tmp_path / "metrics.jsonl").read_text().splitlines()[2] == (
+      '{"stage": "student", "step": 20, "loss": 0.5}')
