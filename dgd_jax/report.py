@@ -19,7 +19,9 @@ PRIVACY_NOTES["dpdfd"] = (
     "The epsilon covers the DPDFD student and generator: they see the sensitive model only "
     "through A_{C,sigma} (DPDFD Eq. 4), so both are post-processing of the noisy releases. "
     "The sensitive model (the baseline or the teachers) is trained without noise and must "
-    "never be released.")
+    "never be released. Direct training (dpdfd.teacher='private_data', privacy_unit 'label') "
+    "is LABEL DP only: it back-propagates through the private inputs without noise, so its "
+    "epsilon protects the labels, not the examples.")
 PRIVACY_NOTES["ldp"] = (
     "local_epsilon is the client's local (pure) epsilon per transformed sample (Algorithm 1). "
     "BASE and the robust teacher are trained on the private data without noise: no "
