@@ -199,3 +199,68 @@ def test_direct_step_samples_what_the_event_accounts(monkeypatch, npz_file):
   # Every pair included with probability B(B-1) / (N(N-1)): uniform subsets, not just marginals.
   pair = np.mean([(0 in row) and (1 in row) for row in draws])
   assert pair == pytest.approx(8 * 7 / (40 * 39), abs=0.02)
+
+
+# ---- the single-teacher limit (PRIVACY.md) -----------------------------------------------------
+
+
+def test_information_bound_arithmetic():
+  # B T C^2 / (2 std^2): sigma = 328.18 (multiplier), B = 64, T = 1500 -> under half a nat.
+  info = dpdfd.information_nats(328.18 * C, C, 64, 1500)
+  assert info == pytest.approx(64 * 1500 / (2 * 328.18 ** 2), rel=1e-12)
+  assert info == pytest.approx(0.445674, rel=1e-5)
+  assert dpdfd.information_nats(41.0 * C, C, 64, 1500, "batch") == pytest.approx(
+      1500 / (2 * 41.0 ** 2), rel=1e-12)
+  # I = mu^2 / 8 with mu = 2 sqrt(B T) / sigma, the GDP parameter of the B T releases of 2C.
+  assert info == pytest.approx((2 * math.sqrt(64 * 1500) / 328.18) ** 2 / 8, rel=1e-12)
+
+
+def test_matches_mgf_is_the_fixed_point_mgf():
+  # K = 3, a bijective guess: M = 0, 1, 3 fixed points with probabilities 2/6, 3/6, 1/6.
+  for lam in (0.1, 1.0, 3.0):
+    exact = (2 + 3 * math.exp(lam) + math.exp(3 * lam)) / 6
+    assert math.exp(dpdfd._log_matches_mgf(lam, 3)) == pytest.approx(exact, rel=1e-12)  # pylint: disable=protected-access
+
+
+def test_accuracy_bound_arithmetic():
+  k = 10
+  assert dpdfd.accuracy_bound(0.0, k) == pytest.approx(0.1, abs=1e-6)  # no information: chance
+  assert dpdfd.accuracy_bound(math.log(math.factorial(k)), k) == 1.0  # the whole relabelling
+  # The bound is the minimum over lam: no lam on a grid gives less, and the minimiser is found.
+  info = 0.44567359163070874  # eps 10 (rdp), delta 1e-5: sigma 328.18, B = 64, T = 1500
+  got = dpdfd.accuracy_bound(info, k)
+  grid = [(info + dpdfd._log_matches_mgf(lam, k)) / (lam * k)  # pylint: disable=protected-access
+          for lam in np.exp(np.linspace(-5, 4, 20001))]
+  assert got <= min(grid) + 1e-9 and got == pytest.approx(min(grid), rel=1e-6)
+  assert got == pytest.approx(0.20832, abs=1e-4)
+  # Below the Poisson(1) bound K a <= m with m log m - m + 1 = I (the K -> infinity MGF), and
+  # close to it for many classes.
+  from scipy import optimize
+  m = optimize.brentq(lambda m: m * math.log(m) - m + 1 - info, 1.0, 50.0)
+  assert got <= m / k
+  assert dpdfd.accuracy_bound(info, 1000) == pytest.approx(m / 1000, rel=1e-4)
+  # Inverse: the information needed for Table 1's 83.86% on FMNIST.
+  needed = dpdfd.information_needed(0.8386, k)
+  assert dpdfd.accuracy_bound(needed, k) == pytest.approx(0.8386, rel=1e-6)
+  assert needed == pytest.approx(10.658, abs=1e-3)
+  assert dpdfd.information_needed(0.05, k) == 0.0
+
+
+def test_single_teacher_caps_at_the_papers_budgets():
+  # Calibrated single-teacher runs (B = 64, T = 1500, delta 1e-5, rdp) and their caps.
+  template = privacy.DpdfdSteps(1.0, "multiplier", C, 64, 1500)
+  caps = {}
+  for eps in (1.0, 10.0):
+    sigma = privacy.min_noise(template, eps, DELTA, "rdp")
+    caps[eps] = dpdfd.accuracy_bound(dpdfd.information_nats(sigma * C, C, 64, 1500), 10)
+  assert caps[1.0] == pytest.approx(0.1126, abs=2e-4)
+  assert caps[10.0] == pytest.approx(0.2083, abs=2e-4)
+  # 83.86% needs I >= 10.66 nats: sigma <= 67.1, i.e. epsilon >= 85 (rdp) / 81 (pld).
+  sigma = math.sqrt(64 * 1500 / (2 * dpdfd.information_needed(0.8386, 10)))
+  reports = privacy.PrivacyLedger([template.with_noise(sigma)]).epsilons(DELTA)
+  assert reports["rdp"].epsilon == pytest.approx(85.07, abs=0.05)
+  assert reports["pld"].epsilon == pytest.approx(81.19, abs=0.05)
+  # The elementary bound for (eps, delta)-DP w.r.t. the whole teacher: e^eps / K + delta.
+  assert dpdfd.elementary_accuracy_bound(1.0, DELTA, 10) == pytest.approx(math.e / 10 + DELTA)
+  assert dpdfd.elementary_accuracy_bound(1.0, DELTA, 1000) == pytest.approx(0.0027283, rel=1e-4)
+  assert dpdfd.elementary_accuracy_bound(10.0, DELTA, 10) == 1.0

@@ -81,6 +81,7 @@ import math
 
 import dp_accounting
 import numpy as np
+from scipy import optimize, special
 
 from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import checks, events
@@ -198,3 +199,68 @@ def theorem3_epsilon(noise_std: float, norm_bound: float, batch_size: int, steps
          - (math.log(delta) + np.log(lam)) / (lam - 1.0))  # DPDFD Theorem 3
   best = int(np.argmin(eps))
   return float(eps[best]), float(lam[best])
+
+
+# ---- what a single-teacher conversion can learn (PRIVACY.md, "The single-teacher limit") -------
+
+
+def information_nats(noise_std: float, norm_bound: float, batch_size: int, steps: int,
+                     normalization: str = DEFAULT_NORMALIZATION) -> float:
+  """Upper bound on the mutual information, in nats, between the teacher and everything the
+  run releases: each step is a Gaussian channel of input power ||G_t||_F^2 <= B C^2 (per-sample
+  rows; C^2 under batch normalisation) and noise variance std^2 per entry, whose capacity is at
+  most power / (2 std^2) nats; T steps add (chain rule): B T C^2 / (2 std^2)."""
+  std = checks.positive("noise_std", noise_std)
+  c = checks.positive("norm_bound (DPDFD C)", norm_bound)
+  b = checks.count("batch_size", batch_size)
+  t = checks.count("steps", steps)
+  checks.choice("DPDFD normalization", normalization, NORMALIZATIONS)
+  power = (b if normalization == "per_sample" else 1) * c * c  # ||G_t||_F^2
+  return t * power / (2.0 * std * std)  # sum over steps of (1/2) power / std^2
+
+
+def _log_matches_mgf(lam: float, num_classes: int) -> float:
+  """log of sum_{j=0}^K (e^lam - 1)^j / j!: an upper bound on log E[e^{lam M}] for M the
+  number of classes a fixed guess gets right under a uniformly random relabelling (equal to it
+  when the guess is a bijection: the factorial moments of fixed points are 1)."""
+  j = np.arange(num_classes + 1)
+  return float(special.logsumexp(j * math.log(math.expm1(lam)) - special.gammaln(j + 1)))
+
+
+def accuracy_bound(information: float, num_classes: int) -> float:
+  """Largest expected balanced accuracy of a label-symmetric conversion whose releases carry at
+  most ``information`` nats about the teacher (Donsker-Varadhan over the K! relabellings):
+  K a <= min_{lam > 0} (I + log sum_j (e^lam - 1)^j / j!) / lam, capped at 1."""
+  info = checks.non_negative("information (nats)", information)
+  k = checks.count("num_classes", num_classes, minimum=2)
+
+  def bound(log_lam: float) -> float:
+    lam = math.exp(log_lam)
+    return (info + _log_matches_mgf(lam, k)) / (lam * k)
+
+  # (I + Lambda(lam)) / lam is quasi-convex (Lambda convex, Lambda(0) = 0): one minimum.
+  best = optimize.minimize_scalar(bound, bounds=(-30.0, 8.0), method="bounded",
+                                  options={"xatol": 1e-10})
+  return min(1.0, float(best.fun), bound(-30.0))
+
+
+def information_needed(accuracy: float, num_classes: int) -> float:
+  """Least information (nats) ``accuracy_bound`` allows ``accuracy`` with: the Legendre transform
+  max_{lam > 0} (lam K a - log sum_j (e^lam - 1)^j / j!)."""
+  a = checks.positive("accuracy", accuracy)
+  k = checks.count("num_classes", num_classes, minimum=2)
+  if a <= 1.0 / k:
+    return 0.0
+  best = optimize.minimize_scalar(
+      lambda log_lam: -(math.exp(log_lam) * k * a - _log_matches_mgf(math.exp(log_lam), k)),
+      bounds=(-30.0, 8.0), method="bounded", options={"xatol": 1e-10})
+  return float(-best.fun)
+
+
+def elementary_accuracy_bound(epsilon: float, delta: float, num_classes: int) -> float:
+  """Balanced accuracy of a label-symmetric mechanism that is (epsilon, delta)-DP with respect
+  to the whole teacher: a <= e^eps / K + delta (each relabelling that sends class k to j is a
+  neighbour of the others; summing over j, K a_k <= e^eps + K delta)."""
+  eps = checks.non_negative("epsilon", epsilon)
+  k = checks.count("num_classes", num_classes, minimum=2)
+  return min(1.0, math.exp(eps) / k + checks.delta(delta))
