@@ -97,6 +97,9 @@ def build(config, results: dict) -> dict:
     report.update(_privacy(config, results))
     report["privacy"] = {k: report[k] for k in ("epsilon", "delta", "accountant")}
     report["privacy"]["note"] = PRIVACY_NOTES[config.method]
+    unit = results[PRIVACY_STAGE[config.method]].get("privacy_unit")
+    if unit:  # DPDFD: 'label' for direct training (label DP only), else 'example'
+      report["privacy"]["unit"] = unit
   return report
 
 

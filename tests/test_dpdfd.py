@@ -123,6 +123,7 @@ def test_direct_training_on_private_data(npz_file, tmp_path):
   assert set(report["stage_seconds"]) == {"dpdfd"}  # no teacher, no generator, no samples
   sigma = report["stages"]["dpdfd"]["noise_multiplier"]
   assert report["stages"]["dpdfd"]["privacy_unit"] == "label"  # label DP only
+  assert report["privacy"]["unit"] == "label"
   # T = 10 steps, each a Gaussian of sensitivity 2C and std sigma C on B = 16 of the N = 512
   # private examples drawn without replacement: SampledWithoutReplacement(512, 16,
   # GaussianDpEvent(sigma / 2)) x 10.
