@@ -6,11 +6,12 @@ generator update). Accounting lives in ``privacy.dpdfd``.
 Reading of Eq. 4 used here. g is the [B, K] gradient of L_T with respect to the student's
 outputs; its rows g_i are normalised (``per_sample``: C g_i / (||g_i|| + e); ``batch``:
 C g_i / (||g||_2 + e), Eq. 4 as printed) or clipped (the Fig. 2 ablation), Gaussian noise
-N(0, sigma^2 C^2 I) is added to the [B, K] matrix (one independent draw per entry; sigma is
-a multiplier of C, Eq. 4 / Algorithm 1 line 8) and the result divided by B. The DP targets
-are y_s = phi_s(D) - gamma * g_tilde, row by row (Algorithm 1 line 9). Between neighbouring
-private datasets the normalised matrix moves by at most 2 sqrt(B) C in L2, inside the
-2 B C per step that the default ledger relation ('whole_batch') charges.
+N(0, sigma^2 C^2 I) is added to the [B, K] matrix (one independent draw per entry, not one
+vector on the sum of the rows as Algorithm 1 line 8 reads; sigma is a multiplier of C, Eq. 4)
+and the result divided by B. The DP targets are y_s = phi_s(D) - gamma * g_tilde, row by row
+(Algorithm 1 line 9). ``privacy.dpdfd`` accounts exactly this release: B T releases of
+sensitivity 2C for one teacher with per-sample rows (relation 'whole_batch'), T releases of 2C
+under batch normalisation, and the ensemble and direct cases there.
 
 Only g_tilde depends on the teacher (the private model); the student and the generator see
 nothing else of it, so both are post-processing of the DP releases.
@@ -148,13 +149,23 @@ def step(state: DpdfdState, key: jax.Array, teacher_logits_fn: Callable[[jnp.nda
   return new_state.replace(generator=gen), {"loss": l_s, "generator_loss": l_g}
 
 
+def sample_batch(key: jax.Array, dataset_size: int, batch_size: int) -> jnp.ndarray:
+  """``batch_size`` distinct indices drawn uniformly without replacement from
+  range(``dataset_size``), with a key that does not depend on the data: the sampling that
+  ``privacy.dpdfd`` relation 'direct' accounts (``SampledWithoutReplacementDpEvent``)."""
+  return jax.random.choice(key, dataset_size, (batch_size,), replace=False)
+
+
 def direct_step(state: DpdfdState, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray,
                 student_apply: Callable, cfg: Any) -> tuple[DpdfdState, dict]:
   """A_{C,sigma} applied to training on labelled private data (DPDFD Sec. 4.4, Table 4):
   B distinct private examples, the per-example gradients of the cross-entropy with respect
-  to the model's outputs bounded and noised as in Eq. 4, DP targets, no generator."""
+  to the model's outputs bounded and noised as in Eq. 4, DP targets, no generator.
+
+  LABEL DP ONLY: the update back-propagates the targets through the model at the private
+  inputs xb without noise, so only the labels are protected (``privacy.dpdfd``)."""
   idx_key, noise_key = jax.random.split(key)
-  idx = jax.random.choice(idx_key, x.shape[0], (cfg.batch_size,), replace=False)
+  idx = sample_batch(idx_key, x.shape[0], cfg.batch_size)  # B of N, without replacement
   xb, yb = x[idx], y[idx]
   s_logits = student_apply(state.params, xb)
   g = jax.grad(lambda s: optax.softmax_cross_entropy_with_integer_labels(s, yb).sum())(

@@ -19,7 +19,9 @@ PRIVACY_NOTES["dpdfd"] = (
     "The epsilon covers the DPDFD student and generator: they see the sensitive model only "
     "through A_{C,sigma} (DPDFD Eq. 4), so both are post-processing of the noisy releases. "
     "The sensitive model (the baseline or the teachers) is trained without noise and must "
-    "never be released.")
+    "never be released. Direct training (dpdfd.teacher='private_data', privacy_unit 'label') "
+    "is LABEL DP only: it back-propagates through the private inputs without noise, so its "
+    "epsilon protects the labels, not the examples.")
 PRIVACY_NOTES["ldp"] = (
     "local_epsilon is the client's local (pure) epsilon per transformed sample (Algorithm 1). "
     "BASE and the robust teacher are trained on the private data without noise: no "
@@ -111,6 +113,9 @@ def build(config, results: dict) -> dict:
     report.update(_privacy(config, results))
     report["privacy"] = {k: report[k] for k in ("epsilon", "delta", "accountant")}
     report["privacy"]["note"] = PRIVACY_NOTES[config.method]
+    unit = results[PRIVACY_STAGE[config.method]].get("privacy_unit")
+    if unit:  # DPDFD: 'label' for direct training (label DP only), else 'example'
+      report["privacy"]["unit"] = unit
   return report
 
 

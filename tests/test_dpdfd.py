@@ -122,12 +122,22 @@ def test_direct_training_on_private_data(npz_file, tmp_path):
   report = pipeline.run(config, str(tmp_path / "d"))
   assert set(report["stage_seconds"]) == {"dpdfd"}  # no teacher, no generator, no samples
   sigma = report["stages"]["dpdfd"]["noise_multiplier"]
-  # T = 10 releases of sensitivity 2C with std sigma C: GaussianDpEvent(sigma / 2) x 10.
-  direct = privacy.PrivacyLedger([privacy.DpdfdSteps(sigma, "multiplier", 1e-3, 16, 10,
-                                                     relation="direct")]).epsilon(1e-5, "rdp")
+  assert report["stages"]["dpdfd"]["privacy_unit"] == "label"  # label DP only
+  assert report["privacy"]["unit"] == "label"
+  # T = 10 steps, each a Gaussian of sensitivity 2C and std sigma C on B = 16 of the N = 512
+  # private examples drawn without replacement: SampledWithoutReplacement(512, 16,
+  # GaussianDpEvent(sigma / 2)) x 10.
+  record = privacy.DpdfdSteps(sigma, "multiplier", 1e-3, 16, 10, relation="direct",
+                              dataset_size=512)
+  direct = privacy.PrivacyLedger([record]).epsilon(1e-5, "rdp")
   assert report["epsilon"] == pytest.approx(direct.epsilon) and direct.epsilon <= 10.0
+  assert direct.epsilon > 9.9  # the least noise that fits the eps10 budget
   import dp_accounting
   from dp_accounting.rdp import rdp_privacy_accountant as rdp
-  accountant = rdp.RdpAccountant(list(privacy.DEFAULT_RDP_ORDERS))
-  accountant.compose(dp_accounting.GaussianDpEvent(sigma / 2.0), 10)
+  from dgd_jax.privacy import events
+  event = dp_accounting.SampledWithoutReplacementDpEvent(512, 16,
+                                                        dp_accounting.GaussianDpEvent(sigma / 2))
+  accountant = rdp.RdpAccountant(list(events.orders_for([event], privacy.DEFAULT_RDP_ORDERS)),
+                                 dp_accounting.NeighboringRelation.REPLACE_ONE)
+  accountant.compose(event, 10)
   assert direct.epsilon == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)

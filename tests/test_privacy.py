@@ -404,23 +404,28 @@ def test_dpdfd_noise_convention_is_explicit():
   # and the two differ by orders of magnitude at the paper's small C.
   assert dpdfd_eps("multiplier", 1e-3) == pytest.approx(dpdfd_eps("multiplier", 1.0), rel=1e-12)
   assert dpdfd_eps("std", 1e-3) < 1e-3 * dpdfd_eps("multiplier", 1e-3)
-  # whole_batch: one draw per step on a sum of B gradients -> B times Theorem 3's RDP.
+  # whole_batch: the code draws noise per row, so one teacher with per-sample rows is B T
+  # releases of 2C, exactly Theorem 3's RDP (n = 1); batch normalisation (||G_bar||_F < C) is
+  # T releases of 2C, B times less.
   orders = np.array(privacy.DEFAULT_RDP_ORDERS)
   paper = privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000, relation="theorem3").rdp(orders)
+  rows = privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000,
+                            relation="whole_batch").rdp(orders)
+  np.testing.assert_allclose(rows, paper, rtol=1e-12)
   batch = privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000,
-                             relation="whole_batch").rdp(orders)
-  np.testing.assert_allclose(batch, 64 * paper, rtol=1e-12)
+                             normalization="batch").rdp(orders)
+  np.testing.assert_allclose(batch, paper / 64, rtol=1e-12)
 
 
 # The PRIVACY.md / report example: sigma = 100 (multiplier), C = 1e-3, B = 64, T = 1000.
 DPDFD_EXAMPLE = {  # (relation, normalization) -> (rdp, pld)
-    ("whole_batch", "per_sample"): (1012.8982575788606, 990.8800494506311),
-    ("whole_batch", "batch"): (35.651754019056256, 33.65591964196281),
+    ("whole_batch", "per_sample"): (35.651754019056256, 33.65591964196281),
+    ("whole_batch", "batch"): (2.8136532471298397, 2.5943833805285994),
     ("theorem3", "per_sample"): (35.651754019056256, 33.65591964196281),
 }
 
 
-def test_dpdfd_defaults_to_the_conservative_whole_batch_bound():
+def test_dpdfd_defaults_to_the_whole_batch_relation():
   default = privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000)
   assert (default.relation, default.normalization) == ("whole_batch", "per_sample")
   for (relation, normalization), (rdp_eps, pld_eps) in DPDFD_EXAMPLE.items():
@@ -432,14 +437,14 @@ def test_dpdfd_defaults_to_the_conservative_whole_batch_bound():
     assert ("dpdfd_theorem3" in reports) == (relation == "theorem3")
   assert eps(default, "rdp") == pytest.approx(DPDFD_EXAMPLE["whole_batch", "per_sample"][0],
                                               rel=REL)
-  # Sensitivities: T releases of 2BC (per-sample normalisation) or 2 sqrt(B) C (Eq. 4's ||g||_2);
-  # Theorem 3: n B T releases of 2C.
-  assert dpdfd.releases(1e-3, 64, 1000, 1) == (1000, pytest.approx(2 * 64 * 1e-3, rel=1e-15))
+  # Sensitivities of the code's per-row noise: B T releases of 2C (per-sample rows) or T of 2C
+  # (Eq. 4's ||g||_2: the whole matrix has norm < C); Theorem 3: n B T releases of 2C.
+  assert dpdfd.releases(1e-3, 64, 1000, 1) == (64000, pytest.approx(2e-3, rel=1e-15))
   assert dpdfd.releases(1e-3, 64, 1000, 1, "whole_batch", "batch") == (
-      1000, pytest.approx(2 * 8 * 1e-3, rel=1e-15))
+      1000, pytest.approx(2e-3, rel=1e-15))
   assert dpdfd.releases(1e-3, 64, 1000, 1, "theorem3") == (64000, 2e-3)
   # n > 1 teachers (Sec. 4.4, a noise draw per synthetic example), nothing assumed about their
-  # data: B T releases of 2nC, n times Theorem 3's RDP (which needs disjoint teacher data).
+  # data: B T releases of 2nC, n times Theorem 3's RDP (too small for overlapping teachers).
   assert dpdfd.releases(1e-3, 64, 1000, 3) == (64000, pytest.approx(6e-3, rel=1e-15))
   orders = np.array(privacy.DEFAULT_RDP_ORDERS)
   np.testing.assert_allclose(
@@ -450,9 +455,9 @@ def test_dpdfd_defaults_to_the_conservative_whole_batch_bound():
   paper = privacy.PrivacyLedger([privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000,
                                                     relation="theorem3", num_teachers=2)])
   note = paper.epsilons(DELTA)["dpdfd_theorem3"].note
-  assert "the paper's claim (Theorem 3), valid only if" in note
-  assert "disjoint data" in note and "per-sample normalisation" in note
-  assert any("disjoint data" in n for n in paper.not_covered())
+  assert "the paper's claim (Theorem 3)" in note
+  assert "disjoint shards" in note and "n times too small" in note and "overlap" in note
+  assert any("n times too small" in n for n in paper.not_covered())
 
 
 def test_dpdfd_normalised_sums_respect_the_stated_sensitivities():
@@ -598,7 +603,8 @@ def test_optimum_at_the_edge_of_the_order_grid_is_flagged():
   report = privacy.PrivacyLedger([privacy.LNMaxQueries(4.0, 1000)]).epsilons(DELTA)[
       "moments_accountant"]
   assert report.order == 1 and "edge of the order grid, the smallest order tried" in report.note
-  report = privacy.PrivacyLedger([privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000)]
+  # sigma 12.5: 64000 releases of 2C (multiplier 6.25), an epsilon near 1013.
+  report = privacy.PrivacyLedger([privacy.DpdfdSteps(12.5, "multiplier", 1e-3, 64, 1000)]
                                  ).epsilons(DELTA)["rdp"]
   assert report.order == min(privacy.DEFAULT_RDP_ORDERS)
   assert "edge of the order grid, the smallest order tried" in report.note

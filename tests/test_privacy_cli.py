@@ -28,6 +28,19 @@ CONFIDENT = ["--mechanism=confident_gnmax", "--threshold=200", "--sigma1=150", "
 RUNS = {
     "dpdfd_default": DPDFD,
     "dpdfd_theorem3": DPDFD + ["--dpdfd_relation=theorem3"],
+    "dpdfd_disjoint_eps10": [
+        "--mechanism=dpdfd", "--noise_convention=multiplier", "--norm_bound=1e-3",
+        "--batch_size=64", "--queries=1500", "--num_teachers=250",
+        "--dpdfd_relation=disjoint_teachers", "--teachers_disjoint", "--target_epsilon=10",
+        "--json"],
+    "dpdfd_overlapping_eps10": [
+        "--mechanism=dpdfd", "--noise_convention=multiplier", "--norm_bound=1e-3",
+        "--batch_size=64", "--queries=1500", "--num_teachers=250", "--target_epsilon=10",
+        "--json"],
+    "dpdfd_disjoint_unchecked": DPDFD + ["--num_teachers=250",
+                                         "--dpdfd_relation=disjoint_teachers"],
+    "dpdfd_direct": DPDFD + ["--noise_scale=1", "--dpdfd_relation=direct",
+                             "--dataset_size=60000"],
     "confident_answered": CONFIDENT + ["--queries=1000", "--answered=600"],
     "confident_mask": CONFIDENT + ["--votes={votes}", "--answered_mask={mask}", "--json"],
     "votes_table": ["--mechanism=lnmax", "--noise_scale=20", "--votes={votes}"],
@@ -152,7 +165,7 @@ def test_human_table_marks_data_dependent_rows(runs):
 
 
 @pytest.mark.parametrize("run, relation, rdp", [
-    ("dpdfd_default", "whole_batch", 1012.8982575788606),
+    ("dpdfd_default", "whole_batch", 35.651754019056256),
     ("dpdfd_theorem3", "theorem3", 35.651754019056256),
 ])
 def test_dpdfd_relations(runs, run, relation, rdp):
@@ -162,12 +175,33 @@ def test_dpdfd_relations(runs, run, relation, rdp):
   assert ("dpdfd_theorem3" in out["epsilons"]) == (relation == "theorem3")
   if relation == "theorem3":
     note = out["details"]["dpdfd_theorem3"]["note"]
-    assert "the paper's claim (Theorem 3), valid only if" in note
+    assert "the paper's claim (Theorem 3)" in note
     assert out["epsilons"]["dpdfd_theorem3"] == pytest.approx(rdp, rel=1e-9)
-  else:
-    assert out["details"]["rdp"]["order"] == 1.1  # flagged as the edge of the order grid
-    assert "smallest order tried" in out["details"]["rdp"]["note"]
-  assert any("disjoint data" in note for note in out["not_covered"])
+  else:  # the code's per-row noise: B T = 64000 releases of 2C (multiplier 100 / 2)
+    assert out["releases"][0]["gaussian_releases"] == 64000
+    assert "64000 x GaussianDpEvent(50)" in out["details"]["rdp"]["note"]
+  assert any("n times too small" in note for note in out["not_covered"])
+
+
+def test_dpdfd_ensemble_calibration_uses_the_disjoint_relation(runs):
+  # 250 teachers on disjoint shards, eps 10, T = 1500: B T releases of 2C need sigma ~328; the
+  # explicit overlapping option (2nC) needs n = 250 times more.
+  disjoint = ok_json(runs["dpdfd_disjoint_eps10"])
+  overlapping = ok_json(runs["dpdfd_overlapping_eps10"])
+  sigma = disjoint["calibration"]["min_noise"]
+  assert sigma == pytest.approx(328.18, rel=1e-4) and disjoint["epsilons"]["rdp"] <= 10
+  assert overlapping["calibration"]["min_noise"] == pytest.approx(250 * sigma, rel=1e-6)
+  refused = runs["dpdfd_disjoint_unchecked"]
+  assert refused.returncode == 1 and "may overlap" in refused.stderr
+
+
+def test_dpdfd_direct_plan_is_subsampled_and_label_dp(runs):
+  out = ok_json(runs["dpdfd_direct"])
+  release = out["releases"][0]
+  assert release["privacy_unit"] == "label" and release["dataset_size"] == 60000
+  assert "SampledWithoutReplacementDpEvent(64 of 60000" in out["details"]["rdp"]["note"]
+  assert "pld" not in out["epsilons"]
+  assert any("LABEL DP ONLY" in note for note in out["not_covered"])
 
 
 def test_confident_gnmax_charges_every_query_in_the_guarantees(runs):

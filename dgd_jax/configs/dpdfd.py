@@ -6,12 +6,16 @@ Argument: '<dataset>[,cpu][,eps1|eps10][,ensemble|direct]'. ``eps10`` (default) 
 the budget (DPDFD Table 1, delta = 1e-5); the noise multiplier is the least that keeps the
 planned steps within it under ``privacy.accountant`` and ``privacy.relation`` (computed when
 the run starts and reported; set ``dpdfd.noise`` to fix it instead). ``ensemble`` distils
-the 250 teachers instead of the baseline; ``direct`` trains on the labelled private data
-with the same mechanism (Sec. 4.4; relation 'direct': T releases of 2C).
+the 250 teachers instead of the baseline (relation 'disjoint_teachers': B T releases of 2C,
+the teachers' shards being disjoint); ``direct`` trains on the labelled private data with the
+same mechanism (Sec. 4.4; relation 'direct': T steps on B of N drawn without replacement).
+``direct`` is LABEL DP only: its update back-propagates through the private inputs without
+noise, so its epsilon protects the labels, not the examples (``privacy.dpdfd``).
 
 Noise convention: ``dpdfd.noise`` is sigma in Eq. 4, a multiplier of C (noise std sigma*C).
-Relation: 'whole_batch' (default) is the bound that holds for a teacher trained on the
-private data; 'theorem3' is the paper's claim (see ``privacy.dpdfd``), not the default.
+Relation: 'whole_batch' (default for one teacher: B T releases of 2C, what the code releases
+for a teacher trained on the private data); 'theorem3' is the paper's claim (see
+``privacy.dpdfd``), not the default.
 
 COMMAND (quick CPU preset):
   python -m dgd_jax.main --config=dgd_jax/configs/dpdfd.py:fashion_mnist,cpu \
@@ -63,6 +67,8 @@ def get_config(arg: str | None = None):
       num_synthetic=10000,  # samples the released generator writes (the samples stage)
   ))
   config.privacy = common.privacy_config(BUDGETS[budget])
-  # whole_batch (conversion) | direct (direct training) | theorem3 (the paper's claim)
-  config.privacy.relation = "direct" if direct else "whole_batch"
+  # privacy.dpdfd: whole_batch (one teacher, nothing assumed) | disjoint_teachers (the ensemble,
+  # disjoint shards, replace-one; checked on the shards) | direct (LABEL DP only) | theorem3
+  config.privacy.relation = ("direct" if direct else "disjoint_teachers" if ensemble
+                             else "whole_batch")
   return config

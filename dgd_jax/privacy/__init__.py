@@ -14,8 +14,10 @@ neighbouring datasets have the same size and differ in one substituted private e
 changes one teacher's vote, i.e. two histogram counts by 1 each (L1 sensitivity 2, L2 sensitivity
 sqrt(2)). LNMax with Laplace scale b is (2/b)-DP per query and
 ``LaplaceDpEvent(b / 2)``; GNMax with std sigma has RDP lam / sigma^2 and is
-``GaussianDpEvent(sigma / sqrt(2))``. DPDFD defaults to the conservative ``whole_batch`` bound; its
-Theorem 3 is available as the paper's claim. Data-dependent and realised values (votes,
+``GaussianDpEvent(sigma / sqrt(2))``. DPDFD is accounted for the per-row noise its code adds
+(``privacy.dpdfd``: one teacher B T releases of 2C; disjoint-shard teachers 2C per row, 2nC for
+overlapping ones; direct training subsampled without replacement, label DP only); its Theorem 3
+is available as the paper's claim. Data-dependent and realised values (votes,
 Confident-GNMax's answered queries) are flagged and never used for budgets. Everything here is
 host-side NumPy: nothing runs on a device.
 CLI planner: ``python -m dgd_jax.privacy --help``.

@@ -7,6 +7,9 @@ r"""Privacy planner: epsilon of planned (or recorded) teacher queries under ever
       --sigma2=40 --queries=1000
   python -m dgd_jax.privacy --mechanism=dpdfd --noise_scale=100 --noise_convention=multiplier \
       --norm_bound=1e-3 --batch_size=64 --queries=1000 [--dpdfd_normalization=batch]
+  python -m dgd_jax.privacy --mechanism=dpdfd --noise_convention=multiplier --norm_bound=1e-3 \
+      --batch_size=64 --queries=1500 --num_teachers=250 --dpdfd_relation=disjoint_teachers \
+      --teachers_disjoint --target_epsilon=10
 
 ``--target_epsilon`` calibrates: without ``--queries`` it gives the most queries (DPDFD: steps)
 that fit, without the noise parameter the least noise; ``--vae_eps1`` counts towards the target.
@@ -60,11 +63,19 @@ _NOISE_CONVENTION = flags.DEFINE_string(
     "noise_convention", None, "dpdfd (required): 'multiplier' (noise std = sigma * C, Eq. 4) or "
     "'std' (noise std = sigma, Theorem 3's reading).")
 _RELATION = flags.DEFINE_string(
-    "dpdfd_relation", dpdfd.DEFAULT_RELATION, "dpdfd: 'whole_batch' (default, conservative: one "
-    "private example may change the teacher and so every gradient of a batch; one teacher: T "
-    "releases of sensitivity 2BC, or 2 sqrt(B) C with --dpdfd_normalization=batch), 'direct' "
-    "(training on B distinct private examples per step: T releases of 2C) or 'theorem3' "
-    "(n B T releases of 2C: " + dpdfd.THEOREM3_CONDITIONS + ").")
+    "dpdfd_relation", dpdfd.DEFAULT_RELATION, "dpdfd: 'whole_batch' (default: nothing assumed "
+    "about the teachers; one teacher: B T releases of sensitivity 2C, T of 2C with "
+    "--dpdfd_normalization=batch; n teachers: B T of 2nC, or T of 2 sqrt(n) C), "
+    "'disjoint_teachers' (n teachers on disjoint shards, replace-one: B T releases of 2C; needs "
+    "--teachers_disjoint), 'direct' (training on the private data, B of --dataset_size drawn "
+    "without replacement per step: " + dpdfd.DIRECT_LABEL_DP + ") or 'theorem3' ("
+    + dpdfd.THEOREM3_CONDITIONS + ").")
+_TEACHERS_DISJOINT = flags.DEFINE_bool(
+    "teachers_disjoint", False, "dpdfd: the n teachers are trained on pairwise disjoint shards "
+    "(required by --dpdfd_relation=disjoint_teachers).")
+_DATASET_SIZE = flags.DEFINE_integer(
+    "dataset_size", None, "dpdfd with --dpdfd_relation=direct: N, the private examples each step "
+    "samples B from.")
 _NORMALIZATION = flags.DEFINE_string(
     "dpdfd_normalization", dpdfd.DEFAULT_NORMALIZATION, "dpdfd: 'per_sample' (C g_i / (||g_i|| + "
     "e); default, valid for both) or 'batch' (C g_i / (||g||_2 + e), the whole batch's gradient "
@@ -105,7 +116,9 @@ def _describe(release: releases.Release) -> str:
   return (f"dpdfd, {release.steps} steps, sigma = {release.noise:g} as {release.noise_convention} "
           f"(noise std {release.noise_std:.6g}), C = {release.norm_bound:g}, "
           f"B = {release.batch_size}, n = {release.num_teachers}, relation {release.relation}, "
-          f"{release.normalization} normalisation")
+          f"{release.normalization} normalisation"
+          + (f", N = {release.dataset_size} (B of N without replacement per step; label DP "
+             "only)" if release.relation == "direct" else ""))
 
 
 def _plan(mechanism: str) -> tuple[releases.Release, dict]:
@@ -119,7 +132,8 @@ def _plan(mechanism: str) -> tuple[releases.Release, dict]:
                 votes=votes, answered=answered, norm_bound=_NORM_BOUND.value,
                 batch_size=_BATCH_SIZE.value, num_teachers=_NUM_TEACHERS.value,
                 noise_convention=_NOISE_CONVENTION.value, relation=_RELATION.value,
-                normalization=_NORMALIZATION.value)
+                normalization=_NORMALIZATION.value, teachers_disjoint=_TEACHERS_DISJOINT.value,
+                dataset_size=_DATASET_SIZE.value)
   if _TARGET.value is None:
     return releases.build_release(mechanism, **params), {}
   if votes is not None:

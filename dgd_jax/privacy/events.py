@@ -39,9 +39,11 @@ not provide, can use them.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import dp_accounting
+from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp_accountant
 import numpy as np
 
 from dgd_jax.privacy import checks
@@ -97,8 +99,51 @@ def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
   return lam / (2.0 * noise_multiplier ** 2)
 
 
+# Orders at which subsampled events are evaluated: dp-accounting's sampling-without-replacement
+# RDP costs O(order^2) per integer order up to 256, seconds on the full grid. A subset of the
+# grid gives a valid (at most larger) epsilon.
+SUBSAMPLED_ORDERS_MAX = 64
+SUBSAMPLED_ORDERS_EXTRA = (96.0, 128.0, 256.0, 512.0, 1024.0)
+
+
+def subsampled(evs) -> bool:
+  """Whether any leaf of ``evs`` is a subsampled event."""
+  return any(isinstance(e, dp_accounting.SampledWithoutReplacementDpEvent)
+             for ev in evs for e, _ in flatten(ev))
+
+
+def orders_for(evs, orders) -> np.ndarray:
+  """``orders``, restricted to ``SUBSAMPLED_ORDERS_*`` when ``evs`` hold a subsampled event."""
+  orders = np.asarray(orders, dtype=np.float64)
+  if not subsampled(evs):
+    return orders
+  return orders[(orders <= SUBSAMPLED_ORDERS_MAX) | np.isin(orders, SUBSAMPLED_ORDERS_EXTRA)]
+
+
+@functools.lru_cache(maxsize=100_000)
+def _sampled_wor_gaussian_rdp(q: float, noise_multiplier: float, order: float) -> float:
+  return float(dp_rdp_accountant._compute_rdp_sample_wor_gaussian_scalar(  # pylint: disable=protected-access
+      q, noise_multiplier, order))
+
+
+def sampled_wor_gaussian_rdp(event: dp_accounting.SampledWithoutReplacementDpEvent,
+                             orders) -> np.ndarray:
+  """RDP of a Gaussian on a uniform sample of ``sample_size`` of ``source_dataset_size`` drawn
+  without replacement, replace-one (Wang, Balle & Kasiviswanathan 2019, Thm. 27), by the same
+  dp-accounting function its ``RdpAccountant`` uses (cached per order)."""
+  if not isinstance(event.event, dp_accounting.GaussianDpEvent):
+    raise ValueError(f"no RDP curve for {event!r}")
+  q = event.sample_size / event.source_dataset_size
+  lam = checks.orders("orders", orders, minimum=1.0)
+  return np.array([_sampled_wor_gaussian_rdp(q, event.event.noise_multiplier, float(o))
+                   for o in lam])
+
+
 def rdp_curve(event: dp_accounting.DpEvent, orders) -> np.ndarray:
-  """Per-order RDP of a (composed) Laplace/Gaussian event, summed over its compositions."""
+  """Per-order RDP of a (composed) Laplace/Gaussian/sampled-Gaussian event, summed over its
+  compositions."""
+  if isinstance(event, dp_accounting.SampledWithoutReplacementDpEvent):
+    return sampled_wor_gaussian_rdp(event, orders)
   if isinstance(event, dp_accounting.SelfComposedDpEvent):
     return event.count * rdp_curve(event.event, orders)
   if isinstance(event, dp_accounting.ComposedDpEvent):

@@ -93,12 +93,13 @@ NOT_COVERED = {
         "private. The data-independent epsilons charge the GNMax answer on every query; an "
         "answered-only cost is a realised value, not a DP guarantee."),
     "dpdfd": (
-        "The teacher model is not private. The default relation 'whole_batch' assumes nothing "
-        "about how the teacher depends on the private data (one teacher: T releases of "
-        "sensitivity 2BC, or 2 sqrt(B) C under batch normalisation by ||g||_2; n teachers: B T "
-        "releases of 2nC). Relation 'direct' (training on B distinct private examples per "
-        "step) charges T releases of 2C under replace-one. Relation 'theorem3' is "
-        + dpdfd.THEOREM3_CONDITIONS + "."),
+        "The teacher model(s) are not private. Each step releases B rows of normalised "
+        "gradients, each with its own noise. Relation 'whole_batch' assumes nothing about the "
+        "teachers (one teacher: B T releases of 2C, or T of 2C under batch normalisation; n "
+        "teachers: B T of 2nC, or T of 2 sqrt(n) C). Relation 'disjoint_teachers' (teachers on "
+        "disjoint shards, replace-one): B T releases of 2C. Relation 'direct' (training on the "
+        "private data, B of N drawn without replacement per step, replace-one) is "
+        + dpdfd.DIRECT_LABEL_DP + ". Relation 'theorem3' is " + dpdfd.THEOREM3_CONDITIONS + "."),
     "pure": (
         "DGD's eps1 protects synthetic examples fed to the VAE, not private examples; it is "
         "added to the total as the paper does (never makes the total smaller)."),
@@ -123,9 +124,24 @@ class EpsilonReport:
 
 
 def _describe_events(evs) -> str:
-  parts = [f"{count} x {type(e).__name__}({e.noise_multiplier:.6g})"
-           for ev in evs for e, count in events.flatten(ev)]
+  parts = []
+  for ev in evs:
+    for e, count in events.flatten(ev):
+      if isinstance(e, dp_accounting.SampledWithoutReplacementDpEvent):
+        parts.append(f"{count} x SampledWithoutReplacementDpEvent({e.sample_size} of "
+                     f"{e.source_dataset_size}, {type(e.event).__name__}"
+                     f"({e.event.noise_multiplier:.6g}))")
+      else:
+        parts.append(f"{count} x {type(e).__name__}({e.noise_multiplier:.6g})")
   return " + ".join(parts)
+
+
+def _grid_note(evs) -> str:
+  if not events.subsampled(evs):
+    return ""
+  return (f", orders <= {events.SUBSAMPLED_ORDERS_MAX} and "
+          f"{', '.join(f'{o:g}' for o in events.SUBSAMPLED_ORDERS_EXTRA)} of the grid "
+          "(subsampled RDP is costly; fewer orders only give a larger epsilon)")
 
 
 class PrivacyLedger:
@@ -237,18 +253,20 @@ class PrivacyLedger:
     if not mechanisms:
       return 0.0, None, "no noisy-aggregation releases", False
     evs = [r.event() for r in mechanisms]
-    accountant = dp_rdp.RdpAccountant(self.orders.tolist(), events.NEIGHBORING_RELATION)
+    orders = events.orders_for(evs, self.orders)
+    accountant = dp_rdp.RdpAccountant(orders.tolist(), events.NEIGHBORING_RELATION)
     accountant.compose(dp_accounting.ComposedDpEvent(evs))
     eps, order = accountant.get_epsilon_and_optimal_order(delta)
     return eps, order, (f"dp-accounting RdpAccountant (REPLACE_ONE) on {_describe_events(evs)}, "
-                        "improved conversion; order = lambda"), False
+                        f"improved conversion{_grid_note(evs)}; order = lambda"), False
 
   def _rdp_classic(self, mechanisms, delta, data_dependent):
     del data_dependent
     if not mechanisms:
       return 0.0, None, "no noisy-aggregation releases", False
-    curve = sum(r.rdp(self.orders) for r in mechanisms)
-    eps, order = conversion.classic_epsilon(self.orders, curve, delta)
+    orders = events.orders_for([r.event() for r in mechanisms], self.orders)
+    curve = sum(r.rdp(orders) for r in mechanisms)
+    eps, order = conversion.classic_epsilon(orders, curve, delta)
     return eps, order, ("the same RDP curve, classic conversion rdp + ln(1/delta)/(lambda-1); "
                         "order = lambda"), False
 
@@ -266,6 +284,8 @@ class PrivacyLedger:
                          ), False
     interval = events.pld_interval(evs)
     accountant = dp_pld.PLDAccountant(events.PLD_RELATION, value_discretization_interval=interval)
+    if not accountant.supports(dp_accounting.ComposedDpEvent(evs)):
+      return None  # e.g. sampling without replacement: dp-accounting's PLD has no such event
     accountant.compose(dp_accounting.ComposedDpEvent(evs))
     eps = accountant.get_epsilon(delta)
     note = ("dp-accounting PLDAccountant (a shift by the sensitivity either way: its "

@@ -256,10 +256,12 @@ class DpdfdSteps(Release):
   """``steps`` DPDFD training steps (Algorithm 1) with noise ``noise`` in ``noise_convention``
   ('multiplier': std = noise * C, Eq. 4; 'std': std = noise, Fig. 1 / Theorem 3).
 
-  ``relation`` 'whole_batch' (default) is the conservative bound, valid for one teacher trained on
-  the private data; ``normalization`` 'batch' (Eq. 4's ||g||_2) tightens it from 2 B C to
-  2 sqrt(B) C per step. 'theorem3' is the paper's claim, valid only under its conditions
-  (``dpdfd.THEOREM3_CONDITIONS``)."""
+  ``relation`` (``privacy.dpdfd``): 'whole_batch' (default; nothing assumed about the teachers:
+  B T releases of 2C for one teacher with per-sample rows, T of 2C under batch normalisation,
+  B T of 2nC for n teachers); 'disjoint_teachers' (n teachers on disjoint shards, replace-one:
+  B T releases of 2C; needs ``teachers_disjoint``); 'direct' (label DP only: T Gaussian steps of
+  2C, each on B of ``dataset_size`` examples drawn without replacement); 'theorem3' (the paper's
+  claim, ``dpdfd.THEOREM3_CONDITIONS``)."""
 
   noise: float
   noise_convention: str
@@ -269,6 +271,8 @@ class DpdfdSteps(Release):
   num_teachers: int = 1
   relation: str = dpdfd.DEFAULT_RELATION
   normalization: str = dpdfd.DEFAULT_NORMALIZATION
+  teachers_disjoint: bool = False
+  dataset_size: int | None = None
 
   mechanism: ClassVar[str] = "dpdfd"
   noise_field: ClassVar[str] = "noise"
@@ -283,13 +287,20 @@ class DpdfdSteps(Release):
 
   def event(self) -> dp_accounting.DpEvent:
     return dpdfd.event(self.noise, self.noise_convention, self.norm_bound, self.batch_size,
-                       self.steps, self.num_teachers, self.relation, self.normalization)
+                       self.steps, self.num_teachers, self.relation, self.normalization,
+                       self.teachers_disjoint, self.dataset_size)
 
   def describe(self) -> dict:
     count, sensitivity = dpdfd.releases(self.norm_bound, self.batch_size, self.steps,
-                                        self.num_teachers, self.relation, self.normalization)
-    return {**super().describe(), "noise_std": self.noise_std, "gaussian_releases": count,
-            "l2_sensitivity": sensitivity}
+                                        self.num_teachers, self.relation, self.normalization,
+                                        self.teachers_disjoint)
+    out = {**super().describe(), "noise_std": self.noise_std, "gaussian_releases": count,
+           "l2_sensitivity": sensitivity}
+    if self.relation == "direct":
+      out["sampling"] = (f"{self.batch_size} of {self.dataset_size} without replacement per "
+                         "step (replace-one)")
+      out["privacy_unit"] = "label"
+    return out
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -327,7 +338,8 @@ def build_release(mechanism: str, *, queries: int | None, noise_scale: float | N
                   norm_bound: float | None = None, batch_size: int | None = None,
                   num_teachers: int = 1, noise_convention: str | None = None,
                   relation: str = dpdfd.DEFAULT_RELATION,
-                  normalization: str = dpdfd.DEFAULT_NORMALIZATION) -> Release:
+                  normalization: str = dpdfd.DEFAULT_NORMALIZATION,
+                  teachers_disjoint: bool = False, dataset_size: int | None = None) -> Release:
   """One release record from planner-style parameters (``noise_scale`` is Laplace b for lnmax,
   the Gaussian sigma for gnmax and DPDFD's sigma for dpdfd; ``queries`` is DPDFD's steps T)."""
   checks.choice("mechanism", mechanism, tuple(MECHANISMS))
@@ -347,5 +359,7 @@ def build_release(mechanism: str, *, queries: int | None, noise_scale: float | N
     raise ConfigError("dpdfd has no vote histograms: drop --votes.")
   _need(mechanism, noise_scale=noise_scale, queries=queries, norm_bound=norm_bound,
         batch_size=batch_size, noise_convention=noise_convention)
+  if relation == "direct":
+    _need(mechanism, dataset_size=dataset_size)
   return DpdfdSteps(noise_scale, noise_convention, norm_bound, batch_size, queries, num_teachers,
-                    relation, normalization)
+                    relation, normalization, teachers_disjoint, dataset_size)

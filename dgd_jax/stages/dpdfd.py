@@ -19,8 +19,10 @@ import numpy as np
 import optax
 
 from dgd_jax import dpdfd, ensemble, generative, privacy, train
+from dgd_jax.data import load_dataset, partition_indices
 from dgd_jax.errors import ConfigError
 from dgd_jax.models.generator import Generator
+from dgd_jax.privacy import dpdfd as dpdfd_privacy
 from dgd_jax.stages import classifier, queries
 from dgd_jax.stages.generator import class_grid, generate, load_baseline
 from dgd_jax.workdir import save_array
@@ -38,16 +40,44 @@ def requires(config) -> tuple[str, ...]:
   return {"ensemble": ("teachers",), "baseline": ("baseline",)}.get(config.dpdfd.teacher, ())
 
 
-def release(config, noise: float) -> privacy.DpdfdSteps:
-  """The ledger record of the planned DPDFD steps at noise multiplier ``noise``."""
-  d = config.dpdfd
+# The relation each kind of sensitive model's steps are accounted under (``privacy.dpdfd``).
+RELATIONS = {"baseline": ("whole_batch", "theorem3"),
+             "ensemble": ("disjoint_teachers", "whole_batch", "theorem3"),
+             "private_data": ("direct",)}
+
+
+def _dataset_size(config) -> int:
+  """N, the private training set's size (the direct steps sample B of N; the ensemble's
+  shards are dealt from range(N))."""
+  data = load_dataset(config.dataset, data_dir=config.data_dir or None,
+                      manual_dir=config.manual_dir or None, download=config.download)
+  return len(data.x_train)
+
+
+def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpdfdSteps:
+  """The ledger record of the planned DPDFD steps at noise multiplier ``noise``. The ensemble's
+  'disjoint_teachers' relation is granted only when the teachers stage's shards
+  (``partition_indices``) are checked pairwise disjoint."""
+  d, relation = config.dpdfd, config.privacy.relation
+  if relation not in RELATIONS.get(d.teacher, ()):
+    raise ConfigError(
+        f"config.privacy.relation={relation!r} does not describe what dpdfd.teacher="
+        f"{d.teacher!r} releases; use one of {RELATIONS.get(d.teacher)} (privacy.dpdfd).")
   n = config.num_teachers if d.teacher == "ensemble" else 1
+  disjoint = False
+  if relation == "disjoint_teachers" or relation == "direct":
+    dataset_size = dataset_size or _dataset_size(config)
+  if relation == "disjoint_teachers":
+    disjoint = dpdfd_privacy.shards_disjoint(
+        partition_indices(dataset_size, config.num_teachers, config.seed))
   return privacy.DpdfdSteps(noise, "multiplier", d.norm_bound, d.batch_size, d.num_steps,
-                            num_teachers=n, relation=config.privacy.relation,
-                            normalization="batch" if d.operation == "batch" else "per_sample")
+                            num_teachers=n, relation=relation,
+                            normalization="batch" if d.operation == "batch" else "per_sample",
+                            teachers_disjoint=disjoint,
+                            dataset_size=dataset_size if relation == "direct" else None)
 
 
-def noise_multiplier(config) -> float:
+def noise_multiplier(config, dataset_size: int | None = None) -> float:
   """``dpdfd.noise``, or the least noise whose plan fits ``privacy.max_epsilon``."""
   d, p = config.dpdfd, config.privacy
   if (d.operation not in dpdfd.OPERATIONS or d.loss not in dpdfd.LOSSES
@@ -60,12 +90,15 @@ def noise_multiplier(config) -> float:
   if p.max_epsilon <= 0:
     raise ConfigError("config.dpdfd.noise=0 asks for the least noise within "
                       "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
-  return privacy.min_noise(release(config, 1.0), p.max_epsilon, p.delta, p.accountant)
+  return privacy.min_noise(release(config, 1.0, dataset_size), p.max_epsilon, p.delta,
+                           p.accountant)
 
 
 def plan(config) -> privacy.EpsilonReport:
   """The budget guard, before anything is trained."""
-  ledger = privacy.PrivacyLedger([release(config, noise_multiplier(config))])
+  size = (_dataset_size(config) if config.privacy.relation in ("direct", "disjoint_teachers")
+          else None)
+  ledger = privacy.PrivacyLedger([release(config, noise_multiplier(config, size), size)])
   p = config.privacy
   if p.max_epsilon > 0:
     return ledger.check_budget(p.max_epsilon, p.delta, p.accountant)
@@ -105,7 +138,9 @@ def _states(ctx, sigma: float):
 
 def run(ctx) -> dict:
   config = ctx.config
-  sigma = noise_multiplier(config)
+  size = len(ctx.dataset.x_train) if config.privacy.relation in ("direct",
+                                                                 "disjoint_teachers") else None
+  sigma = noise_multiplier(config, size)
   student, state, cfg = _states(ctx, sigma)
   if cfg.teacher == "private_data":  # Sec. 4.4: no teacher, no generator
     teacher_accuracy = None
@@ -121,9 +156,11 @@ def run(ctx) -> dict:
                         checkpoint_every=config.checkpoint_every, log_every=config.log_every)
   state = train.run_steps(state, step, ctx.key("dpdfd"), fit, ctx.stage.checkpoint_dir,
                           "dpdfd", ctx.log)
-  ledger = privacy.PrivacyLedger([release(config, sigma)])
+  ledger = privacy.PrivacyLedger([release(config, sigma, size)])
   test = ctx.dataset
   return {
+      # label: direct training protects the labels only (privacy.dpdfd.DIRECT_LABEL_DP).
+      "privacy_unit": "label" if cfg.teacher == "private_data" else "example",
       "test_accuracy": train.accuracy(student.apply, state.params, test.x_test, test.y_test),
       "teacher_accuracy": teacher_accuracy,
       "noise_multiplier": sigma,
