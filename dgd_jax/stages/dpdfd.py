@@ -51,7 +51,7 @@ def _dataset_size(config) -> int:
   shards are dealt from range(N))."""
   data = load_dataset(config.dataset, data_dir=config.data_dir or None,
                       manual_dir=config.manual_dir or None, download=config.download)
-  return len(data.x_train)
+  return len(data.with_private_size(config.get("private_size", 0)).x_train)
 
 
 def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpdfdSteps:
