@@ -116,3 +116,16 @@ def test_select_stable_keeps_confident_stable_samples_per_class():
   shifted[2] = [0, strong]  # sample 2 flips class when shifted: unstable
   keep = select_stable(np.zeros((6, 2, 2, 1)), logits, shifted, 4, 2)
   assert keep.tolist() == [0, 1, 3, 4]
+
+
+def test_private_size_keeps_the_test_split_and_refuses_impossible_sizes():
+  from dgd_jax.data.loaders import Dataset
+  from dgd_jax.errors import DatasetError
+  data = Dataset("d", np.zeros((10, 2, 2, 1), np.float32), np.arange(10), np.zeros((4, 2, 2, 1)),
+                 np.arange(4), 10)
+  small = data.with_private_size(3)
+  assert small.y_train.tolist() == [0, 1, 2] and len(small.x_test) == 4
+  assert data.with_private_size(0) is data
+  for bad in (-1, 11):
+    with pytest.raises(DatasetError, match="private_size"):
+      data.with_private_size(bad)

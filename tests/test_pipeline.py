@@ -257,7 +257,9 @@ def test_dgd_resumes_after_an_interrupted_stage(npz_file, tmp_path, monkeypatch)
   after = (workdir / "metrics.jsonl").read_text()
   assert after.startswith(before)
   new_stages = {json.loads(line)["stage"] for line in after[len(before):].splitlines()}
-  assert new_stages == {"student"}  # the finished stages were reused, not rerun
+  # The finished stages were reused, not rerun: only the student stage's two curves (the
+  # released student and its noiseless-label diagnostic) were logged again.
+  assert new_stages == {"student", "student_noiseless"}
   new_steps = [json.loads(line)["step"] for line in after[len(before):].splitlines()]
   assert min(new_steps) > 20  # the student resumed from its step-20 checkpoint
   untimed = lambda r: {k: v for k, v in r.items() if not k.endswith("_seconds")}
