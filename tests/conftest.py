@@ -52,3 +52,8 @@ def npz_file(tmp_path):
   path = os.path.join(tmp_path, "data.npz")
   np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
   return path
+
+
+def pytest_addoption(parser):
+  parser.addoption("--kills", type=int, default=3, help="How many times the kill/resume "
+                   "harness (test_kill_resume.py) SIGKILLs the pipeline; more for a longer check.")

@@ -2,10 +2,19 @@
 dataset stand-in whose private training arrays cannot be read."""
 from __future__ import annotations
 
+from dgd_jax.configs import baseline as baseline_config_file
 from dgd_jax.configs import dgd as dgd_config_file
 from dgd_jax.configs import pate as pate_config_file
 
 PATE_POOL = 96  # of the npz fixture's 128 test examples; the last 32 evaluate
+
+
+def baseline(data_file: str):
+  """The baseline alone: 30 steps of 16."""
+  config = baseline_config_file.get_config(f"npz:{data_file},cpu")
+  config.baseline.update(num_steps=30, batch_size=16)
+  config.log_every = 5
+  return config
 
 
 def dgd_generative(data_file: str):

@@ -1,0 +1,115 @@
+"""Killed anywhere, resumed to the same result: a tiny pipeline runs as a subprocess, is
+SIGKILLed at random moments (inside stages and between them) and rerun with the same
+command; the final report equals an uninterrupted run's. The baseline alone runs in the
+default suite; the tiny PATE pipeline (teachers, VAE, label queries, student: checkpoints,
+queried labels and votes) is marked slow. ``--kills=N`` kills more often."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+RUN = f"""
+import sys
+sys.path.insert(0, {TESTS!r})
+import tiny_configs
+from dgd_jax import pipeline
+config = getattr(tiny_configs, sys.argv[3])(sys.argv[1])
+config.checkpoint_every = 5  # several checkpoints per stage, so kills land between them
+pipeline.run(config, sys.argv[2])
+"""
+
+
+def start(pipeline, npz_file, workdir, log):
+  return subprocess.Popen([sys.executable, "-c", RUN, npz_file, str(workdir), pipeline],
+                          cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+
+def progress(workdir) -> str:
+  """Where a run stands: its finished stages and the latest checkpoint of the others."""
+  out = []
+  for stage in sorted(os.listdir(workdir)) if workdir.is_dir() else []:
+    folder = workdir / stage
+    if (folder / "result.json").exists():
+      out.append(f"{stage}: done")
+    elif (folder / "checkpoints").is_dir():
+      steps = [int(n) for n in os.listdir(folder / "checkpoints") if n.isdigit()]
+      out.append(f"{stage}: step {max(steps, default=0)}")
+  return ", ".join(out) or "nothing"
+
+
+def events(workdir) -> int:
+  """How far a run got, counted in work done: the distinct (stage, step) records logged
+  (every 5 steps) and the finished stages. A resumed run counts its earlier runs' work."""
+  logged = set()
+  if (workdir / "metrics.jsonl").exists():
+    for line in (workdir / "metrics.jsonl").read_text().splitlines():
+      try:
+        record = json.loads(line)
+      except ValueError:  # cut short by a kill
+        continue
+      logged.add((record.get("stage"), record.get("step")))
+  return len(logged) + len(list(workdir.glob("*/result.json")))
+
+
+def kill_at(proc, workdir, target: int, delay: float) -> bool:
+  """Kills ``proc`` ``delay`` seconds after the run reaches ``target`` events (inside a
+  stage, or between stages once it finished one); False if it finished first."""
+  while events(workdir) < target:
+    if proc.poll() is not None:
+      return False
+    time.sleep(0.05)
+  time.sleep(delay)
+  if proc.poll() is not None:
+    return False
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  return True
+
+
+def untimed(value):
+  if isinstance(value, dict):
+    return {k: untimed(v) for k, v in value.items() if not k.endswith("_seconds")}
+  if isinstance(value, list):
+    return [untimed(v) for v in value]
+  return value
+
+
+@pytest.mark.parametrize("pipeline", ["baseline", pytest.param("pate", marks=pytest.mark.slow)])
+def test_killed_anywhere_resumes_to_the_same_report(pipeline, npz_file, tmp_path, request):
+  logs = tmp_path / "log.txt"
+  with open(logs, "ab") as log:
+    reference = start(pipeline, npz_file, tmp_path / "uninterrupted", log)
+    assert reference.wait(timeout=1800) == 0, logs.read_text()[-3000:]
+    total = events(tmp_path / "uninterrupted")
+
+    workdir = tmp_path / "killed"
+    rng = np.random.default_rng(20)
+    targets = np.sort(rng.choice(np.arange(1, total + 1), replace=False,
+                                 size=min(request.config.getoption("--kills"), total)))
+    kills = []
+    for target in targets:  # random points of the work, each reached by a rerun
+      proc = start(pipeline, npz_file, workdir, log)
+      if kill_at(proc, workdir, target, delay=float(rng.uniform(0, 0.5))):
+        kills.append(f"at {target}/{total}: {progress(workdir)}")
+      else:
+        assert proc.returncode == 0, logs.read_text()[-3000:]
+    final = start(pipeline, npz_file, workdir, log)
+    assert final.wait(timeout=1800) == 0, logs.read_text()[-3000:]
+  assert kills, "no run was killed: every one finished first"
+  print("\n".join(kills))
+
+  expected = json.loads((tmp_path / "uninterrupted" / "report.json").read_text())
+  resumed = json.loads((workdir / "report.json").read_text())
+  assert resumed["test_accuracy"] == expected["test_accuracy"]
+  assert resumed.get("epsilon") == expected.get("epsilon")
+  assert untimed(resumed["stages"]) == untimed(expected["stages"]), "\n".join(kills)
+  assert not (workdir / "lock.json").exists()
