@@ -20,7 +20,7 @@ from absl import logging
 
 from dgd_jax import distributed
 from dgd_jax import report as report_lib
-from dgd_jax.data import Dataset, load_dataset
+from dgd_jax.data import Dataset, load_private
 from dgd_jax.errors import ConfigError, UserInputError
 from dgd_jax.stages import (audit, baseline, dpdfd, generator, ldp, pool, queries, student,
                              teacher_sweep, teachers, vae)
@@ -195,9 +195,7 @@ def run(config: ml_collections.ConfigDict, workdir: str,
 def _run_stages(config: ml_collections.ConfigDict, wd: Workdir, planned: list[Stage]) -> dict:
   """Runs the planned stages, reusing finished ones, and writes the report (under the lock)."""
   wd.record_config(config)
-  dataset = functools.cache(lambda: load_dataset(  # loaded once, by the first stage that runs
-      config.dataset, data_dir=config.data_dir or None, manual_dir=config.manual_dir or None,
-      download=config.download).with_private_size(config.get("private_size", 0)))
+  dataset = functools.cache(lambda: load_private(config))  # loaded by the first stage to run
   results = {}
   for stage in planned:
     if stage.done():

@@ -25,6 +25,7 @@ import numpy as np
 
 from dgd_jax import privacy
 from dgd_jax.errors import ConfigError
+from dgd_jax.privacy.releases import build_release
 
 # Noise candidates as multiples of the ensemble size n (b or sigma = fraction * n): the
 # noise that matters is relative to the vote gaps, which scale with n.
@@ -80,11 +81,6 @@ def expected_label_accuracy(aggregator: str, noise_scale: float, votes: np.ndarr
   return float(np.mean(np.argmax(votes + noise_scale * noise, -1) == np.argmax(votes)))
 
 
-def release(aggregator: str, noise_scale: float, num_queries: int) -> privacy.Release:
-  cls = privacy.LNMaxQueries if aggregator == "lnmax" else privacy.GNMaxQueries
-  return cls(noise_scale, num_queries)
-
-
 def candidates(num_teachers: int, num_classes: int, target_epsilon: float, delta: float,
                consensus: float, max_queries: int, accountant: str = "rdp"
                ) -> list[Candidate]:
@@ -96,11 +92,11 @@ def candidates(num_teachers: int, num_classes: int, target_epsilon: float, delta
   for aggregator in AGGREGATORS:
     for fraction in NOISE_FRACTIONS:
       noise = round(fraction * num_teachers, 3)
-      q = min(privacy.max_queries(release(aggregator, noise, 1), target_epsilon, delta,
-                                  accountant), max_queries)
+      one = build_release(aggregator, queries=1, noise_scale=noise)
+      q = min(privacy.max_queries(one, target_epsilon, delta, accountant), max_queries)
       if q < 1:
         continue
-      eps = privacy.epsilon_of(release(aggregator, noise, q), delta, accountant)
+      eps = privacy.epsilon_of(one.with_count(q), delta, accountant)
       out.append(Candidate(aggregator, noise, q,
                            expected_label_accuracy(aggregator, noise, votes), eps,
                            num_classes))

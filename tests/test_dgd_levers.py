@@ -114,7 +114,7 @@ def test_select_stable_keeps_confident_stable_samples_per_class():
   logits = np.array([[strong, 0], [weak_, 0], [strong, 0], [0, strong], [0, strong], [0, weak_]])
   shifted = logits.copy()
   shifted[2] = [0, strong]  # sample 2 flips class when shifted: unstable
-  keep = select_stable(np.zeros((6, 2, 2, 1)), logits, shifted, 4, 2)
+  keep = select_stable(logits, shifted, 4, 2)
   assert keep.tolist() == [0, 1, 3, 4]
 
 

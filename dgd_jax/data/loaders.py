@@ -201,3 +201,11 @@ def load_dataset(name: str, *, data_dir: str | None = None, manual_dir: str | No
   if name in BUILT_IN:
     return _load_builtin(name, data_dir or None, manual_dir or None, download)
   return _load_stock_tfds(name, data_dir or None)
+
+
+def load_private(config) -> Dataset:
+  """The dataset a run's config names (``dataset``, ``data_dir``, ``manual_dir``,
+  ``download``), its private set restricted to ``config.private_size`` (0: all)."""
+  return load_dataset(config.dataset, data_dir=config.data_dir or None,
+                      manual_dir=config.manual_dir or None, download=config.download
+                      ).with_private_size(config.get("private_size", 0))

@@ -19,7 +19,7 @@ import numpy as np
 import optax
 
 from dgd_jax import dpdfd, ensemble, generative, privacy, train
-from dgd_jax.data import load_dataset, partition_indices
+from dgd_jax.data import load_private, partition_indices
 from dgd_jax.errors import ConfigError
 from dgd_jax.models.generator import Generator
 from dgd_jax.privacy import dpdfd as dpdfd_privacy
@@ -49,9 +49,7 @@ RELATIONS = {"baseline": ("whole_batch", "theorem3"),
 def _dataset_size(config) -> int:
   """N, the private training set's size (the direct steps sample B of N; the ensemble's
   shards are dealt from range(N))."""
-  data = load_dataset(config.dataset, data_dir=config.data_dir or None,
-                      manual_dir=config.manual_dir or None, download=config.download)
-  return len(data.with_private_size(config.get("private_size", 0)).x_train)
+  return len(load_private(config).x_train)
 
 
 def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpdfdSteps:

@@ -81,7 +81,7 @@ def class_grid(path: str, x: np.ndarray, labels: np.ndarray, num_classes: int, t
                    title=title)
 
 
-def select_stable(x: np.ndarray, logits: np.ndarray, shifted_logits: np.ndarray, num: int,
+def select_stable(logits: np.ndarray, shifted_logits: np.ndarray, num: int,
                   num_classes: int) -> np.ndarray:
   """Indices of ``num`` samples, as equal a share per class (the baseline's label) as the
   candidates allow, with the highest stability score min(p_y(x), p_y(shifted x)), y the
@@ -90,14 +90,11 @@ def select_stable(x: np.ndarray, logits: np.ndarray, shifted_logits: np.ndarray,
   labels = logits.argmax(-1)
   p = jax.nn.softmax(logits, -1)
   p_shifted = jax.nn.softmax(shifted_logits, -1)
-  rows = np.arange(len(x))
+  rows = np.arange(len(logits))
   score = np.minimum(np.asarray(p)[rows, labels], np.asarray(p_shifted)[rows, labels])
   order = np.argsort(-score, kind="stable")
-  per_class = [order[labels[order] == k] for k in range(num_classes)]
-  chosen, quota = [], num // num_classes
-  for k in range(num_classes):  # a quota per class, then the best of the rest
-    chosen.append(per_class[k][:quota])
-  taken = np.concatenate(chosen)
+  quota = num // num_classes  # a quota per class, then the best of the rest
+  taken = np.concatenate([order[labels[order] == k][:quota] for k in range(num_classes)])
   rest = order[~np.isin(order, taken)][:num - len(taken)]
   return np.sort(np.concatenate([taken, rest]))
 
@@ -124,13 +121,13 @@ def run(ctx) -> dict:
 
   num = g.num_synthetic or len(data.x_train)  # DGD IV-A: as many as the private set
   x_syn = generate(state, sample_key, int(num * g.oversample), g.batch_size, g.latent_dim)
+  logits = train.logits(baseline.apply, baseline_params, x_syn)
   if g.oversample > 1:  # keep the samples the baseline labels confidently and stably
     shifted = np.asarray(augment.translate(jax.random.fold_in(sample_key, 1), x_syn, 2))
-    keep = select_stable(x_syn, train.logits(baseline.apply, baseline_params, x_syn),
-                         train.logits(baseline.apply, baseline_params, shifted), num,
+    keep = select_stable(logits, train.logits(baseline.apply, baseline_params, shifted), num,
                          data.num_classes)
-    x_syn = x_syn[keep]
-  labels = train.predict(baseline.apply, baseline_params, x_syn).astype(np.int32)
+    x_syn, logits = x_syn[keep], logits[keep]
+  labels = logits.argmax(-1).astype(np.int32)
   save_array(os.path.join(ctx.stage.path, SYNTHETIC), x_syn)
   save_array(os.path.join(ctx.stage.path, SYNTHETIC_LABELS), labels)
   histogram = np.bincount(labels, minlength=data.num_classes)

@@ -149,8 +149,8 @@ def run(ctx) -> dict:
   config = ctx.config
   plan(config)  # again here: a stage run on its own is guarded too
   x_pool = pool.load(ctx)
-  plan_made = settings(config)
-  num = plan_made.num_queries
+  q = settings(config)
+  num = q.num_queries
   if config.queries.get("plan", "fixed") == "auto" and (
       config.queries.num_classes != ctx.dataset.num_classes):
     raise ConfigError(f"config.queries.num_classes={config.queries.num_classes} but the dataset "
@@ -162,7 +162,6 @@ def run(ctx) -> dict:
                       "(generator.num_synthetic or pool.size).")
   select_key, noise_key = jax.random.split(ctx.key("queries"))
   params, predict = load_teachers(ctx)
-  q = plan_made
   client = config.queries.get("client", "")
 
   client_key = ctx.key("ldp_client")

@@ -131,16 +131,16 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
   return jax.jit(step, donate_argnums=0)
 
 
-def train_student(ctx, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray, name: str,
-                  checkpoint_dir: str):
-  """The student (model, trained parameters) on labelled (x_s, y_s) and unlabelled x_u."""
+def train_student(ctx, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray,
+                  name: str, checkpoint_dir: str):
+  """The student (model, trained parameters) on labelled (x_s, y_s) and unlabelled x_u, with
+  ``vae`` = ``load_vae``'s (model, params) for Eq. 6."""
   config = ctx.config
   student = classifier(config, ctx.dataset.num_classes, "student")
   cfg = fit_config(config, "student")
   init_key, train_key = jax.random.split(ctx.key("student"))
   state = train.create_train_state(student, train.optimizer(cfg), init_key, x_s.shape[1:])
-  vae, vae_params = load_vae(ctx, x_s.shape[1:])
-  step = make_step(student, vae, vae_params, jnp.asarray(x_s), jnp.asarray(y_s),
+  step = make_step(student, *vae, jnp.asarray(x_s), jnp.asarray(y_s),
                    jnp.asarray(x_u), config.student)
   log = lambda metrics: ctx.workdir.log_metrics(name, metrics)  # its own curve
   state = train.run_steps(state, step, train_key, cfg, checkpoint_dir, name, log)
@@ -156,11 +156,12 @@ def run(ctx) -> dict:
   x_s, y_s = x_pool[labelled], q["labels"][answered].astype(np.int32)  # (D_s, L_s)
   x_u = np.delete(x_pool, labelled, axis=0)  # D_u: the pool samples not queried
   x_eval, y_eval = pool.evaluation(ctx)  # the test split (PATE: the part not in the pool)
-  student, params = train_student(ctx, x_s, y_s, x_u, "student", ctx.stage.checkpoint_dir)
+  vae = load_vae(ctx, x_pool.shape[1:])
+  student, params = train_student(ctx, vae, x_s, y_s, x_u, "student", ctx.stage.checkpoint_dir)
   diagnostic = {}
   if config.student.diagnose_noiseless:  # server-side diagnostic (module docstring)
     plurality = load_array(os.path.join(ctx.stage_path("queries"), VOTES)).argmax(-1)[answered]
-    _, clean = train_student(ctx, x_s, plurality.astype(np.int32), x_u, "student_noiseless",
+    _, clean = train_student(ctx, vae, x_s, plurality.astype(np.int32), x_u, "student_noiseless",
                              os.path.join(ctx.stage.path, "noiseless_checkpoints"))
     diagnostic["student_accuracy_noiseless_labels"] = train.accuracy(
         student.apply, clean, x_eval, y_eval)
