@@ -46,6 +46,23 @@ class GeneratorState(train_state.TrainState):
   batch_stats: Any = None
 
 
+def generate(state: GeneratorState, key: jax.Array, num: int, batch_size: int,
+             latent_dim: int) -> np.ndarray:
+  """``num`` synthetic images from fresh latent draws, in batches of the training batch
+  size with batch statistics (as during training)."""
+
+  @jax.jit
+  def batch(key):
+    z = jax.random.normal(key, (batch_size, latent_dim))
+    x, _ = state.apply_fn({"params": state.params, "batch_stats": state.batch_stats}, z,
+                          train=True, mutable=["batch_stats"])
+    return x
+
+  out = [np.asarray(batch(jax.random.fold_in(key, i)))
+         for i in range(-(-num // batch_size))]
+  return np.concatenate(out)[:num]
+
+
 def generator_loss_terms(logits: jnp.ndarray, features: jnp.ndarray) -> dict[str, jnp.ndarray]:
   """The three terms of DGD Eq. 2 on a batch (before weighting)."""
   one_hot = optax.softmax_cross_entropy_with_integer_labels(

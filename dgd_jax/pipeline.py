@@ -1,114 +1,30 @@
 """Runs a method's stages in a workdir, reusing finished stages, and writes the report.
 
-A method is a sequence of stage names; each stage is a pure-ish function of the config
-slice it declares (``CONFIG_KEYS``), the dataset and a key derived from ``config.seed``.
-Its outputs are cached under ``<workdir>/<stage>/`` and reused by any later run whose slice
-matches; a mismatching slice is refused before anything is written.
+A method is a sequence of stages (``methods.METHODS``); each stage is a pure-ish function of
+its config slice (``methods.config_keys``), the dataset and a key derived from
+``config.seed``. Its outputs are cached under ``<workdir>/<stage>/`` and reused by any later
+run whose slice matches; a mismatching slice is refused before anything is written.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
-import os
 import time
-import zlib
-from typing import Any, Callable
 
 import jax
-import ml_collections
 from absl import logging
 
-from dgd_jax import distributed
+from dgd_jax import distributed, methods, pool
 from dgd_jax import report as report_lib
-from dgd_jax.data import Dataset, load_private
+from dgd_jax.core import Config, Context
+from dgd_jax.data import load_private
 from dgd_jax.errors import ConfigError, UserInputError
-from dgd_jax.stages import (audit, baseline, dpdfd, generator, ldp, pool, queries, student,
-                             teacher_sweep, teachers, vae)
+from dgd_jax.methods import STAGES
 from dgd_jax.workdir import Stage, Workdir
 
 
-@dataclasses.dataclass(frozen=True)
-class StageSpec:
-  config_keys: tuple[str, ...]
-  run: Callable[["Context"], dict]
-  # Stages whose artefacts this one reads (a function of the config where that varies).
-  requires: tuple[str, ...] | Callable[[ml_collections.ConfigDict], tuple[str, ...]] = ()
-  precheck: Callable[[ml_collections.ConfigDict], Any] | None = None  # before anything runs
-
-
-STAGES: dict[str, StageSpec] = {
-    "baseline": StageSpec(baseline.CONFIG_KEYS, baseline.run),
-    "teachers": StageSpec(teachers.CONFIG_KEYS, teachers.run),
-    "teacher_sweep": StageSpec(teacher_sweep.CONFIG_KEYS, teacher_sweep.run),
-    "generator": StageSpec(generator.CONFIG_KEYS, generator.run, requires=("baseline",)),
-    "vae": StageSpec(vae.CONFIG_KEYS, vae.run, requires=pool.requires),
-    "queries": StageSpec(queries.CONFIG_KEYS, queries.run,
-                         requires=lambda c: ("teachers",) + pool.requires(c),
-                         precheck=queries.plan),
-    "student": StageSpec(student.CONFIG_KEYS, student.run, requires=("queries", "vae")),
-    "dpdfd": StageSpec(dpdfd.CONFIG_KEYS, dpdfd.run, requires=dpdfd.requires,
-                       precheck=dpdfd.plan),
-    "dpdfd_samples": StageSpec(dpdfd.SAMPLES_KEYS, dpdfd.run_samples, requires=("dpdfd",)),
-    "ldp": StageSpec(ldp.CONFIG_KEYS, ldp.run, requires=("baseline",)),
-    "audit": StageSpec(audit.CONFIG_KEYS, audit.run, requires=audit.requires,
-                       precheck=audit.plan),
-}
-METHODS: dict[str, tuple[str, ...]] = {
-    "baseline": ("baseline",),
-    "teachers": ("teachers",),
-    "teacher_sweep": ("teacher_sweep",),
-    "dgd": ("baseline", "teachers", "generator", "vae", "queries", "student"),
-    "pate": ("teachers", "vae", "queries", "student"),
-    "dpdfd": ("baseline", "teachers", "dpdfd", "dpdfd_samples"),
-    "ldp": ("baseline", "ldp"),
-}
-# Stages any method can run after its own when asked (``--stages``); never by default.
-OPTIONAL_STAGES = ("audit",)
-# Stages that run sharded over the devices of every process (distributed.py); the others
-# run on one process.
-MULTIPROCESS_STAGES = ("teachers", "teacher_sweep")
-# What a method runs by default where that is not its last stage.
-DEFAULT_STAGES: dict[str, Callable[[ml_collections.ConfigDict], tuple[str, ...]]] = {
-    "dpdfd": lambda c: ("dpdfd",) if c.dpdfd.teacher == "private_data" else ("dpdfd_samples",),
-}
-
-
-@dataclasses.dataclass
-class Context:
-  """What a stage gets: the config, its folder, the data (loaded on first use), keys."""
-
-  config: ml_collections.ConfigDict
-  workdir: Workdir
-  stage: Stage
-  load_dataset: Callable[[], Dataset]
-  results: dict[str, dict]  # results of the stages run or reused before this one
-
-  @property
-  def dataset(self) -> Dataset:
-    return self.load_dataset()
-
-  def key(self, purpose: str) -> jax.Array:
-    """A key for one purpose, derived from the root key ``config.seed`` by ``fold_in``."""
-    return jax.random.fold_in(jax.random.key(self.config.seed),
-                              zlib.crc32(purpose.encode()) & 0x7FFFFFFF)
-
-  @property
-  def writer(self) -> bool:
-    """Whether this process writes files (process 0 of a multi-process run)."""
-    return self.workdir.writer
-
-  def log(self, metrics: dict) -> None:
-    self.workdir.log_metrics(self.stage.name, metrics)
-
-  def stage_path(self, name: str) -> str:
-    """The folder of an earlier stage (one of this stage's ``requires``)."""
-    return os.path.join(self.workdir.path, name)
-
-
-def check_config(config: ml_collections.ConfigDict) -> None:
+def check_config(config: Config) -> None:
   """Raises ConfigError naming the field and the fix for values no stage can use."""
-  if config.method not in METHODS:
-    raise ConfigError(f"config.method={config.method!r}; known methods: {sorted(METHODS)}.")
+  methods.method(config)  # a known method
   if not config.model.width > 0:
     raise ConfigError(f"config.model.width={config.model.width}; it must be > 0.")
   for block in ("baseline", "teachers", "vae", "student", "dpdfd", "ldp"):  # training blocks
@@ -135,52 +51,27 @@ def check_config(config: ml_collections.ConfigDict) -> None:
 def check_multiprocess(to_run: list[str]) -> None:
   """A multi-process run trains teacher ensembles sharded over every process's devices;
   the other stages run on one process. Refuses a plan that would run one of those."""
-  single = [n for n in to_run if n not in MULTIPROCESS_STAGES]
+  single = [n for n in to_run if not STAGES[n].multiprocess]
   if single and distributed.is_multiprocess():
     raise ConfigError(
         f"Stages {single} run on one process, but this run has {jax.process_count()}. Run "
-        f"--stages={','.join(n for n in to_run if n in MULTIPROCESS_STAGES) or 'teachers'} "
+        f"--stages={','.join(n for n in to_run if STAGES[n].multiprocess) or 'teachers'} "
         "across processes, then the same command on one process with the same --workdir: "
         "it reuses the finished teacher stages.")
 
 
-def requirements(name: str, config: ml_collections.ConfigDict) -> tuple[str, ...]:
-  requires = STAGES[name].requires
-  return requires(config) if callable(requires) else requires
-
-
-def with_prerequisites(config: ml_collections.ConfigDict, stages: tuple[str, ...] | None
-                       ) -> tuple[str, ...]:
-  """The requested stages (default: the method's last stage, or ``DEFAULT_STAGES``) and every
-  stage they need, in the method's order (e.g. DGD with ``pool.source='train'`` needs no
-  generator)."""
-  method = config.method
-  order = METHODS[method]
-  stages = stages or DEFAULT_STAGES.get(method, lambda c: order[-1:])(config)
-  order += OPTIONAL_STAGES
-  unknown = [n for n in stages if n not in order]
-  if unknown:
-    raise ConfigError(f"Unknown stages {unknown} for method {method!r}; it has {list(order)}.")
-  needed, todo = set(), list(stages)
-  while todo:
-    name = todo.pop()
-    if name not in needed:
-      needed.add(name)
-      todo.extend(requirements(name, config))
-  return tuple(n for n in order if n in needed)
-
-
-def run(config: ml_collections.ConfigDict, workdir: str,
-        stages: tuple[str, ...] | None = None) -> dict:
-  """Runs ``stages`` (default: what the method's last stage needs) and returns the report
-  dict."""
+def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> dict:
+  """Runs ``stages`` (default: the method's default stages) and every stage they need, and
+  returns the report dict."""
   check_config(config)
-  names = with_prerequisites(config, stages)
-  for name in names:  # e.g. the privacy budget guard: before anything is trained or queried
+  names = methods.plan_stages(config, stages)
+  for name in names:  # config checks no stage can run with
     if STAGES[name].precheck:
       STAGES[name].precheck(config)
+  if methods.method(config).privacy_stage in names:  # before anything is trained or queried
+    methods.budget_guard(config)
   wd = Workdir(workdir, writer=distributed.is_writer())
-  planned = [wd.stage(n, config, STAGES[n].config_keys) for n in names]
+  planned = [wd.stage(n, config, methods.config_keys(n, config)) for n in names]
   for stage in planned:  # refuse conflicts before writing anything
     stage.check()
   check_multiprocess([s.name for s in planned if not s.done()])
@@ -192,7 +83,7 @@ def run(config: ml_collections.ConfigDict, workdir: str,
     return _run_stages(config, wd, planned)
 
 
-def _run_stages(config: ml_collections.ConfigDict, wd: Workdir, planned: list[Stage]) -> dict:
+def _run_stages(config: Config, wd: Workdir, planned: list[Stage]) -> dict:
   """Runs the planned stages, reusing finished ones, and writes the report (under the lock)."""
   wd.record_config(config)
   dataset = functools.cache(lambda: load_private(config))  # loaded by the first stage to run

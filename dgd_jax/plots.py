@@ -84,3 +84,16 @@ def image_grid(path: str, images, *, row_labels: Sequence[str] | None = None,
   _save(fig, path)
   plt.close(fig)
   return True
+
+
+def class_grid(path: str, x, labels, num_classes: int, title: str, per_class: int = 10
+               ) -> bool:
+  """Writes one row of up to ``per_class`` samples per (predicted) class; False without
+  matplotlib."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  grid = np.zeros((num_classes, per_class) + x.shape[1:], np.float32)
+  for k in range(num_classes):
+    chosen = x[labels == k][:per_class]
+    grid[k, :len(chosen)] = chosen
+  return image_grid(path, grid, row_labels=[f"class {k}" for k in range(num_classes)],
+                    title=title)

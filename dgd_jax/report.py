@@ -3,38 +3,10 @@ from __future__ import annotations
 
 import os
 
+from dgd_jax import methods
+from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING
 from dgd_jax.workdir import plain, write_json, write_text
 
-# What each method's epsilon covers. The baseline is trained on the private data without
-# noise and so has no differential-privacy guarantee.
-PRIVACY_NOTES = {
-    "baseline": "Trained on the private training set without noise: no differential-privacy "
-                "guarantee (epsilon = infinity). Do not release it as a private model.",
-    "teachers": "Teachers are trained on the private data without noise and must never be "
-                "released. The ensemble accuracies here are evaluations on the test set, "
-                "not releases; labels released to a student are accounted when queried.",
-}
-PRIVACY_NOTES["teacher_sweep"] = PRIVACY_NOTES["teachers"]
-PRIVACY_NOTES["dpdfd"] = (
-    "The epsilon covers the DPDFD student and generator: they see the sensitive model only "
-    "through A_{C,sigma} (DPDFD Eq. 4), so both are post-processing of the noisy releases. "
-    "The sensitive model (the baseline or the teachers) is trained without noise and must "
-    "never be released. Direct training (dpdfd.teacher='private_data', privacy_unit 'label') "
-    "is LABEL DP only: it back-propagates through the private inputs without noise, so its "
-    "epsilon protects the labels, not the examples.")
-PRIVACY_NOTES["ldp"] = (
-    "local_epsilon is the client's local (pure) epsilon per transformed sample (Algorithm 1). "
-    "BASE and the robust teacher are trained on the private data without noise: no "
-    "differential-privacy guarantee for the teacher side.")
-PRIVACY_NOTES["pate"] = (
-    "The epsilon covers the teachers' noisy answers to the student's label queries. The "
-    "student's unlabelled pool is assumed public (here: the head of the test split), and the "
-    "teachers must never be released.")
-PRIVACY_NOTES["dgd"] = (
-    "The epsilon covers the teachers' noisy answers to the student's label queries only. The "
-    "baseline (trained on private data without noise), the generator trained against it, the "
-    "synthetic set and the VAE carry no differential-privacy guarantee, and the student also "
-    "learns from the synthetic set: none of them is covered.")
 STATISTICS_NOTE = (
     "generator.w_stats > 0: the generator also matches per-channel statistics of the "
     "baseline's activations on the private training set (computed without noise); like the "
@@ -49,17 +21,13 @@ RAW_POOL_NOTE = (
     "noise, so this run's student has no differential-privacy guarantee for them.")
 # Stage results that report.json also shows at its top level.
 TOP_LEVEL = ("generator", "vae", "ldp", "audit")
-# The stage whose test accuracy is the method's headline.
-HEADLINE_STAGE = {"baseline": "baseline", "dgd": "student", "pate": "student",
-                  "dpdfd": "dpdfd", "ldp": "ldp"}
-# The stage whose result holds the method's privacy ledger.
-PRIVACY_STAGE = {"dgd": "queries", "pate": "queries", "dpdfd": "dpdfd"}
 
 
 def _privacy(config, results: dict) -> dict:
   """Headline epsilon (``config.privacy.accountant``: data-independent for DGD and DPDFD,
   PATE's data-dependent bound for PATE) and the rest, from the method's ledger."""
-  stage = results[PRIVACY_STAGE[config.method]]
+  method = methods.method(config)
+  stage = results[method.privacy_stage]
   p = stage["privacy"]
   independent = p.get("data_independent_epsilons", p["epsilons"])
   accountant = config.privacy.accountant
@@ -75,11 +43,11 @@ def _privacy(config, results: dict) -> dict:
       "epsilons_data_dependent": {k: p["epsilons"][k] for k in p["data_dependent_accountants"]},
       # The LDP client's own (local, pure) epsilon per sample it sends, where there is one.
       "ldp_local_epsilon": stage.get("ldp_local_epsilon"),
-      "covers": {"covered": (f"{p['releases'][0]['mechanism']} answers to "
-                             f"{stage['num_queries']} label queries of the teacher ensemble"
-                             if "num_queries" in stage else
-                             f"{stage['num_steps']} DPDFD steps (A_{{C,sigma}} releases)"),
-                 "not_covered": [PRIVACY_NOTES[config.method]] + p["not_covered"]
+      "covers": {"covered": method.covers.format(**stage),
+                 "not_covered": [method.privacy_note]
+                                # the warning belongs to a data-dependent headline only
+                                + [n for n in p["not_covered"]
+                                   if data_dependent or n != DATA_DEPENDENT_WARNING]
                                 + ([RAW_POOL_NOTE] if config.get("pool", {}).get("source")
                                    == "train" else [])
                                 + ([STATISTICS_NOTE] if config.get("generator", {}).get(
@@ -90,7 +58,8 @@ def _privacy(config, results: dict) -> dict:
 
 
 def build(config, results: dict) -> dict:
-  headline = results.get(HEADLINE_STAGE.get(config.method, config.method), {})
+  method = methods.method(config)
+  headline = results.get(method.headline_stage, {})
   report = {
       "method": config.method,
       "dataset": config.dataset,
@@ -98,7 +67,7 @@ def build(config, results: dict) -> dict:
       "test_accuracy": headline.get("test_accuracy"),
       "baseline_accuracy": results.get("baseline", {}).get("test_accuracy"),
       "privacy": {"epsilon": None, "delta": None, "accountant": None,
-                  "note": PRIVACY_NOTES[config.method]},
+                  "note": method.privacy_note},
       **{name: results[name] for name in TOP_LEVEL if name in results},
       # Label diagnostics (not releases): what the label noise costs the student.
       **{k: stage[k] for stage in (results.get("student", {}), results.get("queries", {}))
@@ -109,11 +78,11 @@ def build(config, results: dict) -> dict:
       "stages": results,
       "config": plain(config),
   }
-  if PRIVACY_STAGE.get(config.method) in results:
+  if method.privacy_stage in results:
     report.update(_privacy(config, results))
     report["privacy"] = {k: report[k] for k in ("epsilon", "delta", "accountant")}
-    report["privacy"]["note"] = PRIVACY_NOTES[config.method]
-    unit = results[PRIVACY_STAGE[config.method]].get("privacy_unit")
+    report["privacy"]["note"] = method.privacy_note
+    unit = results[method.privacy_stage].get("privacy_unit")
     if unit:  # DPDFD: 'label' for direct training (label DP only), else 'example'
       report["privacy"]["unit"] = unit
   return report
@@ -154,20 +123,48 @@ def _plan_lines(plan: dict) -> list[str]:
   return lines + [""]
 
 
+def _headline(report: dict) -> list[str]:
+  """Three lines: accuracy, epsilon (delta, accountant, count), what the epsilon covers."""
+  lines = []
+  if report["test_accuracy"] is not None:
+    baseline = report.get("baseline_accuracy")
+    lines.append(f"**Test accuracy: {100 * report['test_accuracy']:.2f}%**"
+                 + (f" (non-private baseline: {100 * baseline:.2f}%)"
+                    if baseline is not None and report["method"] != "baseline" else ""))
+  p = report["privacy"]
+  if p["epsilon"] is not None:
+    count = (f"{report['queries']} queries" if report["queries"] is not None
+             else f"{report['steps']} steps")
+    others = ", ".join(f"{k} {v:.4g}" for k, v in report["epsilons"].items()
+                       if k != p["accountant"])
+    lines.append(f"**Privacy: epsilon = {p['epsilon']:.4g} at delta = {p['delta']:g} "
+                 f"({p['accountant']} accountant, "
+                 + ("DATA-DEPENDENT, " if report["epsilon_is_data_dependent"] else "")
+                 + f"{count}).** Other accountants: {others}.")
+    lines.append(f"Covers: {report['covers']['covered']}; what it does not cover is listed "
+                 "under Privacy.")
+  else:
+    lines.append("**Privacy: no differential-privacy guarantee** (see Privacy).")
+  return [line + "  " for line in lines[:-1]] + lines[-1:] + [""]
+
+
+def _pictures(workdir: str, stages: dict) -> list[str]:
+  """The pictures the stages drew; those not drawn (no matplotlib) are named, not linked."""
+  found = [(k, v) for result in stages.values() for k, v in result.items()
+           if k.endswith("_png") and isinstance(v, str)]
+  drawn = [(k, v) for k, v in found if os.path.exists(os.path.join(workdir, v))]
+  lines = ["## Pictures", ""] + [f"![{k}]({v})" for k, v in drawn] if drawn else []
+  missing = [v for k, v in found if (k, v) not in drawn]
+  if missing:
+    lines += ["", "Not drawn (matplotlib is not installed; pip install 'dgd_jax[plots]'): "
+              + ", ".join(missing) + "."]
+  return lines
+
+
 def write(workdir: str, report: dict) -> None:
   write_json(os.path.join(workdir, "report.json"), report)
   lines = [f"# dgd_jax report: {report['method']} on {report['dataset']} "
-           f"({report['preset']} preset)", ""]
-  if report["test_accuracy"] is not None:
-    lines += [f"**Test accuracy: {100 * report['test_accuracy']:.2f}%**", ""]
-  if report["privacy"]["epsilon"] is not None:
-    lines += [f"**Privacy: epsilon = {report['privacy']['epsilon']:.4g} at delta = "
-              f"{report['privacy']['delta']:g} ({report['privacy']['accountant']} accountant, "
-              + ("DATA-DEPENDENT, " if report["epsilon_is_data_dependent"] else "")
-              + (f"{report['queries']} queries" if report["queries"] is not None else
-               f"{report['steps']} steps") + ").** Other accountants: "
-              + ", ".join(f"{k} {v:.4g}" for k, v in report["epsilons"].items())
-              + ". Not covered: " + " ".join(report["covers"]["not_covered"]), ""]
+           f"({report['preset']} preset)", ""] + _headline(report)
   if report.get("ldp_local_epsilon") is not None:
     lines += [f"**Client side: local epsilon = {report['ldp_local_epsilon']:.6g} per query "
               "sample** (pure, LDP Algorithm 1: masking + Laplace noise before it leaves the "
@@ -179,16 +176,21 @@ def write(workdir: str, report: dict) -> None:
     lines += _audit_lines(report["audit"])
   if report["stages"].get("queries", {}).get("plan"):
     lines += _plan_lines(report["stages"]["queries"]["plan"])
-  lines += ["## Privacy", "", report["privacy"]["note"], "", "## Stages", "",
-            "| stage | result |", "|---|---|"]
-  pictures = []
+  lines += ["## Privacy", "", report["privacy"]["note"], ""]
+  if report.get("covers"):
+    lines += ["Not covered by the epsilon:", ""]
+    lines += [f"- {n}" for n in report["covers"]["not_covered"][1:]]  # [0]: the note above
+    if report.get("epsilons_data_dependent") and not report["epsilon_is_data_dependent"]:
+      lines += [f"- Data-dependent values ({', '.join(report['epsilons_data_dependent'])}) "
+                "are in report.json as diagnostics: functions of the private votes, not "
+                "guarantees."]
+    lines += [""]
+  lines += ["## Stages", "", "| stage | result |", "|---|---|"]
   for name, result in report["stages"].items():
     shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                      for k, v in result.items() if k not in ("table", "privacy", "membership",
-                                                              "inversion", "plan"))
+                      for k, v in result.items()
+                      if k not in ("table", "privacy", "membership", "inversion", "plan")
+                      and not k.endswith("_png"))
     lines.append(f"| {name} | {shown} |")
-    pictures += [(k, v) for k, v in result.items() if k.endswith("_png")]
-  if pictures:
-    lines += ["", "## Pictures", ""]
-    lines += [f"![{k}]({v})" for k, v in pictures]
+  lines += [""] + _pictures(workdir, report["stages"])
   write_text(os.path.join(workdir, "report.md"), "\n".join(lines) + "\n")

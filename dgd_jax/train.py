@@ -157,6 +157,26 @@ def restore_state(checkpoint_dir: str, template: Any) -> Any:
     return _restore(manager, step, template, checkpoint_dir)
 
 
+def load_params(checkpoint_dir: str, abstract: Any) -> Any:
+  """The parameters saved at the latest step in ``checkpoint_dir``, read alone (the
+  checkpoint's ``params`` item) against ``abstract`` (e.g. ``jax.eval_shape(model.init,
+  ...)``): reading a finished model needs no optimizer or training config."""
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  target = {"params": jax.tree.map(
+      lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), abstract)}
+  with ocp.CheckpointManager(checkpoint_dir, options=ocp.CheckpointManagerOptions(
+      read_only=True, enable_async_checkpointing=False)) as manager:
+    step = manager.latest_step()
+    if step is None:
+      raise workdir.damaged(checkpoint_dir, FileNotFoundError("no finished checkpoint"))
+    try:
+      return manager.restore(step, args=ocp.args.PyTreeRestore(
+          item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+          partial_restore=True))["params"]
+    except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds
+      raise workdir.damaged(os.path.join(checkpoint_dir, str(step)), e) from None
+
+
 def restore_params(checkpoint_dir: str, template: TrainState) -> Any:
   """The parameters saved at the latest step in ``checkpoint_dir``, shaped like
   ``template``'s."""

@@ -7,9 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dgd_jax import dpdfd, pipeline, privacy
+from dgd_jax import dpdfd, methods, pipeline, privacy
 from dgd_jax.configs import dpdfd as dpdfd_config
+from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError
+from dgd_jax.workdir import Workdir
 
 import tiny_configs
 
@@ -109,10 +111,10 @@ def test_dpdfd_never_reads_private_training_data(npz_file, tmp_path):
   real = load_dataset(f"npz:{npz_file}")
 
   TestSetOnly = tiny_configs.without_training_data(real)
-  wd = pipeline.Workdir(str(workdir))
-  s = wd.stage("dpdfd", config, stage.CONFIG_KEYS)
+  wd = Workdir(str(workdir))
+  s = wd.stage("dpdfd", config, methods.config_keys("dpdfd", config))
   s.begin()
-  result = stage.run(pipeline.Context(config, wd, s, TestSetOnly, baseline["stages"]))
+  result = stage.run(Context(config, wd, s, TestSetOnly, baseline["stages"]))
   assert 0 <= result["test_accuracy"] <= 1
 
 

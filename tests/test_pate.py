@@ -5,9 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dgd_jax import pipeline, privacy
+from dgd_jax import methods, pipeline, privacy
+from dgd_jax.artefacts import QUERIES, VOTES
+from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError
 from dgd_jax.stages import queries
+from dgd_jax.workdir import Workdir
 
 import tiny_configs
 
@@ -30,7 +33,7 @@ def test_pate_end_to_end_with_data_dependent_headline(npz_file, tmp_path):
   assert report["accountant"] == "rdp_data_dependent" and report["epsilon_is_data_dependent"]
   assert "(rdp_data_dependent accountant, DATA-DEPENDENT, 40 queries)" in (
       tmp_path / "p" / "report.md").read_text()
-  votes = np.load(tmp_path / "p" / "queries" / queries.VOTES)
+  votes = np.load(tmp_path / "p" / "queries" / VOTES)
   expected = privacy.PrivacyLedger([privacy.LNMaxQueries(20.0, 40, votes)]).epsilon(
       1e-5, "rdp_data_dependent")
   assert report["epsilon"] == pytest.approx(expected.epsilon, rel=1e-12)
@@ -43,7 +46,7 @@ def test_pate_plus_least_confident_selection(npz_file, tmp_path):
   config.queries.update(selection="least_confident", first_round=10, threshold=1.0,
                         sigma1=1.0, noise_scale=1.0)
   report = pipeline.run(config, str(tmp_path / "p"))
-  with np.load(tmp_path / "p" / "queries" / queries.QUERIES) as q:
+  with np.load(tmp_path / "p" / "queries" / QUERIES) as q:
     indices = q["indices"]
   assert len(indices) == 40 and len(set(indices.tolist())) == 40  # nobody asked twice
   assert report["accountant"] == "rdp_data_dependent"
@@ -80,8 +83,8 @@ def test_pate_student_reads_only_the_pool_images_and_noisy_labels(npz_file, tmp_
 
   with pytest.raises(AssertionError, match="true label of the public pool"):
     PublicOnly.y_test[:POOL]  # the guard works
-  wd = pipeline.Workdir(str(workdir))
-  stage = wd.stage("student", config, student.CONFIG_KEYS)
+  wd = Workdir(str(workdir))
+  stage = wd.stage("student", config, methods.config_keys("student", config))
   stage.begin()
-  result = student.run(pipeline.Context(config, wd, stage, PublicOnly, {}))
+  result = student.run(Context(config, wd, stage, PublicOnly, {}))
   assert result["num_evaluated"] == 128 - POOL and 0 <= result["test_accuracy"] <= 1

@@ -10,9 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-from dgd_jax import pipeline
+from dgd_jax import methods, pipeline
 from dgd_jax.configs import baseline as baseline_config
+from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError, WorkdirConflictError
+from dgd_jax.workdir import Workdir
 
 import tiny_configs
 
@@ -286,10 +288,10 @@ def test_student_never_reads_private_training_data(npz_file, tmp_path):
   real = load_dataset(f"npz:{npz_file}")
 
   TestSetOnly = tiny_configs.without_training_data(real)
-  wd = pipeline.Workdir(str(workdir))
-  stage = wd.stage("student", config, student.CONFIG_KEYS)
+  wd = Workdir(str(workdir))
+  stage = wd.stage("student", config, methods.config_keys("student", config))
   stage.begin()
-  result = student.run(pipeline.Context(config, wd, stage, TestSetOnly, {}))
+  result = student.run(Context(config, wd, stage, TestSetOnly, {}))
   assert 0 <= result["test_accuracy"] <= 1 and result["num_labelled"] == 50
   assert result["num_unlabelled"] == 256 - 50  # D_u: the synthetic samples not queried
   logged = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]

@@ -15,7 +15,7 @@ import sys
 import ml_collections
 from absl import app, flags
 
-from dgd_jax import pipeline, progress
+from dgd_jax import methods, pipeline, progress
 from dgd_jax.configs import common
 from dgd_jax.errors import UserInputError, WorkdirConflictError
 from dgd_jax.stages import audit as audit_stage
@@ -42,13 +42,13 @@ def audit_run(workdir: str, overrides: dict) -> dict:
   audit.update({k: v for k, v in overrides.items() if v is not None})
   config.audit = audit
   wd = Workdir(workdir)
-  missing = [n for n in audit_stage.requires(config)
-             if not wd.stage(n, config, pipeline.STAGES[n].config_keys).done()]
+  missing = [n for n in audit_stage.requires(methods.plan_stages(config))
+             if not wd.stage(n, config, methods.config_keys(n, config)).done()]
   if missing:
     raise WorkdirConflictError(f"{workdir}: stages {missing} are not finished; the audit "
                                "trains nothing. Finish the run with `python -m "
                                "dgd_jax.main` first.")
-  stage = wd.stage("audit", config, pipeline.STAGES["audit"].config_keys)
+  stage = wd.stage("audit", config, methods.config_keys("audit", config))
   try:
     stage.check()
   except WorkdirConflictError as e:

@@ -73,7 +73,7 @@ def teachers_config(preset: str) -> ml_collections.ConfigDict:
 
 
 def pool_config(source: str, size: int = 0) -> ml_collections.ConfigDict:
-  """The student's unlabelled pool (``stages.pool``): 'synthetic' or 'public' (test head)."""
+  """The student's unlabelled pool (``dgd_jax.pool``): 'synthetic' or 'public' (test head)."""
   return ml_collections.ConfigDict(dict(source=source, size=size))
 
 

@@ -14,42 +14,36 @@ import os
 import jax
 import numpy as np
 
-from dgd_jax import audit, plots
+from dgd_jax import artefacts, audit, plots, pool
+from dgd_jax.artefacts import classifier, load_classifier
+from dgd_jax.core import Context
 from dgd_jax.data import partition_indices
 from dgd_jax.errors import ConfigError
-from dgd_jax.stages import baseline as baseline_stage
-from dgd_jax.stages import classifier, generator, pool, queries, restore_classifier
-from dgd_jax.stages import student as student_stage
-from dgd_jax.stages import teachers as teachers_stage
 
-CONFIG_KEYS = tuple(dict.fromkeys(baseline_stage.CONFIG_KEYS + teachers_stage.CONFIG_KEYS
-                                  + generator.CONFIG_KEYS + student_stage.CONFIG_KEYS
-                                  + ("audit",)))
+CONFIG_KEYS = ("audit",)
 INVERSION_PNG = "inversion.png"
 
 
-def requires(config) -> tuple[str, ...]:
-  """The models the method's run trains, and its generator where it trains one (the
-  inversion prior)."""
-  from dgd_jax import pipeline  # pylint: disable=g-import-not-at-top
-  planned = pipeline.with_prerequisites(config, None)
+def requires(planned: tuple[str, ...]) -> tuple[str, ...]:
+  """Of the stages a method's run has (``planned``), the models it trains and its generator
+  where it trains one (the inversion prior)."""
   return tuple(s for s in ("baseline", "teachers", "generator", "student") if s in planned)
 
 
-def plan(config) -> None:
+def check(config, planned: tuple[str, ...]) -> None:
   """Refuses a method with no model to attack and an unknown prior."""
-  if not set(requires(config)) & {"baseline", "teachers", "student"}:
+  if not set(requires(planned)) & {"baseline", "teachers", "student"}:
     raise ConfigError(f"method {config.method!r} has no baseline, teachers or student to "
                       "audit.")
   if config.audit.prior not in ("auto", "generator", "pixel"):
     raise ConfigError(f"config.audit.prior={config.audit.prior!r}; use auto, generator or "
                       "pixel.")
-  if config.audit.prior == "generator" and "generator" not in requires(config):
+  if config.audit.prior == "generator" and "generator" not in requires(planned):
     raise ConfigError(f"config.audit.prior='generator' but method {config.method!r} trains "
                       "no generator; use 'pixel'.")
 
 
-def membership(ctx, models: dict) -> dict:
+def membership(ctx: Context, models: dict) -> dict:
   """Loss-threshold membership inference on each model the run has, name -> result;
   ``models``: the restored baseline and student, name -> (model, params)."""
   config, data, a = ctx.config, ctx.dataset, ctx.config.audit
@@ -59,8 +53,8 @@ def membership(ctx, models: dict) -> dict:
     split = (audit.loss_scores(model.apply, params, data.x_train, data.y_train),
              audit.loss_scores(model.apply, params, x_out, y_out))
     out[name] = audit.membership(lambda r, s=split: s, a.splits, a.examples, config.seed)
-  if "teachers" in requires(config):  # split r attacks teacher r on its own partition
-    params, _ = queries.load_teachers(ctx)
+  if "teachers" in ctx.results:  # split r attacks teacher r on its own partition
+    params, _ = artefacts.load_teachers(ctx)
     apply_fn = classifier(config, data.num_classes).apply
     rows = partition_indices(len(data.x_train), config.num_teachers, config.seed)
 
@@ -73,15 +67,15 @@ def membership(ctx, models: dict) -> dict:
   return out
 
 
-def inversion(ctx, models: dict) -> tuple[dict, np.ndarray, list[str]]:
+def inversion(ctx: Context, models: dict) -> tuple[dict, np.ndarray, list[str]]:
   """Model inversion of every class against each of ``models``; returns the similarity to
   the private class means per model, the picture rows and their labels."""
   config, data, a = ctx.config, ctx.dataset, ctx.config.audit
-  have = requires(config)
+  have = requires(tuple(ctx.results))
   prior = a.prior if a.prior != "auto" else ("generator" if "generator" in have else "pixel")
   decode, latent_dim = None, 0
   if prior == "generator":
-    g = generator.load_generator(ctx)
+    g = artefacts.load_generator(ctx)
     latent_dim = config.generator.latent_dim
     decode = lambda z: g.apply_fn({"params": g.params, "batch_stats": g.batch_stats}, z,
                                   train=True, mutable=["batch_stats"])[0]
@@ -98,9 +92,9 @@ def inversion(ctx, models: dict) -> tuple[dict, np.ndarray, list[str]]:
   return out, np.stack(rows), labels
 
 
-def run(ctx) -> dict:
-  models = {name: restore_classifier(ctx, name) for name in ("baseline", "student")
-            if name in requires(ctx.config)}  # restored once, attacked twice
+def run(ctx: Context) -> dict:
+  models = {name: load_classifier(ctx, name) for name in ("baseline", "student")
+            if name in ctx.results}  # restored once, attacked twice
   mi = membership(ctx, models)
   inv, rows, labels = inversion(ctx, models)
   png = os.path.join(ctx.stage.path, INVERSION_PNG)

@@ -8,12 +8,13 @@ import time
 import jax
 
 from dgd_jax import train
-from dgd_jax.stages import classifier, fit_config
+from dgd_jax.artefacts import classifier, fit_config
+from dgd_jax.core import Context
 
-CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "baseline")
+CONFIG_KEYS = ("baseline",)
 
 
-def run(ctx) -> dict:
+def run(ctx: Context) -> dict:
   """Trains (or resumes) the baseline; returns its test accuracy and timing."""
   config, data = ctx.config, ctx.dataset
   model = classifier(config, data.num_classes)

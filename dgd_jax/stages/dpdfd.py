@@ -18,19 +18,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dgd_jax import dpdfd, ensemble, generative, privacy, train
+from dgd_jax import artefacts, dpdfd, ensemble, generative, plots, privacy, train
+from dgd_jax.artefacts import SYNTHETIC, classifier
+from dgd_jax.core import Context
 from dgd_jax.data import load_private, partition_indices
 from dgd_jax.errors import ConfigError
 from dgd_jax.models.generator import Generator
 from dgd_jax.privacy import dpdfd as dpdfd_privacy
-from dgd_jax.stages import classifier, queries
-from dgd_jax.stages.generator import class_grid, generate, load_baseline
 from dgd_jax.workdir import save_array
 
-CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "baseline", "num_teachers", "teachers",
-               "dpdfd", "privacy")
-SAMPLES_KEYS = CONFIG_KEYS
-SYNTHETIC = "synthetic.npy"
+# The steps' accounting reads the teacher partition (num_teachers) whichever model is taught.
+CONFIG_KEYS = ("baseline", "num_teachers", "teachers", "dpdfd", "privacy")
 
 
 TEACHERS = ("baseline", "ensemble", "private_data")  # private_data: Sec. 4.4 direct training
@@ -92,30 +90,27 @@ def noise_multiplier(config, dataset_size: int | None = None) -> float:
                            p.accountant)
 
 
-def plan(config) -> privacy.EpsilonReport:
-  """The budget guard, before anything is trained."""
+def releases(config) -> list[privacy.Release]:
+  """The planned DPDFD steps, what the budget guard and ``sweep --accounting_only`` account
+  before anything is trained."""
   size = (_dataset_size(config) if config.privacy.relation in ("direct", "disjoint_teachers")
           else None)
-  ledger = privacy.PrivacyLedger([release(config, noise_multiplier(config, size), size)])
-  p = config.privacy
-  if p.max_epsilon > 0:
-    return ledger.check_budget(p.max_epsilon, p.delta, p.accountant)
-  return ledger.epsilon(p.delta, p.accountant, data_dependent=False)
+  return [release(config, noise_multiplier(config, size), size)]
 
 
-def _teacher_logits(ctx):
+def _teacher_logits(ctx: Context):
   """The sensitive model(s) as ``x -> logits`` ([B, K], or [n, B, K] for the ensemble)."""
   if ctx.config.dpdfd.teacher == "ensemble":
-    params, _ = queries.load_teachers(ctx)
+    params, _ = artefacts.load_teachers(ctx)
     model = classifier(ctx.config, ctx.dataset.num_classes)
     chunk = ensemble.auto_chunk(ctx.config.teachers.chunk, ctx.config.num_teachers)
     return (lambda x: ensemble.lift(lambda p: model.apply(p, x), chunk)(params),
             ctx.results["teachers"]["plurality_accuracy"])
-  model, params = load_baseline(ctx)
+  model, params = artefacts.load_classifier(ctx, "baseline")
   return lambda x: model.apply(params, x), ctx.results["baseline"]["test_accuracy"]
 
 
-def _states(ctx, sigma: float):
+def _states(ctx: Context, sigma: float):
   config, d = ctx.config, ctx.config.dpdfd
   shape = ctx.dataset.image_shape
   student = classifier(config, ctx.dataset.num_classes)
@@ -134,7 +129,7 @@ def _states(ctx, sigma: float):
   return student, state, cfg
 
 
-def run(ctx) -> dict:
+def run(ctx: Context) -> dict:
   config = ctx.config
   size = len(ctx.dataset.x_train) if config.privacy.relation in ("direct",
                                                                  "disjoint_teachers") else None
@@ -168,17 +163,19 @@ def run(ctx) -> dict:
   }
 
 
-def run_samples(ctx) -> dict:
+def run_samples(ctx: Context) -> dict:
   """Writes ``dpdfd.num_synthetic`` samples of the finished DPDFD generator and a grid."""
   config = ctx.config
   student, template, _ = _states(ctx, 0.0)
-  state = train.restore_state(os.path.join(ctx.stage_path("dpdfd"), "checkpoints"), template)
+  state = train.restore_state(os.path.join(ctx.stage_path("dpdfd"), artefacts.CHECKPOINTS),
+                              template)
   d, k = config.dpdfd, ctx.dataset.num_classes
   num = d.num_synthetic
-  x = generate(state.generator, ctx.key("dpdfd_samples"), num, d.batch_size, d.latent_dim)
+  x = generative.generate(state.generator, ctx.key("dpdfd_samples"), num, d.batch_size,
+                          d.latent_dim)
   labels = train.predict(student.apply, state.params, x)  # the DP student's labels
   save_array(os.path.join(ctx.stage.path, SYNTHETIC), x)
-  class_grid(os.path.join(ctx.stage.path, "samples.png"), x, labels, k,
-             "DPDFD generator samples by the DP student's class")
+  plots.class_grid(os.path.join(ctx.stage.path, "samples.png"), x, labels, k,
+                   "DPDFD generator samples by the DP student's class")
   return {"num_synthetic": num, "class_histogram": np.bincount(labels, minlength=k).tolist(),
           "samples_png": "dpdfd_samples/samples.png"}

@@ -13,72 +13,15 @@ import os
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
 from dgd_jax import augment, generative, plots, train
-from dgd_jax.models.generator import Generator
-from dgd_jax.stages import classifier, fit_config, restore_classifier
+from dgd_jax.artefacts import (SYNTHETIC, SYNTHETIC_LABELS, classifier, fit_config,
+                               load_classifier, new_generator)
+from dgd_jax.core import Context
 from dgd_jax.workdir import save_array
 
-CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "baseline", "generator")
-SYNTHETIC = "synthetic.npy"
-SYNTHETIC_LABELS = "synthetic_labels.npy"
-
-
-def load_baseline(ctx):
-  """The finished baseline stage's classifier and parameters."""
-  return restore_classifier(ctx, "baseline")
-
-
-def new_generator(config, image_shape: tuple[int, ...], key: jax.Array
-                  ) -> generative.GeneratorState:
-  """A freshly initialised generator with its optimizer (lr / 10 every ``decay_every``
-  rounds); also the template a finished stage's generator is restored into."""
-  g = config.generator
-  gen = Generator(image_shape=image_shape, latent_dim=g.latent_dim, features=g.features,
-                  standardize_output=g.standardize_output)
-  variables = gen.init(key, jnp.zeros((2, g.latent_dim)), train=False)
-  tx = optax.adam(optax.exponential_decay(g.learning_rate, g.decay_every * g.iterations_per_round,
-                                          0.1, staircase=True))
-  return generative.GeneratorState.create(apply_fn=gen.apply, params=variables["params"],
-                                          batch_stats=variables["batch_stats"], tx=tx)
-
-
-def load_generator(ctx) -> generative.GeneratorState:
-  """The finished generator stage's generator."""
-  return train.restore_state(os.path.join(ctx.stage_path("generator"), "checkpoints"),
-                             new_generator(ctx.config, ctx.dataset.image_shape,
-                                           jax.random.key(0)))
-
-
-def generate(state: generative.GeneratorState, key: jax.Array, num: int, batch_size: int,
-             latent_dim: int) -> np.ndarray:
-  """``num`` synthetic images from fresh latent draws, in batches of the training batch
-  size with batch statistics (as during training)."""
-
-  @jax.jit
-  def batch(key):
-    z = jax.random.normal(key, (batch_size, latent_dim))
-    x, _ = state.apply_fn({"params": state.params, "batch_stats": state.batch_stats}, z,
-                          train=True, mutable=["batch_stats"])
-    return x
-
-  out = [np.asarray(batch(jax.random.fold_in(key, i)))
-         for i in range(-(-num // batch_size))]
-  return np.concatenate(out)[:num]
-
-
-def class_grid(path: str, x: np.ndarray, labels: np.ndarray, num_classes: int, title: str,
-               per_class: int = 10) -> None:
-  """A PNG with one row of up to ``per_class`` samples per predicted class."""
-  grid = np.zeros((num_classes, per_class) + x.shape[1:], np.float32)
-  for k in range(num_classes):
-    chosen = x[labels == k][:per_class]
-    grid[k, :len(chosen)] = chosen
-  plots.image_grid(path, grid, row_labels=[f"class {k}" for k in range(num_classes)],
-                   title=title)
+CONFIG_KEYS = ("generator",)
 
 
 def select_stable(logits: np.ndarray, shifted_logits: np.ndarray, num: int,
@@ -99,10 +42,10 @@ def select_stable(logits: np.ndarray, shifted_logits: np.ndarray, num: int,
   return np.sort(np.concatenate([taken, rest]))
 
 
-def run(ctx) -> dict:
+def run(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   g = config.generator
-  baseline, baseline_params = load_baseline(ctx)
+  baseline, baseline_params = load_classifier(ctx, "baseline")
   init_key, train_key, sample_key, student_key = jax.random.split(ctx.key("generator"), 4)
   state = new_generator(config, data.image_shape, init_key)
   priors = generative.Priors(w_stats=g.w_stats, w_tv=g.w_tv, jitter=g.jitter, mirror=g.mirror)
@@ -120,7 +63,7 @@ def run(ctx) -> dict:
   seconds = time.perf_counter() - t0
 
   num = g.num_synthetic or len(data.x_train)  # DGD IV-A: as many as the private set
-  x_syn = generate(state, sample_key, int(num * g.oversample), g.batch_size, g.latent_dim)
+  x_syn = generative.generate(state, sample_key, int(num * g.oversample), g.batch_size, g.latent_dim)
   logits = train.logits(baseline.apply, baseline_params, x_syn)
   if g.oversample > 1:  # keep the samples the baseline labels confidently and stably
     shifted = np.asarray(augment.translate(jax.random.fold_in(sample_key, 1), x_syn, 2))
@@ -134,8 +77,8 @@ def run(ctx) -> dict:
   p = histogram[histogram > 0] / num
   entropy = float(-(p * np.log(p)).sum())
 
-  class_grid(os.path.join(ctx.stage.path, "samples.png"), x_syn, labels, data.num_classes,
-             "Synthetic samples by the baseline's predicted class")
+  plots.class_grid(os.path.join(ctx.stage.path, "samples.png"), x_syn, labels,
+                   data.num_classes, "Synthetic samples by the baseline's predicted class")
 
   # DGD Fig. 4 "data-free" bar: the baseline's architecture and schedule on synthetic data.
   student = classifier(config, data.num_classes)

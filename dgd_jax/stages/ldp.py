@@ -13,10 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from dgd_jax import ldp, plots, privacy, train
-from dgd_jax.stages import classifier, fit_config
-from dgd_jax.stages.generator import load_baseline
+from dgd_jax.artefacts import classifier, fit_config, load_classifier
+from dgd_jax.core import Context
 
-CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "baseline", "ldp")
+CONFIG_KEYS = ("ldp",)
 
 
 def perturbed(config, key: jax.Array, x: np.ndarray) -> np.ndarray:
@@ -27,10 +27,10 @@ def perturbed(config, key: jax.Array, x: np.ndarray) -> np.ndarray:
                          for i in range(0, len(x), 1000)])
 
 
-def run(ctx) -> dict:
+def run(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   c = config.ldp
-  base, base_params = load_baseline(ctx)
+  base, base_params = load_classifier(ctx, "baseline")
   model = classifier(config, data.num_classes)
   cfg = fit_config(config, "ldp")
   init_key, train_key, test_key, picture_key = jax.random.split(ctx.key("ldp"), 4)

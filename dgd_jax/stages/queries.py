@@ -4,8 +4,9 @@ aggregation (LNMax with Laplace scale 2/eps0, or GNMax / Confident-GNMax for DGD
 every query and its vote histogram go into the privacy ledger. The rest, D_u, stays
 unlabelled.
 
-The budget guard (``plan``) runs before anything is trained or queried: a plan whose
-data-independent epsilon exceeds ``config.privacy.max_epsilon`` is refused.
+The budget guard (``methods.budget_guard`` on ``releases``) runs before anything is trained or
+queried: a plan whose data-independent epsilon exceeds ``config.privacy.max_epsilon`` is
+refused.
 """
 from __future__ import annotations
 
@@ -17,16 +18,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import aggregation, ensemble, ldp, privacy, query_plan, train
+from dgd_jax import aggregation, artefacts, ensemble, ldp, pool, privacy, query_plan, train
+from dgd_jax.artefacts import QUERIES, VOTES, classifier, fit_config
+from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError
-from dgd_jax.stages import classifier, fit_config, pool, teachers
-from dgd_jax.stages.generator import SYNTHETIC_LABELS
-from dgd_jax.workdir import load_array, save_array, save_arrays
+from dgd_jax.workdir import save_array, save_arrays
 
-CONFIG_KEYS = tuple(dict.fromkeys(teachers.CONFIG_KEYS + pool.CONFIG_KEYS +
-                                  ("queries", "privacy")))
-QUERIES = "queries.npz"  # indices into the synthetic set, noisy labels, answered mask
-VOTES = "votes.npy"  # the teachers' vote histograms: PRIVATE, used only for accounting
+CONFIG_KEYS = ("pool", "queries", "privacy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,9 +79,14 @@ def release(config, votes=None, answered=None) -> privacy.Release:
                                        answered, votes)
 
 
-def plan(config) -> privacy.EpsilonReport:
-  """The budget guard: the data-independent epsilon of the planned queries under
-  ``config.privacy.accountant``; ConfigError when it exceeds ``max_epsilon``."""
+def releases(config) -> list[privacy.Release]:
+  """The planned label queries, what the budget guard and ``sweep --accounting_only``
+  account before anything is trained."""
+  return [release(config)]
+
+
+def check(config) -> None:
+  """Refuses query settings no run can use, before anything is trained."""
   q = settings(config)
   if q.selection not in ("random", "least_confident"):
     raise ConfigError(f"config.queries.selection={q.selection!r}; use 'random' or "
@@ -96,13 +99,6 @@ def plan(config) -> privacy.EpsilonReport:
     raise ConfigError(f"config.queries.first_round={q.first_round}: least-confident selection "
                       "needs a first round of random queries, 0 < first_round < num_queries="
                       f"{q.num_queries}.")
-  ledger = privacy.PrivacyLedger([release(config)])
-  p = config.privacy
-  # A data-dependent headline (PATE) is guarded by its data-independent counterpart.
-  accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
-  if p.max_epsilon > 0:
-    return ledger.check_budget(p.max_epsilon, p.delta, accountant)
-  return ledger.epsilon(p.delta, accountant, data_dependent=False)
 
 
 def aggregate(config, key: jax.Array, votes: np.ndarray) -> aggregation.Aggregate:
@@ -120,7 +116,7 @@ def least_confident(probs: np.ndarray, k: int) -> np.ndarray:
   return np.argsort(np.max(probs, axis=-1), kind="stable")[:k]
 
 
-def selector_probabilities(ctx, x: np.ndarray, y: np.ndarray, x_pool: np.ndarray
+def selector_probabilities(ctx: Context, x: np.ndarray, y: np.ndarray, x_pool: np.ndarray
                            ) -> np.ndarray:
   """Softmax outputs on the pool of a student trained (student schedule) on the first
   round's answers (x, y): public data and released labels only."""
@@ -135,19 +131,8 @@ def selector_probabilities(ctx, x: np.ndarray, y: np.ndarray, x_pool: np.ndarray
                     np.float64)
 
 
-def load_teachers(ctx):
-  """The finished teachers stage's stacked parameters on the teacher mesh, and its
-  prediction function."""
-  template, predict, *_ = teachers.new_teachers(ctx.config, ctx.dataset,
-                                                ctx.config.num_teachers, jax.random.key(0))
-  params = train.restore_params(os.path.join(ctx.stage_path("teachers"), "checkpoints"),
-                                template)
-  return params, predict
-
-
-def run(ctx) -> dict:
+def run(ctx: Context) -> dict:
   config = ctx.config
-  plan(config)  # again here: a stage run on its own is guarded too
   x_pool = pool.load(ctx)
   q = settings(config)
   num = q.num_queries
@@ -161,7 +146,7 @@ def run(ctx) -> dict:
                       "samples of the unlabelled pool; lower it or enlarge the pool "
                       "(generator.num_synthetic or pool.size).")
   select_key, noise_key = jax.random.split(ctx.key("queries"))
-  params, predict = load_teachers(ctx)
+  params, predict = artefacts.load_teachers(ctx)
   client = config.queries.get("client", "")
 
   client_key = ctx.key("ldp_client")
@@ -201,7 +186,7 @@ def run(ctx) -> dict:
     local = {"ldp_local_epsilon": privacy.ldp_local_epsilon(
         config.ldp.sigma, int(np.prod(x_pool.shape[1:])), config.ldp.mu)}
   if config.pool.source == "synthetic":  # the baseline's labels of the queried samples
-    baseline = load_array(os.path.join(ctx.stage_path("generator"), SYNTHETIC_LABELS))[indices]
+    baseline = artefacts.load_synthetic_labels(ctx)[indices]
     local["label_accuracy_vs_baseline"] = float(np.mean(labels[answered] == baseline[answered]))
   if q.chosen:  # why this plan: every candidate's expected label accuracy and epsilon
     local["plan"] = {"chosen": q.chosen[0], "candidates": q.chosen[1],

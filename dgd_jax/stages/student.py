@@ -1,6 +1,6 @@
 """Student stage (DGD Eq. 1, 5, 6): the student phi_s trained on the few synthetic samples
 D_s with the teachers' noisy labels (Eq. 5) and, semi-supervised, on VAE triples of the
-unlabelled samples D_u (Eq. 6). D_s and D_u come from the unlabelled pool (``stages.pool``:
+unlabelled samples D_u (Eq. 6). D_s and D_u come from the unlabelled pool (``dgd_jax.pool``:
 DGD's synthetic set, or PATE's public pool). It reads only the pool, the released labels,
 the VAE and (for evaluation) the test set, never the private training data.
 
@@ -30,18 +30,14 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax.training import train_state
-
 import optax
 
-from dgd_jax import augment, plots, train, triples
+from dgd_jax import augment, plots, pool, train, triples
+from dgd_jax.artefacts import classifier, fit_config, load_queries, load_vae, load_votes
+from dgd_jax.core import Context
 from dgd_jax.models.vae import VAE
-from dgd_jax.stages import classifier, fit_config, pool
-from dgd_jax.stages import vae as vae_stage
-from dgd_jax.stages.queries import CONFIG_KEYS as QUERY_KEYS, QUERIES, VOTES
-from dgd_jax.workdir import load_array
 
-CONFIG_KEYS = tuple(dict.fromkeys(QUERY_KEYS + vae_stage.CONFIG_KEYS + ("student",)))
+CONFIG_KEYS = ("student",)
 
 
 def entropy(logits: jnp.ndarray) -> jnp.ndarray:
@@ -57,16 +53,6 @@ def consistency_loss(weak_logits: jnp.ndarray, strong_logits: jnp.ndarray, thres
   confident = (p_weak.max(-1) >= threshold).astype(jnp.float32)
   ce = optax.softmax_cross_entropy_with_integer_labels(strong_logits, jnp.argmax(p_weak, -1))
   return jnp.mean(confident * ce), jnp.mean(confident)
-
-
-def load_vae(ctx, image_shape):
-  vae = vae_stage.model(ctx.config, image_shape)
-  cfg = fit_config(ctx.config, "vae")
-  params = vae.init(jax.random.key(0), jnp.zeros((1,) + image_shape), jax.random.key(0))
-  template = train_state.TrainState.create(apply_fn=vae.apply, params=params["params"],
-                                           tx=train.optimizer(cfg))
-  return vae, train.restore_params(os.path.join(ctx.stage_path("vae"), "checkpoints"),
-                                   template)
 
 
 def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
@@ -131,7 +117,7 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
   return jax.jit(step, donate_argnums=0)
 
 
-def train_student(ctx, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray,
+def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray,
                   name: str, checkpoint_dir: str):
   """The student (model, trained parameters) on labelled (x_s, y_s) and unlabelled x_u, with
   ``vae`` = ``load_vae``'s (model, params) for Eq. 6."""
@@ -147,10 +133,10 @@ def train_student(ctx, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_u: np.nda
   return student, state.params
 
 
-def run(ctx) -> dict:
+def run(ctx: Context) -> dict:
   config = ctx.config
   x_pool = pool.load(ctx)  # the synthetic set (DGD) or the public pool (PATE)
-  q = load_array(os.path.join(ctx.stage_path("queries"), QUERIES))
+  q = load_queries(ctx)
   answered = q["answered"]
   labelled = q["indices"][answered]
   x_s, y_s = x_pool[labelled], q["labels"][answered].astype(np.int32)  # (D_s, L_s)
@@ -160,7 +146,7 @@ def run(ctx) -> dict:
   student, params = train_student(ctx, vae, x_s, y_s, x_u, "student", ctx.stage.checkpoint_dir)
   diagnostic = {}
   if config.student.diagnose_noiseless:  # server-side diagnostic (module docstring)
-    plurality = load_array(os.path.join(ctx.stage_path("queries"), VOTES)).argmax(-1)[answered]
+    plurality = load_votes(ctx).argmax(-1)[answered]
     _, clean = train_student(ctx, vae, x_s, plurality.astype(np.int32), x_u, "student_noiseless",
                              os.path.join(ctx.stage.path, "noiseless_checkpoints"))
     diagnostic["student_accuracy_noiseless_labels"] = train.accuracy(

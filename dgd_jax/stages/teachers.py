@@ -1,6 +1,11 @@
 """Teachers stage: n teachers on disjoint partitions of the private training set (PATE
 Section 2.1, DGD Section III-A), trained as one lifted program, evaluated alone and as an
-ensemble (plurality and LNMax) on the test set."""
+ensemble (plurality and LNMax) on the test set.
+
+Teacher-count sweep stage (``run_sweep``): ensembles of several sizes trained as one lifted
+program (each member's partition padded to a common length), then aggregated accuracy
+against teacher count and Laplace scale (DGD Fig. 8 top left; PATE Fig. 2). Writes
+sweep.csv and sweep.png into its stage folder."""
 from __future__ import annotations
 
 import functools
@@ -12,13 +17,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import aggregation, augment, ensemble, ldp, parallel, train
+from dgd_jax import aggregation, augment, ensemble, ldp, plots, train
+from dgd_jax.artefacts import new_teachers
+from dgd_jax.core import Context
 from dgd_jax.data import partition_indices
-from dgd_jax.stages import classifier, fit_config
-from dgd_jax.workdir import save_array
+from dgd_jax.workdir import save_array, write_csv
 
 # "ldp": robust teachers for an LDP client (LDP Eq. 3) when ``ldp.robust_teachers`` is set.
-CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "num_teachers", "teachers", "ldp")
+CONFIG_KEYS = ("num_teachers", "teachers", "ldp")
+SWEEP_KEYS = ("teachers", "sweep")
 
 
 def augmented_update(state, xb, yb, key):
@@ -36,19 +43,7 @@ def robust_update(config):
   return None
 
 
-def new_teachers(config, data, n: int, key: jax.Array):
-  """n freshly initialised teachers on the teacher mesh, and what runs them: returns
-  (state [n, ...], predict_fn, mesh, chunk, fit config). Also the template a finished
-  stage's teachers are restored into."""
-  model = classifier(config, data.num_classes)
-  cfg = fit_config(config, "teachers")
-  chunk = ensemble.auto_chunk(config.teachers.chunk, n)
-  mesh = parallel.teacher_mesh(n)
-  state = ensemble.init_teachers(model, train.optimizer(cfg), key, n, data.image_shape, mesh)
-  return state, ensemble.make_predict_fn(mesh, model.apply, chunk), mesh, chunk, cfg
-
-
-def train_members(ctx, rows: list[np.ndarray], name: str):
+def train_members(ctx: Context, rows: list[np.ndarray], name: str):
   """Trains one teacher per index row (into the training set) as one program on the
   teacher mesh; returns (params [n, ...], predict_fn, seconds)."""
   config, data = ctx.config, ctx.dataset
@@ -85,7 +80,7 @@ def ensemble_accuracies(labels: np.ndarray, y: np.ndarray, num_classes: int,
   return out, votes
 
 
-def run(ctx) -> dict:
+def run(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   rows = list(partition_indices(len(data.x_train), config.num_teachers, config.seed))
   params, predict, seconds = train_members(ctx, rows, "teachers")
@@ -101,3 +96,36 @@ def run(ctx) -> dict:
       "train_seconds": seconds,
       **result,
   }
+
+
+def write_sweep_table(path: str, table: list[dict], sizes: list[int], scales: list[float],
+                dataset: str) -> None:
+  """sweep.csv and sweep.png (accuracy against teacher count) in ``path``."""
+  write_csv(os.path.join(path, "sweep.csv"), table, list(table[0]))
+  series = {"plurality (no noise)": [r["plurality_accuracy"] for r in table]}
+  series.update({f"LNMax, Laplace scale {s:g}": [r[f"lnmax_accuracy_scale_{s:g}"] for r in table]
+                 for s in scales})
+  series["mean single teacher"] = [r["teacher_accuracy_mean"] for r in table]
+  plots.line_plot(os.path.join(path, "sweep.png"), sizes, series,
+                  xlabel="teachers", ylabel="test accuracy", logx=True,
+                  title=f"Aggregated accuracy vs teacher count ({dataset})")
+
+
+def run_sweep(ctx: Context) -> dict:
+  config, data = ctx.config, ctx.dataset
+  sizes = [int(s) for s in config.sweep.sizes]
+  rows = [r for n in sizes for r in partition_indices(len(data.x_train), n, config.seed)]
+  params, predict, seconds = train_members(ctx, rows, "teacher_sweep")
+  labels = ensemble.teacher_predictions(predict, params, data.x_test)
+  scales = [float(s) for s in config.sweep.noise_scales]
+  table, start = [], 0
+  for n in sizes:
+    acc, _ = ensemble_accuracies(labels[start:start + n], data.y_test,
+                                          data.num_classes, scales, ctx.key(f"sweep_{n}"))
+    start += n
+    table.append({"teachers": n, "examples_per_teacher": len(data.x_train) // n, **acc})
+  if ctx.writer:
+    write_sweep_table(ctx.stage.path, table, sizes, scales, config.dataset)
+  return {"members_trained": len(rows), "train_seconds": seconds,
+          "csv": "teacher_sweep/sweep.csv", "plot_png": "teacher_sweep/sweep.png",
+          "table": table}

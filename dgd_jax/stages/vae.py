@@ -11,25 +11,19 @@ import jax.numpy as jnp
 import numpy as np
 from flax.training import train_state
 
-from dgd_jax import generative, plots, train, triples
+from dgd_jax import generative, plots, pool, train, triples
+from dgd_jax.artefacts import fit_config, vae_model
+from dgd_jax.core import Context
 from dgd_jax.models.vae import VAE, elbo_terms
-from dgd_jax.stages import fit_config
-from dgd_jax.stages import pool
 
-CONFIG_KEYS = pool.CONFIG_KEYS + ("vae",)
+CONFIG_KEYS = ("pool", "vae")
 EPS1_MEASURED = (0.01, 0.1, 1.0, 10.0, 100.0)  # DGD's eps1 (paper: 0.01) and larger values
 
 
-def model(config, image_shape) -> VAE:
-  v = config.vae
-  return VAE(image_shape=image_shape, latent_dim=v.latent_dim, features=v.features,
-             tanh_output=v.tanh_output)
-
-
-def run(ctx) -> dict:
+def run(ctx: Context) -> dict:
   config = ctx.config
   x_syn = pool.load(ctx)  # the synthetic set (DGD) or the public pool (PATE)
-  vae = model(config, x_syn.shape[1:])
+  vae = vae_model(config, x_syn.shape[1:])
   cfg = fit_config(config, "vae")
   init_key, train_key, eval_key = jax.random.split(ctx.key("vae"), 3)
   params = vae.init(init_key, jnp.zeros((1,) + x_syn.shape[1:]), init_key)["params"]

@@ -13,8 +13,9 @@ by the stage and the fingerprint of its config slice, so grid points that agree 
 stage's slice share one copy of it (e.g. the teachers of a query sweep are trained once).
 ``--reuse`` (repeatable) adds the finished stages of existing workdirs to that cache where
 their slices match (read only: they are never rewritten). ``--accounting_only`` trains
-nothing: it tabulates the planned (data-independent) epsilon of the label queries under
-every accountant.
+nothing: it tabulates the planned (data-independent) epsilon of the method's releases
+(``Method.releases``: label queries, DPDFD steps, ...) under every accountant; a method
+with no differential-privacy release gets epsilon = inf.
 
 Writes ``<workdir>/sweep.csv``, ``accuracy.png`` / ``epsilon.png`` and ``sweep.md``.
 """
@@ -27,9 +28,8 @@ from typing import Any, Sequence
 
 import ml_collections
 
-from dgd_jax import pipeline, plots, privacy
+from dgd_jax import methods, pipeline, plots, privacy
 from dgd_jax.errors import ConfigError
-from dgd_jax.stages import queries
 from dgd_jax.workdir import (Workdir, config_slice, fingerprint, read_json, write_csv,
                              write_text)
 
@@ -99,8 +99,8 @@ def point_name(overrides: dict[str, Any]) -> str:
 def _link_stages(config, workdir: str, point: str, reuse: Sequence[str]) -> None:
   """Links each stage folder of ``point`` to the shared folder of its config slice."""
   os.makedirs(os.path.join(workdir, point), exist_ok=True)
-  for name in pipeline.with_prerequisites(config, None):
-    part = config_slice(config, pipeline.STAGES[name].config_keys)
+  for name in methods.plan_stages(config):
+    part = config_slice(config, methods.config_keys(name, config))
     shared = os.path.join(workdir, "stages", f"{name}-{fingerprint(part)}")
     for found in ([] if os.path.exists(shared) else [os.path.join(r, name) for r in reuse]):
       stage_json = os.path.join(found, "stage.json")
@@ -117,8 +117,11 @@ def _link_stages(config, workdir: str, point: str, reuse: Sequence[str]) -> None
 
 
 def planned_epsilons(config) -> dict[str, float]:
-  """The data-independent epsilon of the planned label queries under every accountant."""
-  ledger = privacy.PrivacyLedger([queries.release(config)])
+  """The data-independent epsilon of the method's planned releases under every accountant;
+  ``{'epsilon': inf}`` for a method with no differential-privacy release."""
+  ledger = methods.planned_ledger(config)
+  if ledger is None:
+    return {"epsilon": float("inf")}
   return {k: r.epsilon for k, r in
           ledger.epsilons(config.privacy.delta, data_dependent=False).items()}
 
@@ -133,8 +136,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
   points = grid(config, axes)
   for _, c in points:  # refuse bad grid points (budget guard included) before any training
     pipeline.check_config(c)
-    if not accounting_only and "queries" in c:
-      queries.plan(c)
+    if not accounting_only:
+      methods.budget_guard(c)
   workdir = os.path.abspath(workdir)
   rows = []
   with Workdir(workdir).lock():  # one sweep per workdir (each point's run locks its own)
@@ -172,14 +175,14 @@ def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only
     return out
 
   pictures = []
-  if accounting_only:
+  if accounting_only and any(k in privacy.ACCOUNTANTS for k in columns):
     accountants = [k for k in columns if k in privacy.ACCOUNTANTS]
     by_accountant = {a: [r[a] for r in rows] for a in accountants} if not rest else {
         f"{a} ({label})": ys for a in accountants for label, ys in series(a).items()}
     plots.line_plot(os.path.join(workdir, "epsilon.png"), xs, by_accountant, xlabel=x_name,
                     ylabel="epsilon (delta = planned)", title="Planned epsilon per accountant")
     pictures.append("epsilon.png")
-  else:
+  elif not accounting_only:
     accuracy = series("test_accuracy")
     for c in columns:
       accuracy.update({f"{c} ({k})" if rest else c: v for k, v in series(c).items()})

@@ -11,17 +11,13 @@
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from dgd_jax import artefacts
+from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError
-from dgd_jax.stages.generator import CONFIG_KEYS as GENERATOR_KEYS, SYNTHETIC
-from dgd_jax.workdir import load_array
 
 SOURCES = ("synthetic", "public", "train")
-# The pool's config slice (a config without a generator block slices without it).
-CONFIG_KEYS = GENERATOR_KEYS + ("pool",)
 
 
 def requires(config) -> tuple[str, ...]:
@@ -39,18 +35,18 @@ def check(config, num_test: int | None = None) -> None:
                       f"choose 0 < size < {num_test}.")
 
 
-def load(ctx) -> np.ndarray:
+def load(ctx: Context) -> np.ndarray:
   """The unlabelled pool's images (never its labels)."""
   config = ctx.config
   if config.pool.source == "synthetic":
-    return load_array(os.path.join(ctx.stage_path("generator"), SYNTHETIC))
+    return artefacts.load_synthetic(ctx)
   if config.pool.source == "train":
     return ctx.dataset.x_train
   check(config, len(ctx.dataset.x_test))
   return ctx.dataset.x_test[:config.pool.size]
 
 
-def evaluation(ctx) -> tuple[np.ndarray, np.ndarray]:
+def evaluation(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
   """The labelled images the student is evaluated on (disjoint from the pool)."""
   test = ctx.dataset
   if ctx.config.pool.source != "public":

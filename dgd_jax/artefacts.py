@@ -1,0 +1,133 @@
+"""What stages write and how later stages read it back: artefact file names, the models
+built from the config, and one loader per artefact (baseline/student classifier, teacher
+ensemble, generator, VAE, queried labels). Stages import this module, never each other.
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dgd_jax import ensemble, generative, parallel, train
+from dgd_jax.core import Context
+from dgd_jax.models.classifier import Classifier
+from dgd_jax.models.generator import Generator
+from dgd_jax.models.vae import VAE
+from dgd_jax.workdir import load_array
+
+CHECKPOINTS = "checkpoints"  # <stage>/checkpoints: the stage's Orbax checkpoints
+SYNTHETIC = "synthetic.npy"  # generator (and dpdfd_samples): the synthetic images
+SYNTHETIC_LABELS = "synthetic_labels.npy"  # generator: the baseline's labels of them
+QUERIES = "queries.npz"  # queries: indices into the pool, noisy labels, answered mask
+VOTES = "votes.npy"  # queries: the teachers' vote histograms: PRIVATE, accounting only
+
+
+# Models and training settings from the config.
+
+def classifier(config, num_classes: int, block: str | None = None) -> Classifier:
+  """The paper classifier at the config's width (baseline, teachers and students), or at
+  ``config.<block>.width`` where that block sets one (> 0; e.g. a wider student)."""
+  width = (config[block].get("width", 0) if block and block in config else 0)
+  return Classifier(num_classes=num_classes, width=width or config.model.width,
+                    hidden=tuple(config.model.hidden))
+
+
+def fit_config(config, block: str) -> train.FitConfig:
+  """Training hyperparameters from ``config.<block>`` (e.g. 'baseline', 'teachers')."""
+  b = config[block]
+  return train.FitConfig(num_steps=b.num_steps, batch_size=b.batch_size,
+                         learning_rate=b.learning_rate, end_learning_rate=b.end_learning_rate,
+                         checkpoint_every=config.checkpoint_every, log_every=config.log_every)
+
+
+def new_teachers(config, data, n: int, key: jax.Array):
+  """n freshly initialised teachers on the teacher mesh, and what runs them: returns
+  (state [n, ...], predict_fn, mesh, chunk, fit config). Also the template a finished
+  stage's teachers are restored into."""
+  model = classifier(config, data.num_classes)
+  cfg = fit_config(config, "teachers")
+  chunk = ensemble.auto_chunk(config.teachers.chunk, n)
+  mesh = parallel.teacher_mesh(n)
+  state = ensemble.init_teachers(model, train.optimizer(cfg), key, n, data.image_shape, mesh)
+  return state, ensemble.make_predict_fn(mesh, model.apply, chunk), mesh, chunk, cfg
+
+
+def new_generator(config, image_shape: tuple[int, ...], key: jax.Array
+                  ) -> generative.GeneratorState:
+  """A freshly initialised DGD generator with its optimizer (lr / 10 every ``decay_every``
+  rounds); also the template a finished stage's generator is restored into."""
+  g = config.generator
+  gen = Generator(image_shape=image_shape, latent_dim=g.latent_dim, features=g.features,
+                  standardize_output=g.standardize_output)
+  variables = gen.init(key, jnp.zeros((2, g.latent_dim)), train=False)
+  tx = optax.adam(optax.exponential_decay(g.learning_rate, g.decay_every * g.iterations_per_round,
+                                          0.1, staircase=True))
+  return generative.GeneratorState.create(apply_fn=gen.apply, params=variables["params"],
+                                          batch_stats=variables["batch_stats"], tx=tx)
+
+
+def vae_model(config, image_shape) -> VAE:
+  v = config.vae
+  return VAE(image_shape=image_shape, latent_dim=v.latent_dim, features=v.features,
+             tanh_output=v.tanh_output)
+
+
+# Loaders: one per artefact of a finished stage.
+
+def _checkpoints(ctx: Context, stage: str) -> str:
+  return os.path.join(ctx.stage_path(stage), CHECKPOINTS)
+
+
+def load_classifier(ctx: Context, stage: str):
+  """A finished classifier stage's (model, params); ``stage`` also names its config block
+  ('baseline' or 'student')."""
+  model = classifier(ctx.config, ctx.dataset.num_classes, stage)
+  x = jnp.zeros((1,) + ctx.dataset.image_shape, jnp.float32)
+  return model, train.load_params(_checkpoints(ctx, stage),
+                                  jax.eval_shape(model.init, jax.random.key(0), x))
+
+
+def load_teachers(ctx: Context):
+  """The finished teachers stage's stacked parameters on the teacher mesh, and its
+  prediction function."""
+  template, predict, *_ = new_teachers(ctx.config, ctx.dataset, ctx.config.num_teachers,
+                                       jax.random.key(0))
+  params = train.restore_params(_checkpoints(ctx, "teachers"), template)
+  return params, predict
+
+
+def load_generator(ctx: Context) -> generative.GeneratorState:
+  """The finished generator stage's generator (parameters and batch statistics)."""
+  return train.restore_state(_checkpoints(ctx, "generator"),
+                             new_generator(ctx.config, ctx.dataset.image_shape,
+                                           jax.random.key(0)))
+
+
+def load_vae(ctx: Context, image_shape) -> tuple[VAE, dict]:
+  """The finished VAE stage's (model, params)."""
+  vae = vae_model(ctx.config, image_shape)
+  x, key = jnp.zeros((1,) + tuple(image_shape), jnp.float32), jax.random.key(0)
+  return vae, train.load_params(_checkpoints(ctx, "vae"),
+                                jax.eval_shape(vae.init, key, x, key)["params"])
+
+
+def load_synthetic(ctx: Context, stage: str = "generator") -> np.ndarray:
+  return load_array(os.path.join(ctx.stage_path(stage), SYNTHETIC))
+
+
+def load_synthetic_labels(ctx: Context) -> np.ndarray:
+  """The baseline's labels of the synthetic set (generator stage; not released)."""
+  return load_array(os.path.join(ctx.stage_path("generator"), SYNTHETIC_LABELS))
+
+
+def load_queries(ctx: Context) -> dict[str, np.ndarray]:
+  """The queries stage's ``indices`` (into the pool), noisy ``labels`` and ``answered``."""
+  return dict(load_array(os.path.join(ctx.stage_path("queries"), QUERIES)))
+
+
+def load_votes(ctx: Context) -> np.ndarray:
+  """The teachers' vote histograms of the queries: PRIVATE (accounting and diagnostics)."""
+  return load_array(os.path.join(ctx.stage_path("queries"), VOTES))

@@ -1,0 +1,89 @@
+"""The types every layer shares: what a stage gets (``Context``), what the registry knows of a
+stage (``StageSpec``) and of a method (``Method``). No stage, method or pipeline code here:
+``methods.py`` fills the registry, ``pipeline.py`` runs it (docs/ARCHITECTURE.md)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import zlib
+from typing import Any, Callable, Union
+
+import jax
+import ml_collections
+
+from dgd_jax.data import Dataset
+from dgd_jax.workdir import Stage, Workdir
+
+Config = ml_collections.ConfigDict
+# Config fields every stage's artefacts depend on (the data, the seed, the classifier).
+BASE_KEYS = ("seed", "dataset", "private_size", "model")
+
+
+@dataclasses.dataclass
+class Context:
+  """What a stage gets: the config, its folder, the data (loaded on first use), keys."""
+
+  config: Config
+  workdir: Workdir
+  stage: Stage
+  load_dataset: Callable[[], Dataset]
+  results: dict[str, dict]  # results of the stages run or reused before this one
+
+  @property
+  def dataset(self) -> Dataset:
+    return self.load_dataset()
+
+  def key(self, purpose: str) -> jax.Array:
+    """A key for one purpose, derived from the root key ``config.seed`` by ``fold_in``."""
+    return jax.random.fold_in(jax.random.key(self.config.seed),
+                              zlib.crc32(purpose.encode()) & 0x7FFFFFFF)
+
+  @property
+  def writer(self) -> bool:
+    """Whether this process writes files (process 0 of a multi-process run)."""
+    return self.workdir.writer
+
+  def log(self, metrics: dict) -> None:
+    self.workdir.log_metrics(self.stage.name, metrics)
+
+  def stage_path(self, name: str) -> str:
+    """The folder of an earlier stage (one of this stage's ``requires``)."""
+    return os.path.join(self.workdir.path, name)
+
+
+Requires = Union[tuple[str, ...], Callable[[Config], tuple[str, ...]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class StageSpec:
+  """A stage as the registry knows it. Its artefacts depend on ``BASE_KEYS``, its own
+  ``config_keys`` and, transitively, the config slices of the stages it ``requires``."""
+
+  run: Callable[[Context], dict]
+  config_keys: tuple[str, ...] = ()  # the config blocks the stage itself reads
+  # Stages whose artefacts this one reads (a function of the config where that varies).
+  requires: Requires = ()
+  precheck: Callable[[Config], Any] | None = None  # config checks before anything runs
+  multiprocess: bool = False  # runs sharded over the devices of every process
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """A method: its stages in run order and what the report and the planners need of it."""
+
+  name: str
+  stages: tuple[str, ...]
+  # What the method's epsilon covers and what it does not (report.json's privacy note).
+  privacy_note: str
+  # The releases the epsilon covers, in one line: a format string over the privacy stage's
+  # result, e.g. "{num_steps} DPDFD steps".
+  covers: str = ""
+  # The stage whose ``test_accuracy`` is the method's headline (None: no headline).
+  headline_stage: str | None = None
+  # The stage whose result holds the method's privacy ledger (None: no DP release).
+  privacy_stage: str | None = None
+  # The planned releases (``privacy.Release``): the budget guard and ``sweep
+  # --accounting_only`` account these before anything is trained.
+  releases: Callable[[Config], list] | None = None
+  # What runs by default (default: the last stage and what it needs).
+  default_stages: Callable[[Config], tuple[str, ...]] | None = None

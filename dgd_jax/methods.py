@@ -1,0 +1,138 @@
+"""The registry: every stage (``STAGES``) and every method (``METHODS``) in one place. The
+pipeline, the report, the sweep and the budget guard read it; adding a method is one
+``Method`` record here plus its own modules (docs/ARCHITECTURE.md).
+"""
+from __future__ import annotations
+
+from dgd_jax import pool, privacy
+from dgd_jax.core import BASE_KEYS, Config, Method, StageSpec
+from dgd_jax.errors import ConfigError
+from dgd_jax.stages import (audit, baseline, dpdfd, generator, ldp, queries, student, teachers,
+                            vae)
+
+STAGES: dict[str, StageSpec] = {
+    "baseline": StageSpec(baseline.run, baseline.CONFIG_KEYS),
+    "teachers": StageSpec(teachers.run, teachers.CONFIG_KEYS, multiprocess=True),
+    "teacher_sweep": StageSpec(teachers.run_sweep, teachers.SWEEP_KEYS, multiprocess=True),
+    "generator": StageSpec(generator.run, generator.CONFIG_KEYS, requires=("baseline",)),
+    "vae": StageSpec(vae.run, vae.CONFIG_KEYS, requires=pool.requires),
+    "queries": StageSpec(queries.run, queries.CONFIG_KEYS,
+                         requires=lambda c: ("teachers",) + pool.requires(c),
+                         precheck=queries.check),
+    "student": StageSpec(student.run, student.CONFIG_KEYS, requires=("queries", "vae")),
+    "dpdfd": StageSpec(dpdfd.run, dpdfd.CONFIG_KEYS, requires=dpdfd.requires),
+    "dpdfd_samples": StageSpec(dpdfd.run_samples, requires=("dpdfd",)),
+    "ldp": StageSpec(ldp.run, ldp.CONFIG_KEYS, requires=("baseline",)),
+    # The audit attacks the models the method's own run trains.
+    "audit": StageSpec(audit.run, audit.CONFIG_KEYS,
+                       requires=lambda c: audit.requires(plan_stages(c)),
+                       precheck=lambda c: audit.check(c, plan_stages(c))),
+}
+# Stages any method can run after its own when asked (``--stages``); never by default.
+OPTIONAL_STAGES = ("audit",)
+
+_TEACHERS_NOTE = (
+    "Teachers are trained on the private data without noise and must never be released. The "
+    "ensemble accuracies here are evaluations on the test set, not releases; labels released "
+    "to a student are accounted when queried.")
+
+QUERIES_COVER = "{aggregator} answers to {num_queries} label queries of the teacher ensemble"
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("baseline", ("baseline",), headline_stage="baseline", privacy_note=(
+        "Trained on the private training set without noise: no differential-privacy "
+        "guarantee (epsilon = infinity). Do not release it as a private model.")),
+    Method("teachers", ("teachers",), privacy_note=_TEACHERS_NOTE),
+    Method("teacher_sweep", ("teacher_sweep",), privacy_note=_TEACHERS_NOTE),
+    Method("dgd", ("baseline", "teachers", "generator", "vae", "queries", "student"),
+           headline_stage="student", privacy_stage="queries", releases=queries.releases,
+           covers=QUERIES_COVER, privacy_note=(
+               "The epsilon covers the teachers' noisy answers to the student's label queries "
+               "only. The baseline (trained on private data without noise), the generator "
+               "trained against it, the synthetic set and the VAE carry no "
+               "differential-privacy guarantee, and the student also learns from the "
+               "synthetic set: none of them is covered.")),
+    Method("pate", ("teachers", "vae", "queries", "student"), headline_stage="student",
+           privacy_stage="queries", releases=queries.releases, covers=QUERIES_COVER,
+           privacy_note=(
+               "The epsilon covers the teachers' noisy answers to the student's label "
+               "queries. The student's unlabelled pool is assumed public (here: the head of "
+               "the test split), and the teachers must never be released.")),
+    Method("dpdfd", ("baseline", "teachers", "dpdfd", "dpdfd_samples"),
+           headline_stage="dpdfd", privacy_stage="dpdfd", releases=dpdfd.releases,
+           covers="{num_steps} DPDFD steps (A_{{C,sigma}} releases)",
+           default_stages=lambda c: (("dpdfd",) if c.dpdfd.teacher == "private_data"
+                                     else ("dpdfd_samples",)),
+           privacy_note=(
+               "The epsilon covers the DPDFD student and generator: they see the sensitive "
+               "model only through A_{C,sigma} (DPDFD Eq. 4), so both are post-processing of "
+               "the noisy releases. The sensitive model (the baseline or the teachers) is "
+               "trained without noise and must never be released. Direct training "
+               "(dpdfd.teacher='private_data', privacy_unit 'label') is LABEL DP only: it "
+               "back-propagates through the private inputs without noise, so its epsilon "
+               "protects the labels, not the examples.")),
+    Method("ldp", ("baseline", "ldp"), headline_stage="ldp", privacy_note=(
+        "local_epsilon is the client's local (pure) epsilon per transformed sample "
+        "(Algorithm 1). BASE and the robust teacher are trained on the private data without "
+        "noise: no differential-privacy guarantee for the teacher side.")),
+)}
+
+
+def method(config: Config) -> Method:
+  if config.method not in METHODS:
+    raise ConfigError(f"config.method={config.method!r}; known methods: {sorted(METHODS)}.")
+  return METHODS[config.method]
+
+
+def requirements(name: str, config: Config) -> tuple[str, ...]:
+  requires = STAGES[name].requires
+  return requires(config) if callable(requires) else requires
+
+
+def config_keys(name: str, config: Config) -> tuple[str, ...]:
+  """The config fields stage ``name``'s artefacts depend on: the base keys, its own blocks
+  and, transitively, those of the stages whose artefacts it reads."""
+  keys = list(BASE_KEYS)
+  for required in requirements(name, config):
+    keys += config_keys(required, config)
+  return tuple(dict.fromkeys(keys + list(STAGES[name].config_keys)))
+
+
+def plan_stages(config: Config, stages: tuple[str, ...] | None = None) -> tuple[str, ...]:
+  """The requested stages (default: the method's ``default_stages``, else its last stage)
+  and every stage they need, in the method's order (e.g. DGD with ``pool.source='train'``
+  needs no generator)."""
+  m = method(config)
+  stages = stages or (m.default_stages or (lambda c: m.stages[-1:]))(config)
+  order = m.stages + OPTIONAL_STAGES
+  unknown = [n for n in stages if n not in order]
+  if unknown:
+    raise ConfigError(f"Unknown stages {unknown} for method {m.name!r}; it has {list(order)}.")
+  needed, todo = set(), list(stages)
+  while todo:
+    name = todo.pop()
+    if name not in needed:
+      needed.add(name)
+      todo.extend(requirements(name, config))
+  return tuple(n for n in order if n in needed)
+
+
+def planned_ledger(config: Config) -> privacy.PrivacyLedger | None:
+  """The ledger of the method's planned releases; None for a method that releases nothing
+  under differential privacy (its note says what it is)."""
+  m = method(config)
+  return privacy.PrivacyLedger(m.releases(config)) if m.releases else None
+
+
+def budget_guard(config: Config) -> privacy.EpsilonReport | None:
+  """The data-independent epsilon of the planned releases under ``privacy.accountant`` (a
+  data-dependent headline is guarded by its data-independent counterpart); ConfigError
+  when it exceeds ``privacy.max_epsilon`` (> 0). Runs before anything is trained."""
+  ledger = planned_ledger(config)
+  if ledger is None:
+    return None
+  p = config.privacy
+  accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
+  if p.max_epsilon > 0:
+    return ledger.check_budget(p.max_epsilon, p.delta, accountant)
+  return ledger.epsilon(p.delta, accountant, data_dependent=False)

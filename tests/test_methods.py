@@ -1,0 +1,180 @@
+"""The registry (methods.py) and the layering it stands on: stages import the layer below
+(core, artefacts), never each other or the pipeline; no import cycle; every stage takes a
+typed Context; planning works for every method; a new method is one record plus its own
+module."""
+from __future__ import annotations
+
+import ast
+import inspect
+import math
+import os
+
+import numpy as np
+import pytest
+
+import dgd_jax
+from dgd_jax import methods, pipeline, privacy, sweep
+from dgd_jax.configs import baseline as baseline_config
+from dgd_jax.configs import dpdfd as dpdfd_config
+from dgd_jax.configs import ldp as ldp_config
+from dgd_jax.configs import teacher_sweep as teacher_sweep_config
+from dgd_jax.configs import teachers as teachers_config
+from dgd_jax.core import Context, Method, StageSpec
+from dgd_jax.errors import ConfigError
+
+import tiny_configs
+
+PACKAGE = os.path.dirname(dgd_jax.__file__)
+
+
+def _modules() -> dict[str, str]:
+  """dgd_jax's module names -> file paths."""
+  out = {}
+  for root, _, files in os.walk(PACKAGE):
+    for f in files:
+      if f.endswith(".py"):
+        rel = os.path.relpath(os.path.join(root, f), os.path.dirname(PACKAGE))[:-3]
+        name = rel.replace(os.sep, ".").removesuffix(".__init__")
+        out[name] = os.path.join(root, f)
+  return out
+
+
+def _imports(path: str, modules: dict[str, str]) -> set[str]:
+  """The dgd_jax modules a file imports, anywhere in it (deferred imports included)."""
+  out = set()
+  for node in ast.walk(ast.parse(open(path).read())):
+    if isinstance(node, ast.Import):
+      out |= {a.name for a in node.names if a.name in modules}
+    elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+      for a in node.names:
+        full = f"{node.module}.{a.name}"
+        out.add(full if full in modules else node.module)
+  return {m for m in out if m in modules}
+
+
+def test_stages_import_neither_each_other_nor_the_pipeline():
+  modules = _modules()
+  forbidden = {"dgd_jax.pipeline", "dgd_jax.methods", "dgd_jax.sweep", "dgd_jax.report"}
+  for name, path in modules.items():
+    if name.startswith("dgd_jax.stages."):
+      imported = _imports(path, modules)
+      bad = {m for m in imported if m in forbidden or m.startswith("dgd_jax.stages")}
+      assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_no_import_cycle():
+  modules = _modules()
+  graph = {name: _imports(path, modules) - {name} for name, path in modules.items()}
+  state = {}
+
+  def visit(name, path):
+    state[name] = "open"
+    for nxt in sorted(graph[name]):
+      if state.get(nxt) == "open":
+        raise AssertionError(f"import cycle: {' -> '.join(path + [name, nxt])}")
+      if nxt not in state:
+        visit(nxt, path + [name])
+    state[name] = "done"
+
+  for name in sorted(graph):
+    if name not in state:
+      visit(name, [])
+
+
+def test_every_stage_takes_a_typed_context():
+  for name, spec in methods.STAGES.items():
+    first = next(iter(inspect.signature(spec.run).parameters.values()))
+    assert first.annotation in (Context, "Context"), name
+
+
+def test_every_method_names_registered_stages_in_a_valid_order(npz_file):
+  for m in methods.METHODS.values():
+    assert set(m.stages) <= set(methods.STAGES), m.name
+    assert m.headline_stage in m.stages + (None,), m.name
+    assert m.privacy_stage in m.stages + (None,), m.name
+    assert (m.privacy_stage is None) == (m.releases is None), m.name
+  config = tiny_configs.dgd(npz_file)
+  order = methods.plan_stages(config)
+  for i, name in enumerate(order):  # every stage comes after the stages it reads
+    assert set(methods.requirements(name, config)) <= set(order[:i]), name
+
+
+def test_config_slices_include_the_inputs_slices(npz_file):
+  config = tiny_configs.dgd(npz_file)
+  student = methods.config_keys("student", config)
+  for name in ("queries", "vae", "teachers", "generator", "baseline"):
+    assert set(methods.config_keys(name, config)) <= set(student), name
+
+
+def _all_method_configs(npz_file):
+  teachers = teachers_config.get_config(f"npz:{npz_file},cpu")
+  teachers.num_teachers = 4
+  return {
+      "baseline": baseline_config.get_config(f"npz:{npz_file},cpu"),
+      "teachers": teachers,
+      "teacher_sweep": teacher_sweep_config.get_config(f"npz:{npz_file},cpu"),
+      "dgd": tiny_configs.dgd(npz_file),
+      "pate": tiny_configs.pate(npz_file),
+      "dpdfd": dpdfd_config.get_config(f"npz:{npz_file},cpu,direct"),
+      "ldp": ldp_config.get_config(f"npz:{npz_file},cpu"),
+  }
+
+
+def test_accounting_only_sweep_works_for_every_method(npz_file, tmp_path):
+  configs = _all_method_configs(npz_file)
+  assert set(configs) == set(methods.METHODS)
+  for name, config in configs.items():
+    rows = sweep.run(config, str(tmp_path / name), [("seed", [(0,), (1,)])],
+                     accounting_only=True)
+    assert len(rows) == 2, name
+    if methods.METHODS[name].releases is None:
+      assert all(r["epsilon"] == math.inf for r in rows), name
+    else:  # the method's own releases, under every accountant
+      expected = methods.planned_ledger(config).epsilon(config.privacy.delta, "rdp",
+                                                         data_dependent=False).epsilon
+      assert rows[0]["rdp"] == pytest.approx(expected) and 0 < expected < math.inf, name
+    assert not [d for d in os.listdir(tmp_path / name) if d.startswith("seed=")], name
+
+
+# A toy method, in the test's own "module": a stage that fits class means and releases them
+# once through a Gaussian mechanism (accounted as one GNMax-like Gaussian release).
+TOY_SIGMA = 5.0
+
+
+def toy_run(ctx: Context) -> dict:
+  data = ctx.dataset
+  x = data.x_train.reshape(len(data.x_train), -1)
+  means = np.stack([x[data.y_train == k].mean(0) for k in range(data.num_classes)])
+  x_test = data.x_test.reshape(len(data.x_test), -1)
+  predicted = np.argmin(((x_test[:, None] - means[None]) ** 2).sum(-1), -1)
+  ledger = privacy.PrivacyLedger(toy_releases(ctx.config))
+  return {"test_accuracy": float(np.mean(predicted == data.y_test)),
+          "num_steps": 1, "privacy": ledger.to_json(ctx.config.privacy.delta)}
+
+
+def toy_releases(config) -> list:
+  return [privacy.GNMaxQueries(TOY_SIGMA, 1)]
+
+
+def test_a_toy_method_is_one_record_plus_its_own_module(npz_file, tmp_path, monkeypatch):
+  monkeypatch.setitem(methods.STAGES, "toy", StageSpec(toy_run, ("toy",)))
+  monkeypatch.setitem(methods.METHODS, "toy", Method(
+      "toy", ("toy",), privacy_note="Toy: covers the one noisy release.",
+      covers="{num_steps} Gaussian release of the class means",
+      headline_stage="toy", privacy_stage="toy", releases=toy_releases))
+  config = baseline_config.get_config(f"npz:{npz_file},cpu")
+  config.method = "toy"
+  config.toy = {"unused": 0}
+  config.privacy = {"delta": 1e-5, "accountant": "rdp", "max_epsilon": 0.0}
+  report = pipeline.run(config, str(tmp_path / "t"))
+  assert report["method"] == "toy" and 0 <= report["test_accuracy"] <= 1
+  expected = privacy.PrivacyLedger(toy_releases(config)).epsilon(1e-5, "rdp").epsilon
+  assert report["epsilon"] == pytest.approx(expected) and report["accountant"] == "rdp"
+  assert report["covers"]["not_covered"][0] == "Toy: covers the one noisy release."
+  md = (tmp_path / "t" / "report.md").read_text()
+  assert md.count("Toy: covers the one noisy release.") == 1  # the note once
+  # The budget guard reads the same records before anything runs.
+  config.privacy.max_epsilon = expected / 2
+  with pytest.raises(ConfigError, match="above the maximum epsilon"):
+    pipeline.run(config, str(tmp_path / "u"))
+  assert not (tmp_path / "u" / "toy").exists()
