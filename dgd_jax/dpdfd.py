@@ -18,7 +18,8 @@ nothing else of it, so both are post-processing of the DP releases.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import dataclasses
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +30,27 @@ from dgd_jax import generative
 
 OPERATIONS = ("per_sample", "batch", "clip")  # normalisation readings of Eq. 4, or clipping
 LOSSES = ("dkd", "kd")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSettings:
+  """What one step of Algorithm 1 (or ``direct_step``) needs: the ``dpdfd`` config block's
+  hyper-parameters and the noise multiplier sigma the plan chose."""
+
+  batch_size: int  # B
+  norm_bound: float  # C
+  noise: float  # sigma, in multiples of C (Eq. 4)
+  operation: str  # one of OPERATIONS
+  loss: str  # one of LOSSES
+  gamma: float  # the targets' step size (line 9)
+  latent_dim: int = 0  # the generator's z (conversion only)
+  alpha: float = 0.0  # L_G weights (Eq. 5)
+  beta: float = 0.0
+
+  @classmethod
+  def from_config(cls, block, noise: float) -> "StepSettings":
+    return cls(**{f.name: block[f.name] for f in dataclasses.fields(cls) if f.name != "noise"},
+               noise=noise)
 
 
 def dkd_loss(student_logits: jnp.ndarray, teacher_logits: jnp.ndarray, alpha: float = 1.0,
@@ -109,9 +131,10 @@ def generator_loss(logits: jnp.ndarray, features: jnp.ndarray, alpha: float, bet
 
 
 def step(state: DpdfdState, key: jax.Array, teacher_logits_fn: Callable[[jnp.ndarray],
-         jnp.ndarray], student_apply: Callable, cfg: Any) -> tuple[DpdfdState, dict]:
+         jnp.ndarray], student_apply: Callable, cfg: StepSettings
+         ) -> tuple[DpdfdState, dict]:
   """One iteration of DPDFD Algorithm 1. ``teacher_logits_fn(x)`` gives [B, K] logits (one
-  teacher) or [n, B, K] (an ensemble, Sec. 4.4); ``cfg`` is the ``dpdfd`` config block."""
+  teacher) or [n, B, K] (an ensemble, Sec. 4.4)."""
   z_key, noise_key = jax.random.split(key)
   gen = state.generator
   z = jax.random.normal(z_key, (cfg.batch_size, cfg.latent_dim))
@@ -157,7 +180,7 @@ def sample_batch(key: jax.Array, dataset_size: int, batch_size: int) -> jnp.ndar
 
 
 def direct_step(state: DpdfdState, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray,
-                student_apply: Callable, cfg: Any) -> tuple[DpdfdState, dict]:
+                student_apply: Callable, cfg: StepSettings) -> tuple[DpdfdState, dict]:
   """A_{C,sigma} applied to training on labelled private data (DPDFD Sec. 4.4, Table 4):
   B distinct private examples, the per-example gradients of the cross-entropy with respect
   to the model's outputs bounded and noised as in Eq. 4, DP targets, no generator.

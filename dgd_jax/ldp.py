@@ -6,6 +6,7 @@ perturbation found by projected gradient ascent). Pure and jittable; the local e
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -64,16 +65,33 @@ def worst_perturbation(loss_fn, x: jnp.ndarray, eta: float, steps: int) -> jnp.n
   return jax.lax.stop_gradient(r)
 
 
-def robust_step(state: Any, x: jnp.ndarray, y: jnp.ndarray, key: jax.Array, cfg: Any
-                ) -> tuple[Any, dict]:
+@dataclasses.dataclass(frozen=True)
+class RobustSettings:
+  """The client transform (Algorithm 1) and the robust teacher's Eq. 3, from ``config.ldp``."""
+
+  sigma: float  # Laplace scale B / sigma (Algorithm 1 line 3)
+  mu: float  # masking rate
+  bound: float  # B
+  lam: float  # Eq. 3's share of perturbed samples
+  eta: float  # ||r||_2 <= eta
+  pgd_steps: int
+  batch_size: int
+
+  @classmethod
+  def from_config(cls, block) -> "RobustSettings":
+    return cls(**{f.name: block[f.name] for f in dataclasses.fields(cls)})
+
+
+def robust_step(state: Any, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray,
+                cfg: RobustSettings) -> tuple[Any, dict]:
   """One robust-teacher step on a minibatch drawn uniformly from (x, y)."""
   batch_key, update_key = jax.random.split(key)
   idx = jax.random.randint(batch_key, (cfg.batch_size,), 0, x.shape[0])
   return robust_update(state, x[idx], y[idx], update_key, cfg)
 
 
-def robust_update(state: Any, xb: jnp.ndarray, yb: jnp.ndarray, key: jax.Array, cfg: Any
-                  ) -> tuple[Any, dict]:
+def robust_update(state: Any, xb: jnp.ndarray, yb: jnp.ndarray, key: jax.Array,
+                  cfg: RobustSettings) -> tuple[Any, dict]:
   """One robust-teacher update (Algorithm 2, Eq. 3): (1 - lambda) CE on clean samples plus
   lambda CE on their client-transformed copies moved by the worst r, ||r||_2 <= eta."""
   x_tilde = transform(key, xb, cfg.sigma, cfg.mu, cfg.bound)  # Algorithm 2 line 2

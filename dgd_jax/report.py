@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from dgd_jax import methods
+from dgd_jax import methods, query_plan
 from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING
 from dgd_jax.workdir import plain, write_json, write_text
 
@@ -111,9 +111,9 @@ def _plan_lines(plan: dict) -> list[str]:
   c = plan["chosen"]
   lines = ["## Query plan", "",
            f"Chosen automatically for the target epsilon: {c['aggregator']} with noise "
-           f"{c['noise_scale']:g}, {c['num_queries']} queries (the most clean-equivalent labels "
-           f"Q kappa^2 on an assumed vote histogram with top-class share "
-           f"{plan['assumed_consensus']:g}; no votes are read to choose).", "",
+           f"{c['noise_scale']:g}, {c['num_queries']} queries (the most clean-equivalent "
+           f"labels Q kappa^{query_plan.KAPPA_EXPONENT:g} on an assumed vote histogram with "
+           f"top-class share {plan['assumed_consensus']:g}; no votes are read to choose).", "",
            "| aggregator | noise | queries | expected label accuracy | epsilon | "
            "clean-equivalent labels |", "|---|---|---|---|---|---|"]
   for x in plan["candidates"]:

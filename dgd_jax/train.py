@@ -76,7 +76,7 @@ def update(state: TrainState, xb: jnp.ndarray, yb: jnp.ndarray
   return state.apply_gradients(grads=grads), {"loss": loss, "accuracy": accuracy}
 
 
-def train_step(state: TrainState, x: jnp.ndarray, y: jnp.ndarray, key: jax.Array,
+def train_step(state: TrainState, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray,
                batch_size: int) -> tuple[TrainState, dict[str, jnp.ndarray]]:
   """One Adam step on a minibatch sampled from (x, y) with ``key``. Pure; jit it."""
   return update(state, *sample_batch(key, x, y, batch_size))
@@ -240,5 +240,5 @@ def fit(state: TrainState, x: np.ndarray, y: np.ndarray, key: jax.Array, cfg: Fi
   """Trains one classifier on (x, y) for ``cfg.num_steps`` steps (see ``run_steps``)."""
   x_dev, y_dev = jnp.asarray(x), jnp.asarray(y)
   step = jax.jit(functools.partial(train_step, batch_size=cfg.batch_size), donate_argnums=0)
-  return run_steps(state, lambda s, k: step(s, x_dev, y_dev, k), key, cfg, checkpoint_dir,
+  return run_steps(state, lambda s, k: step(s, k, x_dev, y_dev), key, cfg, checkpoint_dir,
                    name, log)

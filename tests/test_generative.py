@@ -75,7 +75,7 @@ def tiny_baseline():
                                    (28, 28, 1))
   step = jax.jit(functools.partial(train.train_step, batch_size=64))
   for s in range(60):
-    state, _ = step(state, jnp.asarray(x), jnp.asarray(labels, jnp.int32), jax.random.key(s))
+    state, _ = step(state, jax.random.key(s), jnp.asarray(x), jnp.asarray(labels, jnp.int32))
   return model, state.params
 
 

@@ -26,7 +26,7 @@ def test_train_step_traces_once():
   @jax.jit
   @chex.assert_max_traces(n=1)
   def step(state, x, y, key):
-    return train.train_step(state, x, y, key, batch_size=8)
+    return train.train_step(state, key, x, y, batch_size=8)
 
   for i in range(3):
     state, metrics = step(state, x, y, jax.random.key(i))

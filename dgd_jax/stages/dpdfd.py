@@ -11,7 +11,6 @@ for evaluation, the test set.
 from __future__ import annotations
 
 import os
-import types
 
 import jax
 import jax.numpy as jnp
@@ -124,9 +123,7 @@ def _states(ctx: Context, sigma: float):
   state = dpdfd.DpdfdState.create(apply_fn=student.apply,
                                   params=student.init(s_key, jnp.zeros((1,) + shape)),
                                   tx=optax.adam(d.learning_rate), generator=generator)
-  cfg = types.SimpleNamespace(**d.to_dict())
-  cfg.noise = sigma
-  return student, state, cfg
+  return student, state, dpdfd.StepSettings.from_config(d, sigma)
 
 
 def run(ctx: Context) -> dict:
@@ -135,7 +132,8 @@ def run(ctx: Context) -> dict:
                                                                  "disjoint_teachers") else None
   sigma = noise_multiplier(config, size)
   student, state, cfg = _states(ctx, sigma)
-  if cfg.teacher == "private_data":  # Sec. 4.4: no teacher, no generator
+  d = config.dpdfd
+  if d.teacher == "private_data":  # Sec. 4.4: no teacher, no generator
     teacher_accuracy = None
     x, y = jnp.asarray(ctx.dataset.x_train), jnp.asarray(ctx.dataset.y_train)
     state = state.replace(generator=None)
@@ -145,7 +143,7 @@ def run(ctx: Context) -> dict:
     teacher_logits, teacher_accuracy = _teacher_logits(ctx)
     step = jax.jit(lambda s, k: dpdfd.step(s, k, teacher_logits, student.apply, cfg),
                    donate_argnums=0)
-  fit = train.FitConfig(num_steps=cfg.num_steps, batch_size=cfg.batch_size,
+  fit = train.FitConfig(num_steps=d.num_steps, batch_size=cfg.batch_size,
                         checkpoint_every=config.checkpoint_every, log_every=config.log_every)
   state = train.run_steps(state, step, ctx.key("dpdfd"), fit, ctx.stage.checkpoint_dir,
                           "dpdfd", ctx.log)
@@ -153,12 +151,12 @@ def run(ctx: Context) -> dict:
   test = ctx.dataset
   return {
       # label: direct training protects the labels only (privacy.dpdfd.DIRECT_LABEL_DP).
-      "privacy_unit": "label" if cfg.teacher == "private_data" else "example",
+      "privacy_unit": "label" if d.teacher == "private_data" else "example",
       "test_accuracy": train.accuracy(student.apply, state.params, test.x_test, test.y_test),
       "teacher_accuracy": teacher_accuracy,
       "noise_multiplier": sigma,
       "noise_std": sigma * cfg.norm_bound,
-      "num_steps": cfg.num_steps,
+      "num_steps": d.num_steps,
       "privacy": ledger.to_json(config.privacy.delta),
   }
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import os
-import types
 
 import jax
 import jax.numpy as jnp
@@ -36,10 +35,10 @@ def run(ctx: Context) -> dict:
   init_key, train_key, test_key, picture_key = jax.random.split(ctx.key("ldp"), 4)
   state = train.create_train_state(model, train.optimizer(cfg), init_key, data.image_shape)
   x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
-  step_cfg = types.SimpleNamespace(**c)
+  step_cfg = ldp.RobustSettings.from_config(c)
   step = jax.jit(functools.partial(ldp.robust_step, x=x, y=y, cfg=step_cfg),
                  donate_argnums=0)
-  state = train.run_steps(state, lambda s, k: step(s, key=k), train_key, cfg,
+  state = train.run_steps(state, step, train_key, cfg,
                           ctx.stage.checkpoint_dir, "robust_teacher", ctx.log)
   x_pert = perturbed(config, test_key, data.x_test)
   acc = lambda apply, params, xs: train.accuracy(apply, params, xs, data.y_test)

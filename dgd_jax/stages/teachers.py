@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import time
-import types
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +36,7 @@ def robust_update(config):
   """The member update when it is not the plain one: ``ldp.robust_update`` with the config's
   LDP setting, or ``augmented_update``; None for plain teachers."""
   if "ldp" in config and config.ldp.get("robust_teachers", False):
-    return functools.partial(ldp.robust_update, cfg=types.SimpleNamespace(**config.ldp))
+    return functools.partial(ldp.robust_update, cfg=ldp.RobustSettings.from_config(config.ldp))
   if config.teachers.get("augment", False):
     return augmented_update
   return None
