@@ -119,20 +119,22 @@ class NonFiniteLossError(ConfigError):
 
 
 def _saved(state: Any) -> dict:
-  """What a checkpoint holds: parameters, optimizer state and, for models with BatchNorm,
-  their running statistics."""
-  items = {"params": state.params, "opt_state": state.opt_state}
-  if getattr(state, "batch_stats", None) is not None:
-    items["batch_stats"] = state.batch_stats
-  if getattr(state, "generator", None) is not None:  # DPDFD: the generator trains alongside
-    items["generator"] = _saved(state.generator)
+  """What a checkpoint holds, for any train state: its array fields (parameters, optimizer
+  state, BatchNorm statistics, ...), nested states (DPDFD's generator) the same way, but not
+  the step counter (the checkpoint's own step) or empty fields."""
+  items = {}
+  for field in dataclasses.fields(state):
+    value = getattr(state, field.name)
+    if field.metadata.get("pytree_node", True) and field.name != "step" and value is not None:
+      items[field.name] = _saved(value) if isinstance(value, train_state.TrainState) else value
   return items
 
 
 def _restored(state: Any, items: dict) -> Any:
-  if "generator" in items:
-    items = {**items, "generator": state.generator.replace(**items["generator"])}
-  return state.replace(**items)
+  """``state`` with the fields ``_saved`` wrote."""
+  return state.replace(**{
+      k: (_restored(getattr(state, k), v) if isinstance(getattr(state, k), train_state.TrainState)
+          else v) for k, v in items.items()})
 
 
 def _restore(manager: ocp.CheckpointManager, step: int, state: Any, checkpoint_dir: str
