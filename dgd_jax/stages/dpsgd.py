@@ -1,0 +1,199 @@
+"""DP-SGD stage (Abadi et al. 2016, Algorithm 1) on jax-privacy: the model is trained on the
+private set with per-example clipping (``jax_privacy.clipped_grad``), Gaussian noise
+(``jax_privacy.noise_addition.gaussian_privatizer``) and Poisson batch selection
+(``jax_privacy.batch_selection.CyclicPoissonSampling``), accounted by the ledger's
+``DpsgdSteps`` record: the batch selection is built from that record, so the sampling the
+trainer performs is the sampling the accountant composes.
+
+Each step releases sum_i clip_C(g_i) + N(0, sigma^2 C^2 I) over a Poisson sample (add/remove-one
+sensitivity C); dividing by the public expected batch size q N, momentum and the model are
+post-processing. ScatterNet features (``models.scattering``) are a fixed transform of each image,
+so they cost no epsilon.
+"""
+from __future__ import annotations
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax.training import train_state
+from jax_privacy import batch_selection, clipped_grad, noise_addition
+
+from dgd_jax import privacy, train
+from dgd_jax.data import load_dataset
+from dgd_jax.errors import ConfigError
+from dgd_jax.models import dpsgd as models
+from dgd_jax.models import scattering
+
+CONFIG_KEYS = ("seed", "dataset", "private_size", "dpsgd", "privacy")
+
+
+def check(config) -> None:
+  """ConfigError naming the field and the fix for values DP-SGD cannot use."""
+  d = config.dpsgd
+  if d.model not in models.MODELS:
+    raise ConfigError(f"config.dpsgd.model={d.model!r}; use one of {tuple(models.MODELS)}.")
+  for name in ("num_steps", "batch_size", "microbatch_size"):
+    if d[name] < 1:
+      raise ConfigError(f"config.dpsgd.{name}={d[name]}; it must be >= 1.")
+  if not d.norm_bound > 0:
+    raise ConfigError(f"config.dpsgd.norm_bound={d.norm_bound}: the clip norm C must be > 0 "
+                      "(it is the sensitivity of each step's gradient sum).")
+  if not d.learning_rate > 0:
+    raise ConfigError(f"config.dpsgd.learning_rate={d.learning_rate}; it must be > 0.")
+  if not 0 <= d.momentum < 1:
+    raise ConfigError(f"config.dpsgd.momentum={d.momentum}; it must be in [0, 1).")
+  if d.noise < 0:
+    raise ConfigError(f"config.dpsgd.noise={d.noise}; it must be > 0, or 0 to calibrate it to "
+                      "config.privacy.max_epsilon.")
+
+
+def _dataset_size(config) -> int:
+  """N, the private training set's size (the public quantity q = B / N is stated with)."""
+  data = load_dataset(config.dataset, data_dir=config.data_dir or None,
+                      manual_dir=config.manual_dir or None, download=config.download)
+  return len(data.with_private_size(config.get("private_size", 0)).x_train)
+
+
+def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpsgdSteps:
+  """The ledger record of the planned DP-SGD steps at noise multiplier ``noise``."""
+  d = config.dpsgd
+  return privacy.DpsgdSteps(noise, d.batch_size, dataset_size or _dataset_size(config),
+                            d.num_steps, d.norm_bound, d.sampling)
+
+
+def noise_multiplier(config, dataset_size: int | None = None) -> float:
+  """``dpsgd.noise``, or the least noise whose plan fits ``privacy.max_epsilon`` (target epsilon
+  in, noise multiplier out: jax-privacy's calibration, confirmed by the ledger)."""
+  check(config)
+  d, p = config.dpsgd, config.privacy
+  if d.noise > 0:
+    return d.noise
+  if p.max_epsilon <= 0:
+    raise ConfigError("config.dpsgd.noise=0 asks for the least noise within "
+                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
+  return privacy.dpsgd_noise_multiplier(release(config, 1.0, dataset_size), p.max_epsilon,
+                                        p.delta, p.accountant)
+
+
+def plan(config) -> privacy.EpsilonReport:
+  """The budget guard, before anything is trained."""
+  size = _dataset_size(config)
+  ledger = privacy.PrivacyLedger([release(config, noise_multiplier(config, size), size)])
+  p = config.privacy
+  if p.max_epsilon > 0:
+    return ledger.check_budget(p.max_epsilon, p.delta, p.accountant)
+  return ledger.epsilon(p.delta, p.accountant, data_dependent=False)
+
+
+def inputs(config, images: np.ndarray) -> np.ndarray:
+  """What the model reads: ScatterNet coefficients (data-independent) or the images."""
+  d = config.dpsgd
+  if d.model not in models.SCATTERING:
+    return images
+  return scattering.features(images, d.scattering_scales, d.scattering_orientations)
+
+
+def model_of(config, num_classes: int):
+  d = config.dpsgd
+  if d.model in models.SCATTERING:
+    return models.MODELS[d.model](num_classes=num_classes, groups=d.groups)
+  return models.MODELS[d.model](num_classes=num_classes)
+
+
+def dpsgd_step(state: train_state.TrainState, x: jnp.ndarray, y: jnp.ndarray, idx: jnp.ndarray,
+               key: jax.Array, *, grad_fn, noise_std: float, expected_batch: float):
+  """One DP-SGD step on the examples ``idx`` of (x, y) (-1: padding). Pure; jit it."""
+  padding = idx < 0
+  safe = jnp.maximum(idx, 0)
+  # Abadi Alg. 1 lines 4-6: per-example gradients, clipped to C, summed (jax-privacy).
+  clipped_sum, aux = grad_fn(state.params, x[safe], y[safe], is_padding_example=padding)
+  # Line 7: + N(0, sigma^2 C^2 I) (jax-privacy's privatizer, a fresh key per step).
+  privatizer = noise_addition.gaussian_privatizer(stddev=noise_std, prng_key=key)
+  noisy_sum, _ = privatizer.update(clipped_sum, privatizer.init(clipped_sum))
+  # Divided by the public expected batch size q N (never the realised, private one).
+  grads = jax.tree.map(lambda g: g / expected_batch, noisy_sum)
+  real = jnp.maximum(jnp.sum(~padding), 1)
+  # Diagnostics for the server's log (not released): mean loss and clipped fraction.
+  metrics = {"loss": jnp.sum(jnp.where(padding, 0.0, aux.values)) / real,
+             "clipped_fraction": jnp.sum(jnp.where(padding, False, aux.grad_norms >
+                                                   grad_fn.l2_norm_bound)) / real}
+  return state.apply_gradients(grads=grads), metrics
+
+
+def _loss(apply_fn):
+  def loss(params, xb, yb):  # one example with a batch axis of 1 (keep_batch_dim)
+    return train.cross_entropy(apply_fn(params, xb), yb)
+  return loss
+
+
+def batches(record: privacy.DpsgdSteps, num_examples: int, seed: int, multiple: int
+            ) -> list[np.ndarray]:
+  """Every step's example indices from the record's jax-privacy batch selection, padded with
+  -1 to a multiple of ``multiple`` (a few shapes, so a few traces)."""
+  strategy = record.batch_selection()
+  return [batch_selection.pad_to_multiple_of(np.asarray(b), multiple)
+          for b in strategy.batch_iterator(num_examples, rng=np.random.default_rng(seed))]
+
+
+def run(ctx) -> dict:
+  """Trains (or resumes) the DP-SGD model; returns its test accuracy, the noise and the ledger."""
+  config, data = ctx.config, ctx.dataset
+  d, p = config.dpsgd, config.privacy
+  n = len(data.x_train)
+  record = release(config, noise_multiplier(config, n), n)
+  ledger = privacy.PrivacyLedger([record])
+  if p.max_epsilon > 0:
+    ledger.check_budget(p.max_epsilon, p.delta, p.accountant)
+  t0 = time.perf_counter()
+  x_train, x_test = inputs(config, data.x_train), inputs(config, data.x_test)
+  feature_seconds = time.perf_counter() - t0
+
+  model = model_of(config, data.num_classes)
+  init_key, noise_key, batch_key = jax.random.split(ctx.key("dpsgd"), 3)
+  params = model.init(init_key, jnp.zeros((1,) + x_train.shape[1:], jnp.float32))
+  state = train_state.TrainState.create(
+      apply_fn=model.apply, params=params,
+      tx=optax.sgd(d.learning_rate, momentum=d.momentum or None))
+  grad_fn = clipped_grad(_loss(model.apply), l2_clip_norm=d.norm_bound, batch_argnums=(1, 2),
+                         microbatch_size=d.microbatch_size, return_values=True,
+                         return_grad_norms=True)
+  # The sum's sensitivity under the record's relation is what the record charges (C).
+  if not grad_fn.sensitivity(record.neighboring_relation) == record.norm_bound:
+    raise ConfigError(f"jax-privacy states sensitivity {grad_fn.sensitivity(record.neighboring_relation)}"
+                      f" for the clipped sum, the ledger charges {record.norm_bound}: refusing.")
+  step = jax.jit(functools.partial(dpsgd_step, grad_fn=grad_fn, noise_std=record.noise_std,
+                                   expected_batch=float(d.batch_size)), donate_argnums=0)
+  seed = int(jax.random.randint(batch_key, (), 0, 2 ** 31 - 1))
+  indices = batches(record, n, seed, d.microbatch_size)
+  x_dev, y_dev = jnp.asarray(x_train), jnp.asarray(data.y_train)
+  fit = train.FitConfig(num_steps=d.num_steps, batch_size=d.batch_size,
+                        learning_rate=d.learning_rate, checkpoint_every=config.checkpoint_every,
+                        log_every=config.log_every)
+  t0 = time.perf_counter()
+  state = train.run_steps(
+      state, lambda s, k: step(s, x_dev, y_dev, jnp.asarray(indices[int(s.step)]), k),
+      noise_key, fit, ctx.stage.checkpoint_dir, "dpsgd", ctx.log)
+  train_seconds = time.perf_counter() - t0
+  covered = (f"{d.num_steps} DP-SGD steps (noisy sums of clipped per-example gradients on "
+             f"Poisson samples, q = {record.sampling_probability:.4g})")
+  return {
+      "test_accuracy": train.accuracy(model.apply, state.params, x_test, data.y_test),
+      "model": d.model,
+      "num_steps": d.num_steps,
+      "epochs": d.num_steps * d.batch_size / n,
+      "noise_multiplier": record.noise_multiplier,
+      "noise_std": record.noise_std,
+      "norm_bound": d.norm_bound,
+      "expected_batch_size": d.batch_size,
+      "sampling_probability": record.sampling_probability,
+      "num_params": sum(x.size for x in jax.tree.leaves(state.params)),
+      "feature_seconds": feature_seconds,
+      "train_seconds": train_seconds,
+      "privacy_unit": "example",
+      "covered": covered,
+      "privacy": ledger.to_json(p.delta),
+  }
