@@ -22,8 +22,8 @@ from dgd_jax import distributed
 from dgd_jax import report as report_lib
 from dgd_jax.data import Dataset, load_dataset
 from dgd_jax.errors import ConfigError, UserInputError
-from dgd_jax.stages import (audit, baseline, dpdfd, generator, ldp, pool, queries, student,
-                             teacher_sweep, teachers, vae)
+from dgd_jax.stages import (audit, baseline, dpdfd, dpsgd, generator, ldp, pool, queries,
+                             student, teacher_sweep, teachers, vae)
 from dgd_jax.workdir import Stage, Workdir
 
 
@@ -50,6 +50,7 @@ STAGES: dict[str, StageSpec] = {
                        precheck=dpdfd.plan),
     "dpdfd_samples": StageSpec(dpdfd.SAMPLES_KEYS, dpdfd.run_samples, requires=("dpdfd",)),
     "ldp": StageSpec(ldp.CONFIG_KEYS, ldp.run, requires=("baseline",)),
+    "dpsgd": StageSpec(dpsgd.CONFIG_KEYS, dpsgd.run, precheck=dpsgd.plan),
     "audit": StageSpec(audit.CONFIG_KEYS, audit.run, requires=audit.requires,
                        precheck=audit.plan),
 }
@@ -61,6 +62,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     "pate": ("teachers", "vae", "queries", "student"),
     "dpdfd": ("baseline", "teachers", "dpdfd", "dpdfd_samples"),
     "ldp": ("baseline", "ldp"),
+    "dpsgd": ("dpsgd",),
 }
 # Stages any method can run after its own when asked (``--stages``); never by default.
 OPTIONAL_STAGES = ("audit",)

@@ -47,13 +47,17 @@ RAW_POOL_NOTE = (
     "pool.source='train': the student's unlabelled pool is the private training set itself "
     "(a stand-in for public data, DGD Fig. 4 and 7). The student sees those images without "
     "noise, so this run's student has no differential-privacy guarantee for them.")
+PRIVACY_NOTES["dpsgd"] = (
+    "The epsilon covers the released model: DP-SGD's every step (a noisy sum of clipped "
+    "per-example gradients on a Poisson sample) is accounted, and the model is their "
+    "post-processing. Not covered: hyper-parameter tuning on the same private data.")
 # Stage results that report.json also shows at its top level.
 TOP_LEVEL = ("generator", "vae", "ldp", "audit")
 # The stage whose test accuracy is the method's headline.
 HEADLINE_STAGE = {"baseline": "baseline", "dgd": "student", "pate": "student",
-                  "dpdfd": "dpdfd", "ldp": "ldp"}
+                  "dpdfd": "dpdfd", "ldp": "ldp", "dpsgd": "dpsgd"}
 # The stage whose result holds the method's privacy ledger.
-PRIVACY_STAGE = {"dgd": "queries", "pate": "queries", "dpdfd": "dpdfd"}
+PRIVACY_STAGE = {"dgd": "queries", "pate": "queries", "dpdfd": "dpdfd", "dpsgd": "dpsgd"}
 
 
 def _privacy(config, results: dict) -> dict:
@@ -75,7 +79,7 @@ def _privacy(config, results: dict) -> dict:
       "epsilons_data_dependent": {k: p["epsilons"][k] for k in p["data_dependent_accountants"]},
       # The LDP client's own (local, pure) epsilon per sample it sends, where there is one.
       "ldp_local_epsilon": stage.get("ldp_local_epsilon"),
-      "covers": {"covered": (f"{p['releases'][0]['mechanism']} answers to "
+      "covers": {"covered": stage.get("covered") or (f"{p['releases'][0]['mechanism']} answers to "
                              f"{stage['num_queries']} label queries of the teacher ensemble"
                              if "num_queries" in stage else
                              f"{stage['num_steps']} DPDFD steps (A_{{C,sigma}} releases)"),

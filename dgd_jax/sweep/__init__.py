@@ -29,7 +29,7 @@ import ml_collections
 
 from dgd_jax import pipeline, plots, privacy
 from dgd_jax.errors import ConfigError
-from dgd_jax.stages import queries
+from dgd_jax.stages import dpsgd, queries
 from dgd_jax.workdir import (Workdir, config_slice, fingerprint, read_json, write_csv,
                              write_text)
 
@@ -117,8 +117,10 @@ def _link_stages(config, workdir: str, point: str, reuse: Sequence[str]) -> None
 
 
 def planned_epsilons(config) -> dict[str, float]:
-  """The data-independent epsilon of the planned label queries under every accountant."""
-  ledger = privacy.PrivacyLedger([queries.release(config)])
+  """The data-independent epsilon of the planned label queries (DP-SGD: steps) under every
+  accountant."""
+  ledger = privacy.PrivacyLedger([dpsgd.release(config, dpsgd.noise_multiplier(config))
+                                  if config.method == "dpsgd" else queries.release(config)])
   return {k: r.epsilon for k, r in
           ledger.epsilons(config.privacy.delta, data_dependent=False).items()}
 
