@@ -29,10 +29,12 @@ TRAIN_SIZE = 60_000  # Fashion-MNIST's training set: the presets' epochs -> step
 # Tramer & Boneh's Fashion-MNIST recipes (their README): SGD with momentum 0.9, clip norm 0.1,
 # 40 epochs; ScatterNet + linear: batch 8192, lr 16, group norm of 27 groups; CNNs: batch 2048,
 # lr 4. The learning rate multiplies the mean noisy gradient (noisy sum / expected batch).
+# microbatch_size only trades speed for memory (the same sums): small microbatches keep the
+# per-example gradients in cache, about 2x faster on 2 CPU cores than 256.
 RECIPES = {
-    "scatternet_linear": dict(batch_size=8192, learning_rate=16.0, epochs=40),
-    "scatternet_cnn": dict(batch_size=2048, learning_rate=4.0, epochs=40),
-    "cnn": dict(batch_size=2048, learning_rate=4.0, epochs=40),
+    "scatternet_linear": dict(batch_size=8192, learning_rate=16.0, epochs=40, microbatch_size=8),
+    "scatternet_cnn": dict(batch_size=2048, learning_rate=4.0, epochs=40, microbatch_size=32),
+    "cnn": dict(batch_size=2048, learning_rate=4.0, epochs=40, microbatch_size=32),
 }
 
 
@@ -48,7 +50,7 @@ def dpsgd_config(model: str, epochs: float | None = None) -> ml_collections.Conf
       norm_bound=0.1,  # per-example clip norm C (Abadi Alg. 1 line 6)
       noise=0.0,  # noise multiplier sigma; 0 = the least that fits privacy.max_epsilon
       sampling="poisson",  # the only batch selection the accountant supports here
-      microbatch_size=256,  # per-example gradients vmapped this many at a time (memory)
+      microbatch_size=recipe["microbatch_size"],  # per-example gradients vmapped at a time
       scattering_scales=2,  # J
       scattering_orientations=8,  # L
       groups=27,  # group norm groups of the 81 scattering channels

@@ -156,6 +156,12 @@ def _grid_note(evs) -> str:
           "(subsampled RDP is costly; fewer orders only give a larger epsilon)")
 
 
+def _replace_one_sampled(mechanisms) -> list[Release]:
+  """DP-SGD records under replace-one (DGD's private baseline): dp-accounting analyses their
+  Poisson-sampled steps under REPLACE_ONE with its PLD accountant only."""
+  return [r for r in mechanisms if isinstance(r, DpsgdSteps) and r.relation == "replace_one"]
+
+
 def _relation(mechanisms) -> dp_accounting.NeighboringRelation:
   """The one neighbouring relation every record is stated under (DP-SGD: add/remove-one; the
   teacher-vote and DPDFD records: replace-one). Epsilons under different relations do not
@@ -278,9 +284,11 @@ class PrivacyLedger:
     del data_dependent
     if not mechanisms:
       return 0.0, None, "no noisy-aggregation releases", False
+    relation = _relation(mechanisms)
+    if _replace_one_sampled(mechanisms):
+      return None  # dp-accounting's RDP has no replace-one analysis of Poisson sampling
     evs = [r.event() for r in mechanisms]
     orders = events.orders_for(evs, self.orders)
-    relation = _relation(mechanisms)
     accountant = dp_rdp.RdpAccountant(orders.tolist(), relation)
     accountant.compose(dp_accounting.ComposedDpEvent(evs))
     eps, order = accountant.get_epsilon_and_optimal_order(delta)
@@ -292,6 +300,8 @@ class PrivacyLedger:
     if not mechanisms:
       return 0.0, None, "no noisy-aggregation releases", False
     _relation(mechanisms)  # one relation for the whole curve
+    if _replace_one_sampled(mechanisms):
+      return None  # events.rdp_curve's Poisson curve is the add/remove one
     orders = events.orders_for([r.event() for r in mechanisms], self.orders)
     curve = sum(r.rdp(orders) for r in mechanisms)
     eps, order = conversion.classic_epsilon(orders, curve, delta)
@@ -303,6 +313,8 @@ class PrivacyLedger:
     if not mechanisms:
       return 0.0, None, "no noisy-aggregation releases", False
     _relation(mechanisms)  # one relation for the whole composition
+    if _replace_one_sampled(mechanisms):
+      return self._pld_replace_one(mechanisms, delta)
     evs = [r.event() for r in mechanisms]
     multiplier = events.gaussian_equivalent(evs)
     if multiplier is not None:
@@ -327,6 +339,28 @@ class PrivacyLedger:
                          f"(1/m)-DP Laplace events, sum count/m = {pure:.6g} (delta = 0)")
     return eps, None, note, False
 
+  def _pld_replace_one(self, mechanisms, delta):
+    """DP-SGD under replace-one composed with replace-one label queries: the DP-SGD steps'
+    PLD from dp-accounting's REPLACE_ONE Poisson analysis, the other records' PLD in the
+    shift-by-sensitivity parametrisation (``events.PLD_RELATION``), composed by dp-accounting
+    (PLD convolution, not a sum of epsilons)."""
+    sampled = _replace_one_sampled(mechanisms)
+    rest = [r for r in mechanisms if r not in sampled]
+    interval = events.pld_interval([r.event() for r in mechanisms])
+    steps = dp_pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE,
+                                 value_discretization_interval=interval)
+    steps.compose(dp_accounting.ComposedDpEvent([r.event() for r in sampled]))
+    total = steps._pld  # pylint: disable=protected-access  # the composed PLD itself
+    note = ("dp-accounting PLDAccountant (REPLACE_ONE, pessimistic, discretisation "
+            f"{interval:g}) on {_describe_events([r.event() for r in sampled])}")
+    if rest:
+      others = dp_pld.PLDAccountant(events.PLD_RELATION, value_discretization_interval=interval)
+      others.compose(dp_accounting.ComposedDpEvent([r.event() for r in rest]))
+      total = total.compose(others._pld)  # pylint: disable=protected-access
+      note += (f", composed (PLD convolution) with {_describe_events([r.event() for r in rest])}"
+               " in the shift-by-sensitivity parametrisation")
+    return total.get_epsilon_for_delta(delta), None, note, False
+
   def _dpdfd_theorem3(self, mechanisms, delta, data_dependent):
     del data_dependent
     if (len(mechanisms) != 1 or not isinstance(mechanisms[0], DpdfdSteps)
@@ -349,6 +383,8 @@ class PrivacyLedger:
     """The per-query data-dependent RDP curve, converted classically or by dp-accounting."""
     if not (data_dependent and any(r.has_votes for r in mechanisms)):
       return None
+    if _replace_one_sampled(mechanisms):
+      return None  # no replace-one RDP curve for Poisson-sampled DP-SGD steps
     curve = sum(r.rdp_data_dependent(self.orders) for r in mechanisms)
     convert = conversion.classic_epsilon if classic else conversion.improved_epsilon
     eps, order = convert(self.orders, curve, delta)
@@ -364,6 +400,8 @@ class PrivacyLedger:
   def _rdp_answered_only(self, mechanisms, delta, data_dependent):
     if not (data_dependent and any(r.realised for r in mechanisms)):
       return None
+    if _replace_one_sampled(mechanisms):
+      return None  # no replace-one RDP curve for Poisson-sampled DP-SGD steps
     curve = sum(r.rdp_answered_only(self.orders) for r in mechanisms)
     eps, order = conversion.improved_epsilon(self.orders, curve, delta)
     per_query = ("data-dependent per-query RDP" if any(r.has_votes for r in mechanisms)

@@ -307,6 +307,8 @@ class DpdfdSteps(Release):
 
 # Batch selections a DP-SGD record can be accounted for; anything else is refused.
 DPSGD_SAMPLINGS = ("poisson",)
+DPSGD_RELATIONS = {"add_or_remove_one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                   "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -316,10 +318,14 @@ class DpsgdSteps(Release):
   the expected batch size), and releases the sum of the sampled examples' gradients, each clipped
   to L2 norm ``norm_bound`` C, plus N(0, (``noise_multiplier`` C)^2 I).
 
-  Neighbours: ADD_OR_REMOVE_ONE (one example added or removed). The sum's L2 sensitivity is C, so
-  each step is ``PoissonSampledDpEvent(q, GaussianDpEvent(noise_multiplier))`` (the multiplier
-  already divides the std by the sensitivity C; C itself does not enter the epsilon). The
-  sampling the trainer performs is ``batch_selection()``: the same q, the same number of steps."""
+  Neighbours (``relation``): 'add_or_remove_one' (default: one example added or removed; the
+  sum's L2 sensitivity is C) or 'replace_one' (one example substituted, as the teacher-vote
+  records are stated, so that DGD's private baseline composes with its label queries). Either
+  way each step is ``PoissonSampledDpEvent(q, GaussianDpEvent(noise_multiplier))`` with the
+  multiplier per example contribution (std / C); dp-accounting's accountant of that relation
+  does the rest (under replace-one a sampled step can move the sum by 2C: PLD only, since
+  dp-accounting's RDP has no replace-one Poisson analysis). The sampling the trainer performs
+  is ``batch_selection()``: the same q, the same number of steps."""
 
   noise_multiplier: float
   batch_size: int
@@ -327,11 +333,15 @@ class DpsgdSteps(Release):
   steps: int
   norm_bound: float = 1.0
   sampling: str = "poisson"
+  relation: str = "add_or_remove_one"
 
   mechanism: ClassVar[str] = "dpsgd"
   noise_field: ClassVar[str] = "noise_multiplier"
   count_field: ClassVar[str] = "steps"
-  neighboring_relation: ClassVar = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+
+  @property
+  def neighboring_relation(self) -> dp_accounting.NeighboringRelation:
+    return DPSGD_RELATIONS[self.relation]
 
   def __post_init__(self):
     object.__setattr__(self, "noise_multiplier",
@@ -348,6 +358,8 @@ class DpsgdSteps(Release):
       raise ConfigError(f"sampling={self.sampling!r}: the DP-SGD accountant here supports "
                         f"{DPSGD_SAMPLINGS} only (Poisson sampling, PoissonSampledDpEvent); use "
                         "--sampling=poisson.")
+    if self.relation not in DPSGD_RELATIONS:
+      raise ConfigError(f"relation={self.relation!r}: use one of {tuple(DPSGD_RELATIONS)}.")
 
   @property
   def sampling_probability(self) -> float:
@@ -359,6 +371,11 @@ class DpsgdSteps(Release):
     """The absolute std of the noise on the sum of clipped gradients, noise_multiplier * C."""
     return self.noise_multiplier * self.norm_bound
 
+  @property
+  def l2_sensitivity(self) -> float:
+    """How far one neighbour moves a step's clipped sum: C (add/remove), 2C (replace-one)."""
+    return self.norm_bound * (2 if self.relation == "replace_one" else 1)
+
   def step_event(self) -> dp_accounting.DpEvent:
     # One step: the Poisson-subsampled Gaussian mechanism (Abadi et al. 2016, Alg. 1).
     return dp_accounting.PoissonSampledDpEvent(
@@ -366,6 +383,12 @@ class DpsgdSteps(Release):
 
   def event(self) -> dp_accounting.DpEvent:
     return dp_accounting.SelfComposedDpEvent(self.step_event(), self.steps)
+
+  def rdp(self, orders) -> np.ndarray:
+    if self.relation == "replace_one":
+      raise ConfigError("dp-accounting has no replace-one RDP analysis of Poisson sampling: "
+                        "account replace-one DP-SGD with the pld accountant.")
+    return super().rdp(orders)
 
   def batch_selection(self):
     """The jax-privacy batch selection strategy the trainer draws its batches with: exactly
@@ -376,8 +399,8 @@ class DpsgdSteps(Release):
 
   def describe(self) -> dict:
     return {**super().describe(), "sampling_probability": self.sampling_probability,
-            "noise_std": self.noise_std, "l2_sensitivity": self.norm_bound,
-            "neighbouring_relation": "add_or_remove_one", "privacy_unit": "example"}
+            "noise_std": self.noise_std, "l2_sensitivity": self.l2_sensitivity,
+            "privacy_unit": "example"}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -139,6 +139,28 @@ def batches(record: privacy.DpsgdSteps, num_examples: int, seed: int, multiple: 
           for b in strategy.batch_iterator(num_examples, rng=np.random.default_rng(seed))]
 
 
+def train_private(ctx, state: train_state.TrainState, x: np.ndarray, y: np.ndarray,
+                  record: privacy.DpsgdSteps, microbatch_size: int, fit: train.FitConfig,
+                  noise_key: jax.Array, batch_key: jax.Array, name: str):
+  """``record.steps`` DP-SGD steps of ``state`` on (x, y) with the record's batch selection,
+  clip norm and noise (resumable from the stage's checkpoints)."""
+  grad_fn = clipped_grad(_loss(state.apply_fn), l2_clip_norm=record.norm_bound,
+                         batch_argnums=(1, 2), microbatch_size=microbatch_size,
+                         return_values=True, return_grad_norms=True)
+  # The sum's sensitivity under the record's relation is what the record charges.
+  if not grad_fn.sensitivity(record.neighboring_relation) == record.l2_sensitivity:
+    raise ConfigError(f"jax-privacy states sensitivity {grad_fn.sensitivity(record.neighboring_relation)}"
+                      f" for the clipped sum, the ledger charges {record.l2_sensitivity}: refusing.")
+  step = jax.jit(functools.partial(dpsgd_step, grad_fn=grad_fn, noise_std=record.noise_std,
+                                   expected_batch=float(record.batch_size)), donate_argnums=0)
+  seed = int(jax.random.randint(batch_key, (), 0, 2 ** 31 - 1))
+  indices = batches(record, len(x), seed, microbatch_size)
+  x_dev, y_dev = jnp.asarray(x), jnp.asarray(y)
+  return train.run_steps(
+      state, lambda s, k: step(s, x_dev, y_dev, jnp.asarray(indices[int(s.step)]), k),
+      noise_key, fit, ctx.stage.checkpoint_dir, name, ctx.log)
+
+
 def run(ctx) -> dict:
   """Trains (or resumes) the DP-SGD model; returns its test accuracy, the noise and the ledger."""
   config, data = ctx.config, ctx.dataset
@@ -158,25 +180,12 @@ def run(ctx) -> dict:
   state = train_state.TrainState.create(
       apply_fn=model.apply, params=params,
       tx=optax.sgd(d.learning_rate, momentum=d.momentum or None))
-  grad_fn = clipped_grad(_loss(model.apply), l2_clip_norm=d.norm_bound, batch_argnums=(1, 2),
-                         microbatch_size=d.microbatch_size, return_values=True,
-                         return_grad_norms=True)
-  # The sum's sensitivity under the record's relation is what the record charges (C).
-  if not grad_fn.sensitivity(record.neighboring_relation) == record.norm_bound:
-    raise ConfigError(f"jax-privacy states sensitivity {grad_fn.sensitivity(record.neighboring_relation)}"
-                      f" for the clipped sum, the ledger charges {record.norm_bound}: refusing.")
-  step = jax.jit(functools.partial(dpsgd_step, grad_fn=grad_fn, noise_std=record.noise_std,
-                                   expected_batch=float(d.batch_size)), donate_argnums=0)
-  seed = int(jax.random.randint(batch_key, (), 0, 2 ** 31 - 1))
-  indices = batches(record, n, seed, d.microbatch_size)
-  x_dev, y_dev = jnp.asarray(x_train), jnp.asarray(data.y_train)
   fit = train.FitConfig(num_steps=d.num_steps, batch_size=d.batch_size,
                         learning_rate=d.learning_rate, checkpoint_every=config.checkpoint_every,
                         log_every=config.log_every)
   t0 = time.perf_counter()
-  state = train.run_steps(
-      state, lambda s, k: step(s, x_dev, y_dev, jnp.asarray(indices[int(s.step)]), k),
-      noise_key, fit, ctx.stage.checkpoint_dir, "dpsgd", ctx.log)
+  state = train_private(ctx, state, x_train, data.y_train, record, d.microbatch_size, fit,
+                        noise_key, batch_key, "dpsgd")
   train_seconds = time.perf_counter() - t0
   covered = (f"{d.num_steps} DP-SGD steps (noisy sums of clipped per-example gradients on "
              f"Poisson samples, q = {record.sampling_probability:.4g})")
@@ -197,3 +206,85 @@ def run(ctx) -> dict:
       "covered": covered,
       "privacy": ledger.to_json(p.delta),
   }
+
+
+# ---- DGD's private baseline (issue 19 part 2) ----------------------------------------------
+
+def baseline_releases(config, dataset_size: int | None = None) -> list[privacy.DpsgdSteps]:
+  """The planned DP-SGD record of DGD's baseline when ``config.baseline.dpsgd`` is set (the
+  ``private_baseline`` argument of dgd.py), else []. Replace-one neighbours, so it composes
+  with the teachers' label queries; ``dpsgd.noise=0`` calibrates the noise so that the
+  baseline and the fixed query plan together fit ``privacy.max_epsilon`` (one dp-accounting
+  composition under ``privacy.accountant``, PLD)."""
+  if "dpsgd" not in config.get("baseline", {}):
+    return []
+  b, d, p = config.baseline, config.baseline.dpsgd, config.privacy
+  if config.queries.get("plan", "fixed") != "fixed":
+    raise ConfigError("a private baseline (config.baseline.dpsgd) shares the budget with the "
+                      "label queries: set config.queries.plan='fixed' (the automatic plan "
+                      "spends the whole budget on queries).")
+  template = privacy.DpsgdSteps(d.noise or 1.0, d.batch_size, dataset_size or _dataset_size(config),
+                                b.num_steps, d.norm_bound, d.sampling, relation="replace_one")
+  if d.noise > 0:
+    return [template]
+  if p.max_epsilon <= 0:
+    raise ConfigError("config.baseline.dpsgd.noise=0 asks for the least noise within "
+                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
+  from dgd_jax.stages import queries  # pylint: disable=g-import-not-at-top  # queries imports us
+  q = queries.release(config)
+  return [template.with_noise(_noise_with(
+      (template.batch_size, template.dataset_size, template.steps, template.norm_bound),
+      (q.mechanism, q.noise_parameter, q.count), p.max_epsilon, p.delta, p.accountant))]
+
+
+@functools.lru_cache(maxsize=16)
+def _noise_with(steps: tuple, queries: tuple, target: float, delta: float,
+                accountant: str) -> float:
+  """The least baseline noise whose steps, composed with the fixed queries, fit ``target``."""
+  batch, size, count, norm = steps
+  template = privacy.DpsgdSteps(1.0, batch, size, count, norm, relation="replace_one")
+  mechanism, noise, num = queries
+  fixed = privacy.MECHANISMS[mechanism](noise, num)
+  alone = privacy.epsilon_of(fixed, delta, accountant)
+  if not alone < target:
+    raise ConfigError(f"the fixed label queries alone ({num} {mechanism}, noise {noise:g}) give "
+                      f"epsilon {alone:.4g} ({accountant}), leaving nothing of "
+                      f"privacy.max_epsilon={target:g} for the private baseline: fewer "
+                      "queries (config.queries.num_queries) or more noise.")
+  return privacy.min_noise(template, target, delta, accountant, rtol=1e-4, others=[fixed])
+
+
+def run_baseline(ctx) -> dict:
+  """DGD's baseline (the paper classifier the generator inverts) trained with DP-SGD on the
+  private set: Poisson batches, clipped per-example gradients, Gaussian noise, Adam on the
+  noisy mean (post-processing), the baseline block's schedule."""
+  from dgd_jax.stages import classifier, fit_config  # pylint: disable=g-import-not-at-top
+  config, data = ctx.config, ctx.dataset
+  [record] = baseline_releases(config, len(data.x_train))
+  model = classifier(config, data.num_classes)
+  init_key, train_key = jax.random.split(ctx.key("baseline"))
+  noise_key, batch_key = jax.random.split(train_key)
+  cfg = fit_config(config, "baseline")
+  state = train.create_train_state(model, train.optimizer(cfg), init_key, data.image_shape)
+  t0 = time.perf_counter()
+  state = train_private(ctx, state, data.x_train, data.y_train, record,
+                        config.baseline.dpsgd.microbatch_size, cfg, noise_key, batch_key,
+                        "baseline")
+  return {
+      "test_accuracy": train.accuracy(model.apply, state.params, data.x_test, data.y_test),
+      "num_params": sum(x.size for x in jax.tree.leaves(state.params)),
+      "train_seconds": time.perf_counter() - t0,
+      "num_steps": cfg.num_steps,
+      "noise_multiplier": record.noise_multiplier,
+      "privacy_unit": "example",
+      "release": record.describe(),  # what ran: the queries stage composes exactly this
+  }
+
+
+def recorded_baseline(results: dict) -> list[privacy.DpsgdSteps]:
+  """The DP-SGD record of the baseline that actually ran (``run_baseline``'s result), or []."""
+  r = results.get("baseline", {}).get("release")
+  if not r:
+    return []
+  return [privacy.DpsgdSteps(r["noise_multiplier"], r["batch_size"], r["dataset_size"],
+                             r["steps"], r["norm_bound"], r["sampling"], r["relation"])]
