@@ -35,6 +35,22 @@ PRIVACY_NOTES["dgd"] = (
     "baseline (trained on private data without noise), the generator trained against it, the "
     "synthetic set and the VAE carry no differential-privacy guarantee, and the student also "
     "learns from the synthetic set: none of them is covered.")
+PRIVACY_NOTES["dgd_private_baseline"] = (
+    "End-to-end accounted DGD (private baseline): the baseline is trained with DP-SGD "
+    "(replace-one neighbours) and its steps are composed with the teachers' noisy label answers "
+    "in one dp-accounting PLD, so the epsilon covers everything the student saw: the generator "
+    "trained against the private baseline, its synthetic data and the VAE are post-processing "
+    "(statistics matching, which reads private data, is off). The teachers are trained without "
+    "noise and must never be released.")
+
+
+def _note(config) -> str:
+  """The method's privacy note (DGD with a DP-SGD baseline has its own)."""
+  if config.method == "dgd" and "dpsgd" in config.get("baseline", {}):
+    return PRIVACY_NOTES["dgd_private_baseline"]
+  return PRIVACY_NOTES[config.method]
+
+
 STATISTICS_NOTE = (
     "generator.w_stats > 0: the generator also matches per-channel statistics of the "
     "baseline's activations on the private training set (computed without noise); like the "
@@ -83,7 +99,7 @@ def _privacy(config, results: dict) -> dict:
                              f"{stage['num_queries']} label queries of the teacher ensemble"
                              if "num_queries" in stage else
                              f"{stage['num_steps']} DPDFD steps (A_{{C,sigma}} releases)"),
-                 "not_covered": [PRIVACY_NOTES[config.method]] + p["not_covered"]
+                 "not_covered": [_note(config)] + p["not_covered"]
                                 + ([RAW_POOL_NOTE] if config.get("pool", {}).get("source")
                                    == "train" else [])
                                 + ([STATISTICS_NOTE] if config.get("generator", {}).get(
@@ -102,7 +118,7 @@ def build(config, results: dict) -> dict:
       "test_accuracy": headline.get("test_accuracy"),
       "baseline_accuracy": results.get("baseline", {}).get("test_accuracy"),
       "privacy": {"epsilon": None, "delta": None, "accountant": None,
-                  "note": PRIVACY_NOTES[config.method]},
+                  "note": _note(config)},
       **{name: results[name] for name in TOP_LEVEL if name in results},
       # Label diagnostics (not releases): what the label noise costs the student.
       **{k: stage[k] for stage in (results.get("student", {}), results.get("queries", {}))
@@ -116,7 +132,7 @@ def build(config, results: dict) -> dict:
   if PRIVACY_STAGE.get(config.method) in results:
     report.update(_privacy(config, results))
     report["privacy"] = {k: report[k] for k in ("epsilon", "delta", "accountant")}
-    report["privacy"]["note"] = PRIVACY_NOTES[config.method]
+    report["privacy"]["note"] = _note(config)
     unit = results[PRIVACY_STAGE[config.method]].get("privacy_unit")
     if unit:  # DPDFD: 'label' for direct training (label DP only), else 'example'
       report["privacy"]["unit"] = unit

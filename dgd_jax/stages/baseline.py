@@ -8,13 +8,15 @@ import time
 import jax
 
 from dgd_jax import train
-from dgd_jax.stages import classifier, fit_config
+from dgd_jax.stages import classifier, dpsgd, fit_config
 
 CONFIG_KEYS = ("seed", "dataset", "private_size", "model", "baseline")
 
 
 def run(ctx) -> dict:
   """Trains (or resumes) the baseline; returns its test accuracy and timing."""
+  if "dpsgd" in ctx.config.baseline:  # DGD's private baseline: DP-SGD, accounted
+    return dpsgd.run_baseline(ctx)
   config, data = ctx.config, ctx.dataset
   model = classifier(config, data.num_classes)
   init_key, train_key = jax.random.split(ctx.key("baseline"))

@@ -19,7 +19,7 @@ import numpy as np
 
 from dgd_jax import aggregation, ensemble, ldp, privacy, query_plan, train
 from dgd_jax.errors import ConfigError
-from dgd_jax.stages import classifier, fit_config, pool, teachers
+from dgd_jax.stages import classifier, dpsgd, fit_config, pool, teachers
 from dgd_jax.stages.generator import SYNTHETIC_LABELS
 from dgd_jax.workdir import load_array, save_array, save_arrays
 
@@ -96,7 +96,7 @@ def plan(config) -> privacy.EpsilonReport:
     raise ConfigError(f"config.queries.first_round={q.first_round}: least-confident selection "
                       "needs a first round of random queries, 0 < first_round < num_queries="
                       f"{q.num_queries}.")
-  ledger = privacy.PrivacyLedger([release(config)])
+  ledger = privacy.PrivacyLedger([*dpsgd.baseline_releases(config), release(config)])
   p = config.privacy
   # A data-dependent headline (PATE) is guarded by its data-independent counterpart.
   accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
@@ -148,6 +148,10 @@ def load_teachers(ctx):
 def run(ctx) -> dict:
   config = ctx.config
   plan(config)  # again here: a stage run on its own is guarded too
+  baseline = dpsgd.recorded_baseline(ctx.results)
+  if baseline and config.privacy.max_epsilon > 0:  # the baseline that ran (it may be reused)
+    privacy.PrivacyLedger([*baseline, release(config)]).check_budget(
+        config.privacy.max_epsilon, config.privacy.delta, config.privacy.accountant)
   x_pool = pool.load(ctx)
   plan_made = settings(config)
   num = plan_made.num_queries
@@ -195,9 +199,14 @@ def run(ctx) -> dict:
   save_arrays(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
               answered=answered)
   save_array(os.path.join(ctx.stage.path, VOTES), votes)
-  ledger = privacy.PrivacyLedger([release(config, votes, answered)])
-  plurality = np.argmax(votes, -1)
   local = {}
+  # With a private baseline, the DP-SGD steps that actually ran compose with the queries.
+  ledger = privacy.PrivacyLedger([*baseline, release(config, votes, answered)])
+  if baseline:
+    local["covered"] = (f"the private baseline's {baseline[0].steps} DP-SGD steps and the "
+                        f"{q.aggregator} answers to {num} label queries, composed (everything "
+                        "the student saw derives from these)")
+  plurality = np.argmax(votes, -1)
   if client == "ldp":  # the client side's own guarantee, per sample it sends
     local = {"ldp_local_epsilon": privacy.ldp_local_epsilon(
         config.ldp.sigma, int(np.prod(x_pool.shape[1:])), config.ldp.mu)}
