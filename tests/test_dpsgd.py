@@ -17,12 +17,15 @@ from jax_privacy import accounting as jp_accounting
 from jax_privacy import batch_selection
 
 from dgd_jax import pipeline, privacy
+from dgd_jax.configs import dgd as dgd_config_file
 from dgd_jax.configs import dpsgd as dpsgd_config_file
 from dgd_jax.data import load_dataset
 from dgd_jax.errors import ConfigError
 from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.models import scattering
 from dgd_jax.stages import dpsgd
+
+import tiny_configs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
@@ -297,3 +300,34 @@ def test_budget_guard(fashion_slice, tmp_path):
   config.dpsgd.noise = 0.0
   with pytest.raises(ConfigError, match="max_epsilon"):
     dpsgd.plan(config)
+
+
+# ---- issue 19 part 2: DGD with a DP-SGD baseline, one composed epsilon ------------------------
+
+@pytest.mark.slow  # a whole tiny DGD up to the queries: about a minute alone, more when shared
+def test_dgd_private_baseline_composes_baseline_and_queries(npz_file, tmp_path):
+
+
+  config = tiny_configs.dgd(npz_file)
+  private = dgd_config_file.get_config(f"npz:{npz_file},cpu,private_baseline")
+  config.baseline.dpsgd = private.baseline.dpsgd
+  config.baseline.dpsgd.update(batch_size=64, microbatch_size=128)
+  config.generator.w_stats = 0.0
+  config.privacy.accountant = "pld"
+  config.queries.update(aggregator="gnmax", noise_scale=40.0, num_queries=50)
+  assert private.generator.w_stats == 0.0 and private.queries.plan == "fixed"
+  report = pipeline.run(config, str(tmp_path / "dgd"), stages=("queries",))
+  stage = report["stages"]["queries"]
+  kinds = [r["mechanism"] for r in stage["privacy"]["releases"]]
+  assert kinds == ["dpsgd", "gnmax"]
+  assert stage["privacy"]["releases"][0]["relation"] == "replace_one"
+  baseline = report["stages"]["baseline"]
+  record = privacy.DpsgdSteps(baseline["noise_multiplier"], 64, 512, config.baseline.num_steps,
+                              1.0, relation="replace_one")
+  composed = privacy.PrivacyLedger([record, privacy.GNMaxQueries(40.0, 50)])
+  assert report["epsilon"] == pytest.approx(composed.epsilon(1e-5, "pld").epsilon, rel=1e-9)
+  assert report["epsilon"] <= config.privacy.max_epsilon
+  assert report["epsilon"] == pytest.approx(config.privacy.max_epsilon, rel=1e-3)  # calibrated
+  assert "rdp" not in report["epsilons"]
+  assert "everything the student saw" in report["privacy"]["note"]
+  assert "DP-SGD steps" in report["covers"]["covered"]
