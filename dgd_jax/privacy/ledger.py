@@ -102,8 +102,9 @@ NOT_COVERED = {
         + dpdfd.DIRECT_LABEL_DP + ". Relation 'theorem3' is " + dpdfd.THEOREM3_CONDITIONS + "."),
     "dpsgd": (
         "Covers the DP-SGD training steps: every step's noisy sum of clipped per-example "
-        "gradients (clip norm C, noise std sigma C) on a Poisson sample, neighbours add/remove-one "
-        "example; the released model and everything computed from it are post-processing. "
+        "gradients (clip norm C, noise std sigma C) on a Poisson sample, for the neighbours each "
+        "record states (add/remove-one for the dpsgd method, replace-one for DGD's private "
+        "baseline); the model and everything computed from it are post-processing. "
         "Not covered: hyper-parameter tuning (the learning rate, clip norm, batch size, epochs "
         "and model were chosen by looking at test accuracy on runs over the same private data), "
         "and the test-set evaluation. The ScatterNet features are a fixed, data-independent "
