@@ -119,8 +119,9 @@ def _link_stages(config, workdir: str, point: str, reuse: Sequence[str]) -> None
 def planned_epsilons(config) -> dict[str, float]:
   """The data-independent epsilon of the planned label queries (DP-SGD: steps) under every
   accountant."""
-  ledger = privacy.PrivacyLedger([dpsgd.release(config, dpsgd.noise_multiplier(config))
-                                  if config.method == "dpsgd" else queries.release(config)])
+  ledger = privacy.PrivacyLedger(
+      [dpsgd.release(config, dpsgd.noise_multiplier(config))] if config.method == "dpsgd" else
+      [*dpsgd.baseline_releases(config), queries.release(config)])  # DGD: a private baseline too
   return {k: r.epsilon for k, r in
           ledger.epsilons(config.privacy.delta, data_dependent=False).items()}
 
