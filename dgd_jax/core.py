@@ -73,11 +73,15 @@ class Method:
 
   name: str
   stages: tuple[str, ...]
-  # What the method's epsilon covers and what it does not (report.json's privacy note).
-  privacy_note: str
+  # What the method's epsilon covers and what it does not (report.json's privacy note), or
+  # a function of the config where that depends on it (DGD's private baseline).
+  privacy_note: str | Callable[[Config], str]
   # The releases the epsilon covers, in one line: a format string over the privacy stage's
-  # result, e.g. "{num_steps} DPDFD steps".
+  # result, e.g. "{num_steps} DPDFD steps" (a result's own "covered" line takes precedence).
   covers: str = ""
+
+  def note(self, config: Config) -> str:
+    return self.privacy_note(config) if callable(self.privacy_note) else self.privacy_note
   # The stage whose ``test_accuracy`` is the method's headline (None: no headline).
   headline_stage: str | None = None
   # The stage whose result holds the method's privacy ledger (None: no DP release).

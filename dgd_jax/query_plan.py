@@ -20,6 +20,7 @@ sigma 20 (58.7%); Q * kappa^2 would have chosen sigma 60, Q * kappa^4 chooses si
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -115,3 +116,57 @@ def choose(num_teachers: int, num_classes: int, target_epsilon: float, delta: fl
                       f"{num_teachers} teachers: even one query at the largest noise exceeds "
                       "it; raise privacy.max_epsilon or use more teachers.")
   return max(found, key=lambda c: (c.clean_equivalent, -c.num_queries)), found
+
+
+# The plan a config makes, and its ledger record.
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """The query plan a run makes: from the config (``queries.plan='fixed'``) or chosen by
+  ``choose`` for the target epsilon (``'auto'``)."""
+
+  aggregator: str
+  noise_scale: float
+  num_queries: int
+  threshold: float = 0.0
+  sigma1: float = 0.0
+  selection: str = "random"
+  first_round: int = 0
+  chosen: tuple = ()  # 'auto': (best, candidates) as JSON-able dicts
+
+
+@functools.lru_cache(maxsize=32)
+def _choose(n, k, eps, delta, consensus, cap, accountant):
+  best, found = choose(n, k, eps, delta, consensus, cap, accountant)
+  return best, tuple(found)
+
+
+def settings(config) -> Settings:
+  q, p = config.queries, config.privacy
+  fixed = Settings(q.aggregator, q.noise_scale, q.num_queries, q.threshold, q.sigma1,
+                   q.selection, q.first_round)
+  if q.get("plan", "fixed") == "fixed":
+    return fixed
+  if q.plan != "auto":
+    raise ConfigError(f"config.queries.plan={q.plan!r}; use 'fixed' (the config's aggregator, "
+                      "noise and count) or 'auto' (chosen for privacy.max_epsilon).")
+  if not p.max_epsilon > 0:
+    raise ConfigError("config.queries.plan='auto' chooses the plan for a target epsilon: set "
+                      "config.privacy.max_epsilon > 0.")
+  accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
+  best, found = _choose(config.num_teachers, q.num_classes, p.max_epsilon, p.delta,
+                        q.assumed_consensus, q.num_queries, accountant)
+  return dataclasses.replace(
+      fixed, aggregator=best.aggregator, noise_scale=best.noise_scale,
+      num_queries=best.num_queries, chosen=(best.to_json(), [c.to_json() for c in found]))
+
+
+def release(config, votes=None, answered=None) -> privacy.Release:
+  """The ledger record of the planned (or, with votes, the made) label queries."""
+  q = settings(config)
+  if q.aggregator == "lnmax":
+    return privacy.LNMaxQueries(q.noise_scale, q.num_queries, votes)
+  if q.aggregator == "gnmax":
+    return privacy.GNMaxQueries(q.noise_scale, q.num_queries, votes)
+  return privacy.ConfidentGNMaxQueries(q.threshold, q.sigma1, q.noise_scale, q.num_queries,
+                                       answered, votes)

@@ -43,8 +43,8 @@ def _privacy(config, results: dict) -> dict:
       "epsilons_data_dependent": {k: p["epsilons"][k] for k in p["data_dependent_accountants"]},
       # The LDP client's own (local, pure) epsilon per sample it sends, where there is one.
       "ldp_local_epsilon": stage.get("ldp_local_epsilon"),
-      "covers": {"covered": method.covers.format(**stage),
-                 "not_covered": [method.privacy_note]
+      "covers": {"covered": stage.get("covered") or method.covers.format(**stage),
+                 "not_covered": [method.note(config)]
                                 # the warning belongs to a data-dependent headline only
                                 + [n for n in p["not_covered"]
                                    if data_dependent or n != DATA_DEPENDENT_WARNING]
@@ -67,7 +67,7 @@ def build(config, results: dict) -> dict:
       "test_accuracy": headline.get("test_accuracy"),
       "baseline_accuracy": results.get("baseline", {}).get("test_accuracy"),
       "privacy": {"epsilon": None, "delta": None, "accountant": None,
-                  "note": method.privacy_note},
+                  "note": method.note(config)},
       **{name: results[name] for name in TOP_LEVEL if name in results},
       # Label diagnostics (not releases): what the label noise costs the student.
       **{k: stage[k] for stage in (results.get("student", {}), results.get("queries", {}))
@@ -81,7 +81,7 @@ def build(config, results: dict) -> dict:
   if method.privacy_stage in results:
     report.update(_privacy(config, results))
     report["privacy"] = {k: report[k] for k in ("epsilon", "delta", "accountant")}
-    report["privacy"]["note"] = method.privacy_note
+    report["privacy"]["note"] = method.note(config)
     unit = results[method.privacy_stage].get("privacy_unit")
     if unit:  # DPDFD: 'label' for direct training (label DP only), else 'example'
       report["privacy"]["unit"] = unit

@@ -16,6 +16,7 @@ import dgd_jax
 from dgd_jax import methods, pipeline, privacy, sweep
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.configs import dpdfd as dpdfd_config
+from dgd_jax.configs import dpsgd as dpsgd_config
 from dgd_jax.configs import ldp as ldp_config
 from dgd_jax.configs import teacher_sweep as teacher_sweep_config
 from dgd_jax.configs import teachers as teachers_config
@@ -109,6 +110,8 @@ def test_config_slices_include_the_inputs_slices(npz_file):
 def _all_method_configs(npz_file):
   teachers = teachers_config.get_config(f"npz:{npz_file},cpu")
   teachers.num_teachers = 4
+  dpsgd = dpsgd_config.get_config(f"npz:{npz_file},eps3")
+  dpsgd.dpsgd.batch_size = 128  # of the fixture's 512 examples
   return {
       "baseline": baseline_config.get_config(f"npz:{npz_file},cpu"),
       "teachers": teachers,
@@ -117,6 +120,7 @@ def _all_method_configs(npz_file):
       "pate": tiny_configs.pate(npz_file),
       "dpdfd": dpdfd_config.get_config(f"npz:{npz_file},cpu,direct"),
       "ldp": ldp_config.get_config(f"npz:{npz_file},cpu"),
+      "dpsgd": dpsgd,
   }
 
 

@@ -22,19 +22,20 @@ Confident-GNMax's answered queries) are flagged and never used for budgets. Ever
 host-side NumPy: nothing runs on a device.
 CLI planner: ``python -m dgd_jax.privacy --help``.
 """
-from dgd_jax.privacy.calibrate import epsilon_of, max_queries, min_noise
+from dgd_jax.privacy.calibrate import dpsgd_noise_multiplier, epsilon_of, max_queries, min_noise
 from dgd_jax.privacy.conversion import (DEFAULT_MOMENT_ORDERS, DEFAULT_RDP_ORDERS,
                                         classic_epsilon, improved_epsilon, moments_epsilon)
 from dgd_jax.privacy.ledger import (ACCOUNTANTS, DATA_DEPENDENT_ONLY, DATA_DEPENDENT_WARNING,
                                     EpsilonReport, PrivacyLedger)
 from dgd_jax.privacy.local import ldp_local_epsilon, vae_latent_epsilon, vae_latent_noise_scale
-from dgd_jax.privacy.releases import (MECHANISMS, ConfidentGNMaxQueries, DpdfdSteps,
+from dgd_jax.privacy.releases import (MECHANISMS, ConfidentGNMaxQueries, DpdfdSteps, DpsgdSteps,
                                       GNMaxQueries, LNMaxQueries, PureDpRelease, Release)
 
 __all__ = [
     "ACCOUNTANTS", "DATA_DEPENDENT_ONLY", "DATA_DEPENDENT_WARNING", "DEFAULT_MOMENT_ORDERS",
-    "DEFAULT_RDP_ORDERS", "MECHANISMS", "ConfidentGNMaxQueries", "DpdfdSteps", "EpsilonReport",
+    "DEFAULT_RDP_ORDERS", "MECHANISMS", "ConfidentGNMaxQueries", "DpdfdSteps", "DpsgdSteps",
+    "EpsilonReport",
     "GNMaxQueries", "LNMaxQueries", "PrivacyLedger", "PureDpRelease", "Release", "classic_epsilon",
-    "epsilon_of", "improved_epsilon", "ldp_local_epsilon", "max_queries", "min_noise",
+    "dpsgd_noise_multiplier", "epsilon_of", "improved_epsilon", "ldp_local_epsilon", "max_queries", "min_noise",
     "moments_epsilon", "vae_latent_epsilon", "vae_latent_noise_scale",
 ]

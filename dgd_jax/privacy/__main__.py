@@ -10,6 +10,8 @@ r"""Privacy planner: epsilon of planned (or recorded) teacher queries under ever
   python -m dgd_jax.privacy --mechanism=dpdfd --noise_convention=multiplier --norm_bound=1e-3 \
       --batch_size=64 --queries=1500 --num_teachers=250 --dpdfd_relation=disjoint_teachers \
       --teachers_disjoint --target_epsilon=10
+  python -m dgd_jax.privacy --mechanism=dpsgd --noise_scale=3.65 --batch_size=8192 \
+      --dataset_size=60000 --steps=293 [--sampling=poisson] --delta=1e-5 [--target_epsilon=3] --json
 
 ``--target_epsilon`` calibrates: without ``--queries`` it gives the most queries (DPDFD: steps)
 that fit, without the noise parameter the least noise; ``--vae_eps1`` counts towards the target.
@@ -31,7 +33,13 @@ _MECHANISM = flags.DEFINE_string(
     "mechanism", None, f"One of {', '.join(releases.MECHANISMS)}.")
 _NOISE_SCALE = flags.DEFINE_float(
     "noise_scale", None, "lnmax: Laplace scale b (= 1/gamma = 2/eps0); gnmax: Gaussian sigma; "
-    "dpdfd: sigma in --noise_convention.")
+    "dpdfd: sigma in --noise_convention; dpsgd: the noise multiplier sigma (noise std sigma C on "
+    "the sum of clipped gradients).")
+_STEPS = flags.DEFINE_integer(
+    "steps", None, "dpsgd: training steps T (each a Poisson sample of expected size "
+    "--batch_size from --dataset_size examples).")
+_SAMPLING = flags.DEFINE_string(
+    "sampling", "poisson", "dpsgd: batch selection; the accountant supports 'poisson' only.")
 _THRESHOLD = flags.DEFINE_float("threshold", None, "confident_gnmax: vote threshold T.")
 _SIGMA1 = flags.DEFINE_float("sigma1", None, "confident_gnmax: threshold-step noise std.")
 _SIGMA2 = flags.DEFINE_float("sigma2", None, "confident_gnmax: answer (GNMax) noise std.")
@@ -56,8 +64,11 @@ _ACCOUNTANT = flags.DEFINE_string(
     f"{', '.join(ledger.ACCOUNTANTS)}.")
 _MAX_EPSILON = flags.DEFINE_float(
     "max_epsilon", None, "Refuse (exit 1) if the planned epsilon under --accountant exceeds this.")
-_NORM_BOUND = flags.DEFINE_float("norm_bound", None, "dpdfd: gradient norm bound C.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", None, "dpdfd: synthetic batch size B.")
+_NORM_BOUND = flags.DEFINE_float(
+    "norm_bound", None, "dpdfd: gradient norm bound C; dpsgd: clip norm C (default 1; it scales "
+    "the noise std, not the epsilon).")
+_BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size", None, "dpdfd: synthetic batch size B; dpsgd: expected Poisson batch size.")
 _NUM_TEACHERS = flags.DEFINE_integer("num_teachers", 1, "dpdfd: number of teachers n.")
 _NOISE_CONVENTION = flags.DEFINE_string(
     "noise_convention", None, "dpdfd (required): 'multiplier' (noise std = sigma * C, Eq. 4) or "
@@ -74,8 +85,8 @@ _TEACHERS_DISJOINT = flags.DEFINE_bool(
     "teachers_disjoint", False, "dpdfd: the n teachers are trained on pairwise disjoint shards "
     "(required by --dpdfd_relation=disjoint_teachers).")
 _DATASET_SIZE = flags.DEFINE_integer(
-    "dataset_size", None, "dpdfd with --dpdfd_relation=direct: N, the private examples each step "
-    "samples B from.")
+    "dataset_size", None, "dpdfd with --dpdfd_relation=direct, and dpsgd: N, the private examples "
+    "each step samples B from.")
 _NORMALIZATION = flags.DEFINE_string(
     "dpdfd_normalization", dpdfd.DEFAULT_NORMALIZATION, "dpdfd: 'per_sample' (C g_i / (||g_i|| + "
     "e); default, valid for both) or 'batch' (C g_i / (||g||_2 + e), the whole batch's gradient "
@@ -113,6 +124,11 @@ def _describe(release: releases.Release) -> str:
     return (f"confident_gnmax, {release.queries} queries{answered}, "
             f"threshold = {release.threshold:g}, sigma1 = {release.sigma1:g}, "
             f"sigma2 = {release.sigma2:g}")
+  if isinstance(release, releases.DpsgdSteps):
+    return (f"dpsgd, {release.steps} steps, noise multiplier {release.noise_multiplier:g}, "
+            f"Poisson sampling q = {release.batch_size} / {release.dataset_size} = "
+            f"{release.sampling_probability:.6g}, clip norm C = {release.norm_bound:g} (noise std "
+            f"{release.noise_std:.6g}), add/remove-one neighbours")
   return (f"dpdfd, {release.steps} steps, sigma = {release.noise:g} as {release.noise_convention} "
           f"(noise std {release.noise_std:.6g}), C = {release.norm_bound:g}, "
           f"B = {release.batch_size}, n = {release.num_teachers}, relation {release.relation}, "
@@ -127,13 +143,20 @@ def _plan(mechanism: str) -> tuple[releases.Release, dict]:
   answered = (_load(_ANSWERED_MASK.value, "answered mask") if _ANSWERED_MASK.value
               else _ANSWERED.value)
   noise = _SIGMA2.value if mechanism == "confident_gnmax" else _NOISE_SCALE.value
-  params = dict(queries=_QUERIES.value, noise_scale=_NOISE_SCALE.value,
+  count = _QUERIES.value
+  if mechanism == "dpsgd":
+    if _QUERIES.value is not None:
+      raise ConfigError("dpsgd counts training steps: pass --steps, not --queries.")
+    count = _STEPS.value
+  elif _STEPS.value is not None:
+    raise ConfigError(f"--steps is for --mechanism=dpsgd; {mechanism} counts --queries.")
+  params = dict(queries=count, noise_scale=_NOISE_SCALE.value,
                 threshold=_THRESHOLD.value, sigma1=_SIGMA1.value, sigma2=_SIGMA2.value,
                 votes=votes, answered=answered, norm_bound=_NORM_BOUND.value,
                 batch_size=_BATCH_SIZE.value, num_teachers=_NUM_TEACHERS.value,
                 noise_convention=_NOISE_CONVENTION.value, relation=_RELATION.value,
                 normalization=_NORMALIZATION.value, teachers_disjoint=_TEACHERS_DISJOINT.value,
-                dataset_size=_DATASET_SIZE.value)
+                dataset_size=_DATASET_SIZE.value, sampling=_SAMPLING.value)
   if _TARGET.value is None:
     return releases.build_release(mechanism, **params), {}
   if votes is not None:
@@ -145,7 +168,7 @@ def _plan(mechanism: str) -> tuple[releases.Release, dict]:
                       "it to calibrate, or pass --queries without --target_epsilon to see the "
                       "run's realised cost.")
   kwargs = dict(moment_orders=_moment_orders(), others=_pure_terms())
-  if _QUERIES.value is None:
+  if count is None:
     template = releases.build_release(mechanism, **{**params, "queries": 1})
     n = calibrate.max_queries(template, _TARGET.value, _DELTA.value, _ACCOUNTANT.value, **kwargs)
     if n == 0:
@@ -163,12 +186,16 @@ def _plan(mechanism: str) -> tuple[releases.Release, dict]:
     return template.with_count(n), calibration
   if noise is None:
     template = releases.build_release(mechanism, **{**params, _noise_name(mechanism): 1.0})
-    x = calibrate.min_noise(template, _TARGET.value, _DELTA.value, _ACCOUNTANT.value, **kwargs)
+    if mechanism == "dpsgd" and not kwargs["others"]:  # jax-privacy's calibration
+      x = calibrate.dpsgd_noise_multiplier(template, _TARGET.value, _DELTA.value,
+                                           _ACCOUNTANT.value)
+    else:
+      x = calibrate.min_noise(template, _TARGET.value, _DELTA.value, _ACCOUNTANT.value, **kwargs)
     calibration = {"solve_for": template.noise_field, "target_epsilon": _TARGET.value,
                    "accountant": _ACCOUNTANT.value, "min_noise": x}
     return template.with_noise(x), calibration
-  raise ConfigError(f"--target_epsilon solves for --queries or --{_noise_name(mechanism)}: leave "
-                    "one of them unset.")
+  raise ConfigError(f"--target_epsilon solves for --{'steps' if mechanism == 'dpsgd' else 'queries'}"
+                    f" or --{_noise_name(mechanism)}: leave one of them unset.")
 
 
 def _pure_terms() -> list[releases.PureDpRelease]:
@@ -211,7 +238,8 @@ def run() -> str:
     budget = book.check_budget(_MAX_EPSILON.value, delta, accountant)
   summary = book.to_json(delta)
   if _JSON.value:
-    out = {"mechanism": mechanism, "queries": release.count, **summary}
+    count = "steps" if mechanism == "dpsgd" else "queries"  # DPDFD's steps stay "queries"
+    out = {"mechanism": mechanism, count: release.count, **summary}
     if calibration:
       out["calibration"] = calibration
     if budget is not None:

@@ -17,7 +17,7 @@ from typing import Iterable
 from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import checks
 from dgd_jax.privacy.ledger import PrivacyLedger
-from dgd_jax.privacy.releases import PureDpRelease, Release
+from dgd_jax.privacy.releases import DpsgdSteps, PureDpRelease, Release
 
 MAX_COUNT = 10 ** 9
 
@@ -112,3 +112,34 @@ def min_noise(release: Release, target_epsilon: float, delta: float, accountant:
     mid = math.sqrt(low * high)
     low, high = (low, mid) if fits(mid) else (mid, high)
   return high
+
+
+def dpsgd_noise_multiplier(release: "DpsgdSteps", target_epsilon: float, delta: float,
+                           accountant: str = "rdp") -> float:
+  """DP-SGD's noise multiplier for ``target_epsilon``: jax-privacy's calibration
+  (``accounting.calibrate_noise_multiplier`` with its DP-SGD accountant on the same Poisson
+  events, RDP on the ledger's orders or PLD), then raised by 1e-6 relative steps until the ledger's
+  ``accountant`` confirms epsilon <= target, so the budget guard accepts the result."""
+  from jax_privacy import accounting as jp_accounting  # pylint: disable=g-import-not-at-top
+  from dgd_jax.privacy import events  # pylint: disable=g-import-not-at-top
+  release = _template(release)
+  target = checks.positive("target_epsilon", target_epsilon)
+  delta = checks.delta(delta)
+  configs = {"rdp": lambda: jp_accounting.RdpAccountantConfig(
+                 orders=list(PrivacyLedger().orders)),
+             "pld": lambda: jp_accounting.PldAccountantConfig(
+                 value_discretization_interval=events.PLD_INTERVAL)}
+  if accountant not in configs:
+    raise ConfigError(f"accountant={accountant!r}: DP-SGD is calibrated under {tuple(configs)}; "
+                      "set config.privacy.accountant (or --accountant) to one of them.")
+  noise = jp_accounting.calibrate_noise_multiplier(
+      target_epsilon=target, accountant=jp_accounting.DpsgdTrainingAccountant(
+          configs[accountant]()),
+      batch_sizes=release.batch_size, num_updates=release.steps,
+      num_samples=release.dataset_size, target_delta=delta, tol=1e-6)
+  for _ in range(10_000):
+    if epsilon_of(release.with_noise(noise), delta, accountant) <= target:
+      return float(noise)
+    noise *= 1.0 + 1e-6
+  raise ConfigError(f"jax-privacy's calibration gave noise {noise:g}, above epsilon {target:g} "
+                    f"under the ledger's {accountant}: the two accountants disagree; report it.")

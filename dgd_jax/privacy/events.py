@@ -139,11 +139,23 @@ def sampled_wor_gaussian_rdp(event: dp_accounting.SampledWithoutReplacementDpEve
                    for o in lam])
 
 
+def poisson_gaussian_rdp(event: dp_accounting.PoissonSampledDpEvent, orders) -> np.ndarray:
+  """RDP of a Gaussian on a Poisson sample with probability q, add/remove-one (Mironov, Talwar &
+  Zhang 2019), by the function dp-accounting's ``RdpAccountant`` uses."""
+  if not isinstance(event.event, dp_accounting.GaussianDpEvent):
+    raise ValueError(f"no RDP curve for {event!r}")
+  lam = checks.orders("orders", orders, minimum=1.0)
+  return np.asarray(dp_rdp_accountant._compute_rdp_poisson_subsampled_gaussian(  # pylint: disable=protected-access
+      event.sampling_probability, event.event.noise_multiplier, lam), dtype=np.float64)
+
+
 def rdp_curve(event: dp_accounting.DpEvent, orders) -> np.ndarray:
   """Per-order RDP of a (composed) Laplace/Gaussian/sampled-Gaussian event, summed over its
   compositions."""
   if isinstance(event, dp_accounting.SampledWithoutReplacementDpEvent):
     return sampled_wor_gaussian_rdp(event, orders)
+  if isinstance(event, dp_accounting.PoissonSampledDpEvent):
+    return poisson_gaussian_rdp(event, orders)
   if isinstance(event, dp_accounting.SelfComposedDpEvent):
     return event.count * rdp_curve(event.event, orders)
   if isinstance(event, dp_accounting.ComposedDpEvent):

@@ -26,6 +26,8 @@ class Release:
   mechanism: ClassVar[str]
   noise_field: ClassVar[str]  # the parameter ``with_noise`` sets (calibration)
   count_field: ClassVar[str]  # the parameter ``with_count`` sets (calibration)
+  # The neighbouring relation the record's event is stated under (``events``).
+  neighboring_relation: ClassVar = dp_accounting.NeighboringRelation.REPLACE_ONE
   votes = None
 
   @property
@@ -303,6 +305,104 @@ class DpdfdSteps(Release):
     return out
 
 
+# Batch selections a DP-SGD record can be accounted for; anything else is refused.
+DPSGD_SAMPLINGS = ("poisson",)
+DPSGD_RELATIONS = {"add_or_remove_one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                   "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DpsgdSteps(Release):
+  """``steps`` DP-SGD steps (Abadi et al. 2016). Each step Poisson-samples the private set (every
+  example independently with probability q = ``batch_size`` / ``dataset_size``; ``batch_size`` is
+  the expected batch size), and releases the sum of the sampled examples' gradients, each clipped
+  to L2 norm ``norm_bound`` C, plus N(0, (``noise_multiplier`` C)^2 I).
+
+  Neighbours (``relation``): 'add_or_remove_one' (default: one example added or removed; the
+  sum's L2 sensitivity is C) or 'replace_one' (one example substituted, as the teacher-vote
+  records are stated, so that DGD's private baseline composes with its label queries). Either
+  way each step is ``PoissonSampledDpEvent(q, GaussianDpEvent(noise_multiplier))`` with the
+  multiplier per example contribution (std / C); dp-accounting's accountant of that relation
+  does the rest (under replace-one a sampled step can move the sum by 2C: PLD only, since
+  dp-accounting's RDP has no replace-one Poisson analysis). The sampling the trainer performs
+  is ``batch_selection()``: the same q, the same number of steps."""
+
+  noise_multiplier: float
+  batch_size: int
+  dataset_size: int
+  steps: int
+  norm_bound: float = 1.0
+  sampling: str = "poisson"
+  relation: str = "add_or_remove_one"
+
+  mechanism: ClassVar[str] = "dpsgd"
+  noise_field: ClassVar[str] = "noise_multiplier"
+  count_field: ClassVar[str] = "steps"
+
+  @property
+  def neighboring_relation(self) -> dp_accounting.NeighboringRelation:
+    return DPSGD_RELATIONS[self.relation]
+
+  def __post_init__(self):
+    object.__setattr__(self, "noise_multiplier",
+                       checks.positive("noise_multiplier (DP-SGD sigma)", self.noise_multiplier))
+    object.__setattr__(self, "norm_bound", checks.positive("norm_bound (clip norm C)",
+                                                           self.norm_bound))
+    object.__setattr__(self, "steps", checks.count("steps", self.steps))
+    object.__setattr__(self, "dataset_size", checks.count("dataset_size", self.dataset_size))
+    object.__setattr__(self, "batch_size", checks.count("batch_size", self.batch_size))
+    if self.batch_size > self.dataset_size:
+      raise ConfigError(f"batch_size={self.batch_size} exceeds dataset_size={self.dataset_size}: "
+                        "the expected Poisson batch is q N with q <= 1; lower the batch size.")
+    if self.sampling not in DPSGD_SAMPLINGS:
+      raise ConfigError(f"sampling={self.sampling!r}: the DP-SGD accountant here supports "
+                        f"{DPSGD_SAMPLINGS} only (Poisson sampling, PoissonSampledDpEvent); use "
+                        "--sampling=poisson.")
+    if self.relation not in DPSGD_RELATIONS:
+      raise ConfigError(f"relation={self.relation!r}: use one of {tuple(DPSGD_RELATIONS)}.")
+
+  @property
+  def sampling_probability(self) -> float:
+    """q = expected batch size / dataset size."""
+    return self.batch_size / self.dataset_size
+
+  @property
+  def noise_std(self) -> float:
+    """The absolute std of the noise on the sum of clipped gradients, noise_multiplier * C."""
+    return self.noise_multiplier * self.norm_bound
+
+  @property
+  def l2_sensitivity(self) -> float:
+    """How far one neighbour moves a step's clipped sum: C (add/remove), 2C (replace-one)."""
+    return self.norm_bound * (2 if self.relation == "replace_one" else 1)
+
+  def step_event(self) -> dp_accounting.DpEvent:
+    # One step: the Poisson-subsampled Gaussian mechanism (Abadi et al. 2016, Alg. 1).
+    return dp_accounting.PoissonSampledDpEvent(
+        self.sampling_probability, dp_accounting.GaussianDpEvent(self.noise_multiplier))
+
+  def event(self) -> dp_accounting.DpEvent:
+    return dp_accounting.SelfComposedDpEvent(self.step_event(), self.steps)
+
+  def rdp(self, orders) -> np.ndarray:
+    if self.relation == "replace_one":
+      raise ConfigError("dp-accounting has no replace-one RDP analysis of Poisson sampling: "
+                        "account replace-one DP-SGD with the pld accountant.")
+    return super().rdp(orders)
+
+  def batch_selection(self):
+    """The jax-privacy batch selection strategy the trainer draws its batches with: exactly
+    the sampling ``event`` assumes (standard Poisson: no cycles, no truncation)."""
+    from jax_privacy import batch_selection  # pylint: disable=g-import-not-at-top
+    return batch_selection.CyclicPoissonSampling(sampling_prob=self.sampling_probability,
+                                                 iterations=self.steps)
+
+  def describe(self) -> dict:
+    return {**super().describe(), "sampling_probability": self.sampling_probability,
+            "noise_std": self.noise_std, "l2_sensitivity": self.l2_sensitivity,
+            "privacy_unit": "example"}
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class PureDpRelease(Release):
   """A pure-DP term composed by adding its epsilon (basic composition), e.g. DGD's VAE latent
@@ -322,7 +422,7 @@ class PureDpRelease(Release):
 
 
 MECHANISMS = {cls.mechanism: cls for cls in (LNMaxQueries, GNMaxQueries, ConfidentGNMaxQueries,
-                                             DpdfdSteps)}
+                                             DpdfdSteps, DpsgdSteps)}
 
 
 def _need(mechanism: str, **values) -> None:
@@ -339,9 +439,11 @@ def build_release(mechanism: str, *, queries: int | None, noise_scale: float | N
                   num_teachers: int = 1, noise_convention: str | None = None,
                   relation: str = dpdfd.DEFAULT_RELATION,
                   normalization: str = dpdfd.DEFAULT_NORMALIZATION,
-                  teachers_disjoint: bool = False, dataset_size: int | None = None) -> Release:
+                  teachers_disjoint: bool = False, dataset_size: int | None = None,
+                  sampling: str = "poisson") -> Release:
   """One release record from planner-style parameters (``noise_scale`` is Laplace b for lnmax,
-  the Gaussian sigma for gnmax and DPDFD's sigma for dpdfd; ``queries`` is DPDFD's steps T)."""
+  the Gaussian sigma for gnmax, DPDFD's sigma for dpdfd and the noise multiplier for dpsgd;
+  ``queries`` is DPDFD's and DP-SGD's steps T)."""
   checks.choice("mechanism", mechanism, tuple(MECHANISMS))
   if votes is not None:
     votes = checks.votes(votes, queries)
@@ -356,7 +458,12 @@ def build_release(mechanism: str, *, queries: int | None, noise_scale: float | N
     _need(mechanism, threshold=threshold, sigma1=sigma1, sigma2=sigma2, queries=queries)
     return ConfidentGNMaxQueries(threshold, sigma1, sigma2, queries, answered, votes)
   if votes is not None:
-    raise ConfigError("dpdfd has no vote histograms: drop --votes.")
+    raise ConfigError(f"{mechanism} has no vote histograms: drop --votes.")
+  if mechanism == "dpsgd":
+    _need(mechanism, noise_scale=noise_scale, steps=queries, batch_size=batch_size,
+          dataset_size=dataset_size)
+    return DpsgdSteps(noise_scale, batch_size, dataset_size, queries,
+                      norm_bound=1.0 if norm_bound is None else norm_bound, sampling=sampling)
   _need(mechanism, noise_scale=noise_scale, queries=queries, norm_bound=norm_bound,
         batch_size=batch_size, noise_convention=noise_convention)
   if relation == "direct":

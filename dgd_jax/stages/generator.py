@@ -63,7 +63,8 @@ def run(ctx: Context) -> dict:
   seconds = time.perf_counter() - t0
 
   num = g.num_synthetic or len(data.x_train)  # DGD IV-A: as many as the private set
-  x_syn = generative.generate(state, sample_key, int(num * g.oversample), g.batch_size, g.latent_dim)
+  x_syn = generative.generate(state, sample_key, int(num * g.oversample), g.batch_size,
+                              g.latent_dim)
   logits = train.logits(baseline.apply, baseline_params, x_syn)
   if g.oversample > 1:  # keep the samples the baseline labels confidently and stably
     shifted = np.asarray(augment.translate(jax.random.fold_in(sample_key, 1), x_syn, 2))

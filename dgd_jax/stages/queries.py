@@ -10,16 +10,15 @@ refused.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import aggregation, artefacts, ensemble, ldp, pool, privacy, query_plan, train
+from dgd_jax import aggregation, artefacts, dpsgd, ensemble, ldp, pool, privacy, train
 from dgd_jax.artefacts import QUERIES, VOTES, classifier, fit_config
+from dgd_jax.query_plan import release, settings
 from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError
 from dgd_jax.workdir import save_array, save_arrays
@@ -27,62 +26,12 @@ from dgd_jax.workdir import save_array, save_arrays
 CONFIG_KEYS = ("pool", "queries", "privacy")
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-  """The query plan a run makes: from the config (``queries.plan='fixed'``) or chosen by
-  ``query_plan.choose`` for the target epsilon (``'auto'``)."""
-
-  aggregator: str
-  noise_scale: float
-  num_queries: int
-  threshold: float = 0.0
-  sigma1: float = 0.0
-  selection: str = "random"
-  first_round: int = 0
-  chosen: tuple = ()  # 'auto': (best, candidates) as JSON-able dicts
-
-
-@functools.lru_cache(maxsize=32)
-def _choose(n, k, eps, delta, consensus, cap, accountant):
-  best, found = query_plan.choose(n, k, eps, delta, consensus, cap, accountant)
-  return best, tuple(found)
-
-
-def settings(config) -> Settings:
-  q, p = config.queries, config.privacy
-  fixed = Settings(q.aggregator, q.noise_scale, q.num_queries, q.threshold, q.sigma1,
-                   q.selection, q.first_round)
-  if q.get("plan", "fixed") == "fixed":
-    return fixed
-  if q.plan != "auto":
-    raise ConfigError(f"config.queries.plan={q.plan!r}; use 'fixed' (the config's aggregator, "
-                      "noise and count) or 'auto' (chosen for privacy.max_epsilon).")
-  if not p.max_epsilon > 0:
-    raise ConfigError("config.queries.plan='auto' chooses the plan for a target epsilon: set "
-                      "config.privacy.max_epsilon > 0.")
-  accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
-  best, found = _choose(config.num_teachers, q.num_classes, p.max_epsilon, p.delta,
-                        q.assumed_consensus, q.num_queries, accountant)
-  return dataclasses.replace(
-      fixed, aggregator=best.aggregator, noise_scale=best.noise_scale,
-      num_queries=best.num_queries, chosen=(best.to_json(), [c.to_json() for c in found]))
-
-
-def release(config, votes=None, answered=None) -> privacy.Release:
-  """The ledger record of the planned (or, with votes, the made) label queries."""
-  q = settings(config)
-  if q.aggregator == "lnmax":
-    return privacy.LNMaxQueries(q.noise_scale, q.num_queries, votes)
-  if q.aggregator == "gnmax":
-    return privacy.GNMaxQueries(q.noise_scale, q.num_queries, votes)
-  return privacy.ConfidentGNMaxQueries(q.threshold, q.sigma1, q.noise_scale, q.num_queries,
-                                       answered, votes)
-
-
 def releases(config) -> list[privacy.Release]:
-  """The planned label queries, what the budget guard and ``sweep --accounting_only``
-  account before anything is trained."""
-  return [release(config)]
+  """The planned label queries, and the DP-SGD steps of DGD's private baseline where it has
+  one: what the budget guard and ``sweep --accounting_only`` account before anything is
+  trained."""
+  queries = release(config)
+  return [*dpsgd.baseline_releases(config, queries), queries]
 
 
 def check(config) -> None:
@@ -133,6 +82,12 @@ def selector_probabilities(ctx: Context, x: np.ndarray, y: np.ndarray, x_pool: n
 
 def run(ctx: Context) -> dict:
   config = ctx.config
+  # A private baseline's DP-SGD steps, as they ran (the stage may be reused), compose with
+  # the queries in one ledger.
+  baseline = dpsgd.recorded_baseline(ctx.results)
+  if baseline and config.privacy.max_epsilon > 0:
+    privacy.PrivacyLedger([*baseline, release(config)]).check_budget(
+        config.privacy.max_epsilon, config.privacy.delta, config.privacy.accountant)
   x_pool = pool.load(ctx)
   q = settings(config)
   num = q.num_queries
@@ -179,15 +134,19 @@ def run(ctx: Context) -> dict:
   save_arrays(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
               answered=answered)
   save_array(os.path.join(ctx.stage.path, VOTES), votes)
-  ledger = privacy.PrivacyLedger([release(config, votes, answered)])
+  ledger = privacy.PrivacyLedger([*baseline, release(config, votes, answered)])
   plurality = np.argmax(votes, -1)
   local = {}
   if client == "ldp":  # the client side's own guarantee, per sample it sends
     local = {"ldp_local_epsilon": privacy.ldp_local_epsilon(
         config.ldp.sigma, int(np.prod(x_pool.shape[1:])), config.ldp.mu)}
+  if baseline:
+    local["covered"] = (f"the private baseline's {baseline[0].steps} DP-SGD steps and the "
+                        f"{q.aggregator} answers to {num} label queries, composed (everything "
+                        "the student saw derives from these)")
   if config.pool.source == "synthetic":  # the baseline's labels of the queried samples
-    baseline = artefacts.load_synthetic_labels(ctx)[indices]
-    local["label_accuracy_vs_baseline"] = float(np.mean(labels[answered] == baseline[answered]))
+    named = artefacts.load_synthetic_labels(ctx)[indices]
+    local["label_accuracy_vs_baseline"] = float(np.mean(labels[answered] == named[answered]))
   if q.chosen:  # why this plan: every candidate's expected label accuracy and epsilon
     local["plan"] = {"chosen": q.chosen[0], "candidates": q.chosen[1],
                      "assumed_consensus": config.queries.assumed_consensus}

@@ -1,0 +1,225 @@
+"""DP-SGD (Abadi et al. 2016, Algorithm 1) on jax-privacy, for the ``dpsgd`` stage and DGD's
+private baseline: the model is trained on the private set with per-example clipping
+(``jax_privacy.clipped_grad``), Gaussian noise
+(``jax_privacy.noise_addition.gaussian_privatizer``) and Poisson batch selection
+(``jax_privacy.batch_selection.CyclicPoissonSampling``), accounted by the ledger's
+``DpsgdSteps`` record: the batch selection is built from that record, so the sampling the
+trainer performs is the sampling the accountant composes.
+
+Each step releases sum_i clip_C(g_i) + N(0, sigma^2 C^2 I) over a Poisson sample (add/remove-one
+sensitivity C); dividing by the public expected batch size q N, momentum and the model are
+post-processing. ScatterNet features (``models.scattering``) are a fixed transform of each image,
+so they cost no epsilon.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax.training import train_state
+from jax_privacy import batch_selection, clipped_grad, noise_addition
+
+from dgd_jax import privacy, train
+from dgd_jax.core import Context
+from dgd_jax.data import load_private
+from dgd_jax.errors import ConfigError
+from dgd_jax.models import dpsgd as models
+from dgd_jax.models import scattering
+
+def check(config) -> None:
+  """ConfigError naming the field and the fix for values DP-SGD cannot use."""
+  d = config.dpsgd
+  if d.model not in models.MODELS:
+    raise ConfigError(f"config.dpsgd.model={d.model!r}; use one of {tuple(models.MODELS)}.")
+  for name in ("num_steps", "batch_size", "microbatch_size"):
+    if d[name] < 1:
+      raise ConfigError(f"config.dpsgd.{name}={d[name]}; it must be >= 1.")
+  if not d.norm_bound > 0:
+    raise ConfigError(f"config.dpsgd.norm_bound={d.norm_bound}: the clip norm C must be > 0 "
+                      "(it is the sensitivity of each step's gradient sum).")
+  if not d.learning_rate > 0:
+    raise ConfigError(f"config.dpsgd.learning_rate={d.learning_rate}; it must be > 0.")
+  if not 0 <= d.momentum < 1:
+    raise ConfigError(f"config.dpsgd.momentum={d.momentum}; it must be in [0, 1).")
+  if d.noise < 0:
+    raise ConfigError(f"config.dpsgd.noise={d.noise}; it must be > 0, or 0 to calibrate it to "
+                      "config.privacy.max_epsilon.")
+
+
+def _dataset_size(config) -> int:
+  """N, the private training set's size (the public quantity q = B / N is stated with)."""
+  return len(load_private(config).x_train)
+
+
+def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpsgdSteps:
+  """The ledger record of the planned DP-SGD steps at noise multiplier ``noise``."""
+  d = config.dpsgd
+  return privacy.DpsgdSteps(noise, d.batch_size, dataset_size or _dataset_size(config),
+                            d.num_steps, d.norm_bound, d.sampling)
+
+
+def noise_multiplier(config, dataset_size: int | None = None) -> float:
+  """``dpsgd.noise``, or the least noise whose plan fits ``privacy.max_epsilon`` (target epsilon
+  in, noise multiplier out: jax-privacy's calibration, confirmed by the ledger)."""
+  check(config)
+  d, p = config.dpsgd, config.privacy
+  if d.noise > 0:
+    return d.noise
+  if p.max_epsilon <= 0:
+    raise ConfigError("config.dpsgd.noise=0 asks for the least noise within "
+                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
+  return privacy.dpsgd_noise_multiplier(release(config, 1.0, dataset_size), p.max_epsilon,
+                                        p.delta, p.accountant)
+
+
+def inputs(config, images: np.ndarray) -> np.ndarray:
+  """What the model reads: ScatterNet coefficients (data-independent) or the images."""
+  d = config.dpsgd
+  if d.model not in models.SCATTERING:
+    return images
+  return scattering.features(images, d.scattering_scales, d.scattering_orientations)
+
+
+def model_of(config, num_classes: int):
+  d = config.dpsgd
+  if d.model in models.SCATTERING:
+    return models.MODELS[d.model](num_classes=num_classes, groups=d.groups)
+  return models.MODELS[d.model](num_classes=num_classes)
+
+
+def dpsgd_step(state: train_state.TrainState, x: jnp.ndarray, y: jnp.ndarray, idx: jnp.ndarray,
+               key: jax.Array, *, grad_fn, noise_std: float, expected_batch: float):
+  """One DP-SGD step on the examples ``idx`` of (x, y) (-1: padding). Pure; jit it."""
+  padding = idx < 0
+  safe = jnp.maximum(idx, 0)
+  # Abadi Alg. 1 lines 4-6: per-example gradients, clipped to C, summed (jax-privacy).
+  clipped_sum, aux = grad_fn(state.params, x[safe], y[safe], is_padding_example=padding)
+  # Line 7: + N(0, sigma^2 C^2 I) (jax-privacy's privatizer, a fresh key per step).
+  privatizer = noise_addition.gaussian_privatizer(stddev=noise_std, prng_key=key)
+  noisy_sum, _ = privatizer.update(clipped_sum, privatizer.init(clipped_sum))
+  # Divided by the public expected batch size q N (never the realised, private one).
+  grads = jax.tree.map(lambda g: g / expected_batch, noisy_sum)
+  real = jnp.maximum(jnp.sum(~padding), 1)
+  # Diagnostics for the server's log (not released): mean loss and clipped fraction.
+  metrics = {"loss": jnp.sum(jnp.where(padding, 0.0, aux.values)) / real,
+             "clipped_fraction": jnp.sum(jnp.where(padding, False, aux.grad_norms >
+                                                   grad_fn.l2_norm_bound)) / real}
+  return state.apply_gradients(grads=grads), metrics
+
+
+class AverageState(NamedTuple):
+  average: Any  # exponential moving average of the parameters after each step
+
+
+def parameter_average(decay: float) -> optax.GradientTransformation:
+  """Keeps an exponential moving average of the parameters in the optimizer state (checkpointed
+  with it); the updates pass through unchanged. Post-processing of the noisy steps: no epsilon
+  (De et al. 2022 use it for DP-SGD)."""
+
+  def init(params):
+    return AverageState(jax.tree.map(jnp.array, params))
+
+  def update(updates, state, params):
+    new = optax.apply_updates(params, updates)
+    return updates, AverageState(jax.tree.map(lambda a, p: decay * a + (1.0 - decay) * p,
+                                              state.average, new))
+
+  return optax.GradientTransformation(init, update)
+
+
+def _loss(apply_fn):
+  def loss(params, xb, yb):  # one example with a batch axis of 1 (keep_batch_dim)
+    return train.cross_entropy(apply_fn(params, xb), yb)
+  return loss
+
+
+def batches(record: privacy.DpsgdSteps, num_examples: int, seed: int, multiple: int
+            ) -> list[np.ndarray]:
+  """Every step's example indices from the record's jax-privacy batch selection, padded with
+  -1 to a multiple of ``multiple`` (a few shapes, so a few traces)."""
+  strategy = record.batch_selection()
+  return [batch_selection.pad_to_multiple_of(np.asarray(b), multiple)
+          for b in strategy.batch_iterator(num_examples, rng=np.random.default_rng(seed))]
+
+
+def train_private(ctx: Context, state: train_state.TrainState, x: np.ndarray, y: np.ndarray,
+                  record: privacy.DpsgdSteps, microbatch_size: int, fit: train.FitConfig,
+                  noise_key: jax.Array, batch_key: jax.Array, name: str):
+  """``record.steps`` DP-SGD steps of ``state`` on (x, y) with the record's batch selection,
+  clip norm and noise (resumable from the stage's checkpoints)."""
+  grad_fn = clipped_grad(_loss(state.apply_fn), l2_clip_norm=record.norm_bound,
+                         batch_argnums=(1, 2), microbatch_size=microbatch_size,
+                         return_values=True, return_grad_norms=True)
+  # The sum's sensitivity under the record's relation is what the record charges.
+  stated = grad_fn.sensitivity(record.neighboring_relation)
+  if not stated == record.l2_sensitivity:
+    raise ConfigError(f"jax-privacy states sensitivity {stated} for the clipped sum, the ledger "
+                      f"charges {record.l2_sensitivity}: refusing.")
+  step = jax.jit(functools.partial(dpsgd_step, grad_fn=grad_fn, noise_std=record.noise_std,
+                                   expected_batch=float(record.batch_size)), donate_argnums=0)
+  seed = int(jax.random.randint(batch_key, (), 0, 2 ** 31 - 1))
+  indices = batches(record, len(x), seed, microbatch_size)
+  x_dev, y_dev = jnp.asarray(x), jnp.asarray(y)
+  return train.run_steps(
+      state, lambda s, k: step(s, x_dev, y_dev, jnp.asarray(indices[int(s.step)]), k),
+      noise_key, fit, ctx.stage.checkpoint_dir, name, ctx.log)
+
+
+# ---- DGD's private baseline (issue 19 part 2) ----------------------------------------------
+
+def baseline_releases(config, queries: privacy.Release, dataset_size: int | None = None
+                      ) -> list[privacy.DpsgdSteps]:
+  """The planned DP-SGD record of DGD's baseline when ``config.baseline.dpsgd`` is set (the
+  ``private_baseline`` argument of dgd.py), else []. Replace-one neighbours, so it composes
+  with the teachers' label queries; ``dpsgd.noise=0`` calibrates the noise so that the
+  baseline and the fixed query plan together fit ``privacy.max_epsilon`` (one dp-accounting
+  composition under ``privacy.accountant``, PLD)."""
+  if "dpsgd" not in config.get("baseline", {}):
+    return []
+  b, d, p = config.baseline, config.baseline.dpsgd, config.privacy
+  if config.queries.get("plan", "fixed") != "fixed":
+    raise ConfigError("a private baseline (config.baseline.dpsgd) shares the budget with the "
+                      "label queries: set config.queries.plan='fixed' (the automatic plan "
+                      "spends the whole budget on queries).")
+  template = privacy.DpsgdSteps(d.noise or 1.0, d.batch_size, dataset_size or _dataset_size(config),
+                                b.num_steps, d.norm_bound, d.sampling, relation="replace_one")
+  if d.noise > 0:
+    return [template]
+  if p.max_epsilon <= 0:
+    raise ConfigError("config.baseline.dpsgd.noise=0 asks for the least noise within "
+                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
+  q = queries
+  return [template.with_noise(_noise_with(
+      (template.batch_size, template.dataset_size, template.steps, template.norm_bound),
+      (q.mechanism, q.noise_parameter, q.count), p.max_epsilon, p.delta, p.accountant))]
+
+
+@functools.lru_cache(maxsize=16)
+def _noise_with(steps: tuple, queries: tuple, target: float, delta: float,
+                accountant: str) -> float:
+  """The least baseline noise whose steps, composed with the fixed queries, fit ``target``."""
+  batch, size, count, norm = steps
+  template = privacy.DpsgdSteps(1.0, batch, size, count, norm, relation="replace_one")
+  mechanism, noise, num = queries
+  fixed = privacy.MECHANISMS[mechanism](noise, num)
+  alone = privacy.epsilon_of(fixed, delta, accountant)
+  if not alone < target:
+    raise ConfigError(f"the fixed label queries alone ({num} {mechanism}, noise {noise:g}) give "
+                      f"epsilon {alone:.4g} ({accountant}), leaving nothing of "
+                      f"privacy.max_epsilon={target:g} for the private baseline: fewer "
+                      "queries (config.queries.num_queries) or more noise.")
+  return privacy.min_noise(template, target, delta, accountant, rtol=1e-4, others=[fixed])
+
+
+def recorded_baseline(results: dict) -> list[privacy.DpsgdSteps]:
+  """The DP-SGD record of the baseline that actually ran (the result of
+  ``stages.baseline.run_private``), or []."""
+  r = results.get("baseline", {}).get("release")
+  if not r:
+    return []
+  return [privacy.DpsgdSteps(r["noise_multiplier"], r["batch_size"], r["dataset_size"],
+                             r["steps"], r["norm_bound"], r["sampling"], r["relation"])]

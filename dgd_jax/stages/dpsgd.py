@@ -1,0 +1,80 @@
+"""DP-SGD stage (Abadi et al. 2016, Algorithm 1) on jax-privacy (``dgd_jax.dpsgd``): the
+model (ScatterNet features + a linear or small head, or the end-to-end tanh CNN) trained on
+the private set, accounted by the ledger's ``DpsgdSteps`` record, the reference every method
+is compared with at equal epsilon."""
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax.training import train_state
+
+from dgd_jax import dpsgd, privacy, train
+from dgd_jax.core import Context
+
+CONFIG_KEYS = ("dpsgd", "privacy")
+
+
+def check(config) -> None:
+  """Config values DP-SGD cannot use, refused before anything runs."""
+  dpsgd.check(config)
+
+
+def releases(config) -> list[privacy.Release]:
+  """The planned DP-SGD steps, what the budget guard and ``sweep --accounting_only`` account
+  before anything is trained."""
+  return [dpsgd.release(config, dpsgd.noise_multiplier(config))]
+
+
+def run(ctx: Context) -> dict:
+  """Trains (or resumes) the DP-SGD model; returns its test accuracy, the noise and the ledger."""
+  config, data = ctx.config, ctx.dataset
+  d, p = config.dpsgd, config.privacy
+  n = len(data.x_train)
+  record = dpsgd.release(config, dpsgd.noise_multiplier(config, n), n)
+  ledger = privacy.PrivacyLedger([record])
+  if p.max_epsilon > 0:
+    ledger.check_budget(p.max_epsilon, p.delta, p.accountant)
+  t0 = time.perf_counter()
+  x_train, x_test = dpsgd.inputs(config, data.x_train), dpsgd.inputs(config, data.x_test)
+  feature_seconds = time.perf_counter() - t0
+
+  model = dpsgd.model_of(config, data.num_classes)
+  init_key, noise_key, batch_key = jax.random.split(ctx.key("dpsgd"), 3)
+  params = model.init(init_key, jnp.zeros((1,) + x_train.shape[1:], jnp.float32))
+  ema = d.get("ema", 0.0)
+  tx = optax.sgd(d.learning_rate, momentum=d.momentum or None)
+  state = train_state.TrainState.create(
+      apply_fn=model.apply, params=params,
+      tx=optax.chain(tx, dpsgd.parameter_average(ema)) if ema else tx)
+  fit = train.FitConfig(num_steps=d.num_steps, batch_size=d.batch_size,
+                        learning_rate=d.learning_rate, checkpoint_every=config.checkpoint_every,
+                        log_every=config.log_every)
+  t0 = time.perf_counter()
+  state = dpsgd.train_private(ctx, state, x_train, data.y_train, record, d.microbatch_size,
+                              fit, noise_key, batch_key, "dpsgd")
+  train_seconds = time.perf_counter() - t0
+  final = state.opt_state[1].average if ema else state.params  # the released parameters
+  covered = (f"{d.num_steps} DP-SGD steps (noisy sums of clipped per-example gradients on "
+             f"Poisson samples, q = {record.sampling_probability:.4g})")
+  return {
+      "test_accuracy": train.accuracy(model.apply, final, x_test, data.y_test),
+      **({"test_accuracy_last_iterate": train.accuracy(model.apply, state.params, x_test,
+                                                       data.y_test)} if ema else {}),
+      "model": d.model,
+      "num_steps": d.num_steps,
+      "epochs": d.num_steps * d.batch_size / n,
+      "noise_multiplier": record.noise_multiplier,
+      "noise_std": record.noise_std,
+      "norm_bound": d.norm_bound,
+      "expected_batch_size": d.batch_size,
+      "sampling_probability": record.sampling_probability,
+      "num_params": sum(x.size for x in jax.tree.leaves(state.params)),
+      "feature_seconds": feature_seconds,
+      "train_seconds": train_seconds,
+      "privacy_unit": "example",
+      "covered": covered,
+      "privacy": ledger.to_json(p.delta),
+  }
