@@ -91,8 +91,8 @@ def model_of(config, num_classes: int):
   return models.MODELS[d.model](num_classes=num_classes)
 
 
-def dpsgd_step(state: train_state.TrainState, x: jnp.ndarray, y: jnp.ndarray, idx: jnp.ndarray,
-               key: jax.Array, *, grad_fn, noise_std: float, expected_batch: float):
+def dpsgd_step(state: train_state.TrainState, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray,
+               idx: jnp.ndarray, *, grad_fn, noise_std: float, expected_batch: float):
   """One DP-SGD step on the examples ``idx`` of (x, y) (-1: padding). Pure; jit it."""
   padding = idx < 0
   safe = jnp.maximum(idx, 0)
@@ -165,7 +165,7 @@ def train_private(ctx: Context, state: train_state.TrainState, x: np.ndarray, y:
   indices = batches(record, len(x), seed, microbatch_size)
   x_dev, y_dev = jnp.asarray(x), jnp.asarray(y)
   return train.run_steps(
-      state, lambda s, k: step(s, x_dev, y_dev, jnp.asarray(indices[int(s.step)]), k),
+      state, lambda s, k: step(s, k, x_dev, y_dev, jnp.asarray(indices[int(s.step)])),
       noise_key, fit, ctx.stage.checkpoint_dir, name, ctx.log)
 
 
