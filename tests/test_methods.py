@@ -128,9 +128,8 @@ def test_accounting_only_sweep_works_for_every_method(npz_file, tmp_path):
   configs = _all_method_configs(npz_file)
   assert set(configs) == set(methods.METHODS)
   for name, config in configs.items():
-    rows = sweep.run(config, str(tmp_path / name), [("seed", [(0,), (1,)])],
-                     accounting_only=True)
-    assert len(rows) == 2, name
+    rows = sweep.run(config, str(tmp_path / name), [("seed", [(0,)])], accounting_only=True)
+    assert len(rows) == 1, name
     if methods.METHODS[name].releases is None:
       assert all(r["epsilon"] == math.inf for r in rows), name
     else:  # the method's own releases, under every accountant
