@@ -165,7 +165,7 @@ def generator_step(state: GeneratorState, key: jax.Array, baseline_apply: Callab
   return state, metrics
 
 
-def vae_step(state: train_state.TrainState, model: VAE, x: jnp.ndarray, key: jax.Array,
+def vae_step(state: train_state.TrainState, key: jax.Array, model: VAE, x: jnp.ndarray,
              batch_size: int) -> tuple[train_state.TrainState, dict[str, jnp.ndarray]]:
   """One VAE update on a minibatch drawn uniformly (with replacement) from the synthetic set
   ``x``; minimises the negative ELBO (Kingma & Welling Eq. 10)."""

@@ -111,7 +111,7 @@ def test_vae_loss_falls_and_traces_once():
   @functools.partial(jax.jit, donate_argnums=0)
   @chex.assert_max_traces(n=1)
   def step(state, key):
-    return generative.vae_step(state, model, x, key, batch_size=32)
+    return generative.vae_step(state, key, model, x, batch_size=32)
 
   losses = []
   for s in range(40):

@@ -30,7 +30,7 @@ def run(ctx: Context) -> dict:
   state = train_state.TrainState.create(apply_fn=vae.apply, params=params,
                                         tx=train.optimizer(cfg))
   x_dev = jnp.asarray(x_syn)
-  step = jax.jit(lambda s, k: generative.vae_step(s, vae, x_dev, k, cfg.batch_size),
+  step = jax.jit(lambda s, k: generative.vae_step(s, k, vae, x_dev, cfg.batch_size),
                  donate_argnums=0)
   state = train.run_steps(state, step, train_key, cfg, ctx.stage.checkpoint_dir, "vae",
                           ctx.log)
