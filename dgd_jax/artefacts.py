@@ -10,8 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from absl import logging
 
-from dgd_jax import ensemble, generative, parallel, train
+from dgd_jax import ensemble, generative, memory, parallel, train
 from dgd_jax.core import Context
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.models.generator import Generator
@@ -49,10 +50,20 @@ def new_teachers(config, data, n: int, key: jax.Array):
   stage's teachers are restored into."""
   model = classifier(config, data.num_classes)
   cfg = fit_config(config, "teachers")
-  chunk = ensemble.auto_chunk(config.teachers.chunk, n)
   mesh = parallel.teacher_mesh(n)
-  state = ensemble.init_teachers(model, train.optimizer(cfg), key, n, data.image_shape, mesh)
-  return state, ensemble.make_predict_fn(mesh, model.apply, chunk), mesh, chunk, cfg
+  tx = train.optimizer(cfg)
+  fixed, member = memory.estimate(  # every device may hold the whole training set
+      model, tx, data.image_shape, teachers_per_device=-(-n // mesh.size),
+      examples_per_device=len(data.x_train), batch_size=cfg.batch_size,
+      query_chunk=ensemble.QUERY_CHUNK)
+  wanted = ensemble.auto_chunk(config.teachers.chunk, n)
+  plan = memory.plan(fixed, member, wanted)
+  logging.info("%s", plan.describe())
+  if plan.chunk < wanted:
+    logging.warning("teachers: chunk %d does not fit the device; using chunk %d.", wanted,
+                    plan.chunk)
+  state = ensemble.init_teachers(model, tx, key, n, data.image_shape, mesh)
+  return state, ensemble.make_predict_fn(mesh, model.apply, plan.chunk), mesh, plan.chunk, cfg
 
 
 def new_generator(config, image_shape: tuple[int, ...], key: jax.Array

@@ -16,7 +16,7 @@ from dgd_jax.workdir import Stage, Workdir
 
 Config = ml_collections.ConfigDict
 # Config fields every stage's artefacts depend on (the data, the seed, the classifier).
-BASE_KEYS = ("seed", "dataset", "private_size", "model")
+BASE_KEYS = ("seed", "dataset", "private_size", "test_size", "model")  # test_size: smoke only
 
 
 @dataclasses.dataclass

@@ -36,6 +36,7 @@ from dgd_jax.errors import ConfigError
 # Teachers per vmapped chunk when the config says 0 ("auto"): measured with
 # `python -m dgd_jax.bench teachers` on a 2-core CPU (README, Speed).
 AUTO_CHUNK = {"cpu": 1}
+QUERY_CHUNK = 500  # queries each teacher labels at a time (memory: n x QUERY_CHUNK labels)
 
 
 def auto_chunk(chunk: int, num_teachers: int) -> int:
@@ -191,13 +192,13 @@ def _in_chunks(fn, queries: np.ndarray, query_chunk: int, axis: int) -> np.ndarr
 
 
 def teacher_predictions(predict_fn, params: Any, queries: np.ndarray,
-                        query_chunk: int = 500) -> np.ndarray:
+                        query_chunk: int = QUERY_CHUNK) -> np.ndarray:
   """Every teacher's label for every query, [n, Q] (memory: n x ``query_chunk``)."""
   return _in_chunks(lambda x: predict_fn(params, x), queries, query_chunk, axis=1)
 
 
 def vote_histograms(predict_fn, params: Any, queries: np.ndarray, num_classes: int,
-                    query_chunk: int = 500) -> np.ndarray:
+                    query_chunk: int = QUERY_CHUNK) -> np.ndarray:
   """Vote histograms [Q, K] int32 for any number of queries, ``query_chunk`` at a time,
   so device memory stays bounded."""
   return _in_chunks(lambda x: histogram(predict_fn(params, x), num_classes), queries,

@@ -15,6 +15,7 @@ from absl import logging
 
 from dgd_jax import distributed, methods, pool
 from dgd_jax import report as report_lib
+from dgd_jax.configs.common import smoke_schedules
 from dgd_jax.core import Config, Context
 from dgd_jax.data import load_private
 from dgd_jax.errors import ConfigError, UserInputError
@@ -63,6 +64,7 @@ def check_multiprocess(to_run: list[str]) -> None:
 def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> dict:
   """Runs ``stages`` (default: the method's default stages) and every stage they need, and
   returns the report dict."""
+  config = smoke_schedules(config)
   check_config(config)
   names = methods.plan_stages(config, stages)
   for name in names:  # config checks no stage can run with

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from dgd_jax import methods, query_plan
+from dgd_jax.configs.common import SMOKE_STEPS
 from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING
 from dgd_jax.workdir import plain, write_json, write_text
 
@@ -64,6 +65,7 @@ def build(config, results: dict) -> dict:
       "method": config.method,
       "dataset": config.dataset,
       "preset": config.preset,
+      "smoke": config.get("smoke", False),
       "test_accuracy": headline.get("test_accuracy"),
       "baseline_accuracy": results.get("baseline", {}).get("test_accuracy"),
       "privacy": {"epsilon": None, "delta": None, "accountant": None,
@@ -164,7 +166,11 @@ def _pictures(workdir: str, stages: dict) -> list[str]:
 def write(workdir: str, report: dict) -> None:
   write_json(os.path.join(workdir, "report.json"), report)
   lines = [f"# dgd_jax report: {report['method']} on {report['dataset']} "
-           f"({report['preset']} preset)", ""] + _headline(report)
+           f"({report['preset']} preset)", ""]
+  if report.get("smoke"):
+    lines += [f"**SMOKE RUN**: every schedule cut to {SMOKE_STEPS} steps at the preset's "
+              "shapes; it shows the run works, its numbers mean nothing.", ""]
+  lines += _headline(report)
   if report.get("ldp_local_epsilon") is not None:
     lines += [f"**Client side: local epsilon = {report['ldp_local_epsilon']:.6g} per query "
               "sample** (pure, LDP Algorithm 1: masking + Laplace noise before it leaves the "

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -43,15 +44,40 @@ def idx_dir(tmp_path):
   return str(tmp_path)
 
 
-@pytest.fixture
-def npz_file(tmp_path):
+def write_npz(folder) -> str:
   """An npz dataset of learnable synthetic images: 512 train and 128 test."""
   rng = np.random.default_rng(1)
   x_train, y_train = make_images(rng, 512)
   x_test, y_test = make_images(rng, 128)
-  path = os.path.join(tmp_path, "data.npz")
+  path = os.path.join(folder, "data.npz")
   np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
   return path
+
+
+@pytest.fixture
+def npz_file(tmp_path):
+  return write_npz(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def finished_dgd(tmp_path_factory):
+  """One finished tiny DGD run (``tiny_configs.dgd``) shared by the tests that only read it
+  or copy it: (npz path, workdir, report). Copy the workdir before writing to it."""
+  import tiny_configs  # pylint: disable=g-import-not-at-top
+  from dgd_jax import pipeline  # pylint: disable=g-import-not-at-top
+  folder = tmp_path_factory.mktemp("finished_dgd")
+  path = write_npz(folder)
+  workdir = str(folder / "run")
+  return path, workdir, pipeline.run(tiny_configs.dgd(path), workdir)
+
+
+@pytest.fixture
+def finished_dgd_copy(finished_dgd, tmp_path):
+  """(npz path, a private copy of the finished DGD workdir, its report)."""
+  path, workdir, report = finished_dgd
+  copy = str(tmp_path / "run")
+  shutil.copytree(workdir, copy)
+  return path, copy, report
 
 
 def pytest_addoption(parser):

@@ -81,9 +81,8 @@ def test_inversion_raises_the_target_class_probability():
   assert float(after.mean()) > float(before) + 0.3, (before, after)
 
 
-def test_audit_command_on_a_finished_dgd_run(npz_file, tmp_path):
-  workdir = str(tmp_path / "run")
-  pipeline.run(tiny_configs.dgd(npz_file), workdir)
+def test_audit_command_on_a_finished_dgd_run(finished_dgd_copy):
+  _, workdir, _ = finished_dgd_copy
   report = audit_run(workdir, TINY_AUDIT)
   a = report["audit"]
   assert set(a["membership_auc"]) == {"baseline", "teacher", "student"}

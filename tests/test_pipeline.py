@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -225,11 +227,11 @@ def test_dgd_end_to_end_report_on_real_fashion_mnist(fashion_mnist_subset, tmp_p
     assert f"]({png})" in md and (workdir / png).read_bytes()[:4] == b"\x89PNG", png
 
 
-def test_dgd_resumes_after_an_interrupted_stage(npz_file, tmp_path, monkeypatch):
+def test_dgd_resumes_after_an_interrupted_stage(finished_dgd, tmp_path, monkeypatch):
   from dgd_jax.stages import student
+  npz_file, _, uninterrupted = finished_dgd  # the same config but for checkpoint_every
   config = tiny_configs.dgd(npz_file)
-  config.checkpoint_every = 10
-  uninterrupted = pipeline.run(config, str(tmp_path / "a"))
+  config.checkpoint_every = 10  # not in any stage's config slice: the same artefacts
 
   class Interrupt(Exception):
     pass
@@ -278,13 +280,15 @@ def test_budget_guard_refuses_before_anything_runs(npz_file, tmp_path):
   assert not (tmp_path / "d").exists()
 
 
-def test_student_never_reads_private_training_data(npz_file, tmp_path):
+def test_student_never_reads_private_training_data(finished_dgd_copy):
   from dgd_jax.data import load_dataset
   from dgd_jax.stages import student
-  workdir = tmp_path / "d"
+  npz_file, workdir, _ = finished_dgd_copy  # its queries and VAE; a new student below
+  workdir = pathlib.Path(workdir)
+  shutil.rmtree(workdir / "student")
   config = tiny_configs.dgd(npz_file)
   config.student.update(w_normal=1.0, w_tangent=1.0, w_entropy=0.1, unlabelled_batch_size=8)
-  pipeline.run(config, str(workdir), stages=("queries", "vae"))
+  logged_before = len((workdir / "metrics.jsonl").read_text().splitlines())
   real = load_dataset(f"npz:{npz_file}")
 
   TestSetOnly = tiny_configs.without_training_data(real)
@@ -294,7 +298,8 @@ def test_student_never_reads_private_training_data(npz_file, tmp_path):
   result = student.run(Context(config, wd, stage, TestSetOnly, {}))
   assert 0 <= result["test_accuracy"] <= 1 and result["num_labelled"] == 50
   assert result["num_unlabelled"] == 256 - 50  # D_u: the synthetic samples not queried
-  logged = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+  logged = [json.loads(l) for l in
+            (workdir / "metrics.jsonl").read_text().splitlines()[logged_before:]]
   semi = [m for m in logged if m["stage"] == "student"]
   assert semi and all(np.isfinite(m[k]) for m in semi for k in ("normal", "tangent", "entropy"))
 

@@ -13,8 +13,8 @@ from dgd_jax.configs import common
 
 
 def get_config(arg: str | None = None):
-  dataset, preset = common.parse_arg(arg)
-  config = common.base_config(dataset, preset)
+  dataset, preset, smoke = common.parse_arg(arg)
+  config = common.base_config(dataset, preset, smoke)
   config.method = "baseline"
   config.baseline = dict(
       num_steps=3000 if preset == "paper" else 1500,

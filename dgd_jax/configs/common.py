@@ -2,42 +2,62 @@
 
 ``arg`` is a comma-separated list: the first item that is not a preset name is the dataset
 (a catalog name, ``idx:<dir>`` or ``npz:<file>``); preset names (``paper``, ``cpu``) select
-schedules. ``paper`` is the default.
+schedules. ``paper`` is the default. ``smoke`` (with any preset) keeps every shape and cuts
+every schedule to a couple of steps (``smoke_schedules``).
 """
 from __future__ import annotations
+
+import copy
+from typing import NamedTuple
 
 import ml_collections
 
 from dgd_jax.errors import ConfigError
 
 PRESETS = ("paper", "cpu")
+SMOKE = "smoke"  # the modifier: every schedule cut to SMOKE_STEPS, every shape kept
+SMOKE_STEPS = 2
+SMOKE_TEST_SIZE = 500  # test examples a smoke run evaluates on (after a public pool's)
+SMOKE_SYNTHETIC = 10_000  # DGD's synthetic set in a smoke run: room for any plan's queries
+# Schedule lengths the smoke modifier cuts, wherever they appear in a config. Everything else
+# keeps the preset's value (widths, batch sizes, teacher counts, latent sizes, number of
+# queries, the private set) but for the test split and DGD's synthetic set (smoke_schedules).
+SCHEDULES = ("num_steps", "rounds", "iterations_per_round", "inversion_steps")
 # Datasets whose paper classifier has the two extra fully connected layers (DGD IV-A).
 SVHN_LIKE = ("svhn_cropped", "cifar10")
 
 
-def parse_arg(arg: str | None, default_dataset: str = "fashion_mnist"
-              ) -> tuple[str, str]:
-  """'fashion_mnist,cpu' -> ('fashion_mnist', 'cpu'). Unknown presets raise."""
-  dataset, preset = default_dataset, "paper"
+class Arg(NamedTuple):
+  dataset: str
+  preset: str
+  smoke: bool
+
+
+def parse_arg(arg: str | None, default_dataset: str = "fashion_mnist") -> Arg:
+  """'fashion_mnist,cpu,smoke' -> ('fashion_mnist', 'cpu', True). Unknown presets raise."""
+  dataset, preset, smoke = default_dataset, "paper", False
   datasets = []
   for item in (arg or "").split(","):
     item = item.strip()
     if not item:
       continue
-    if item in PRESETS:
+    if item == SMOKE:
+      smoke = True
+    elif item in PRESETS:
       preset = item
     else:
       datasets.append(item)
   if len(datasets) > 1:
     raise ConfigError(f"Config argument {arg!r} names several datasets {datasets}; give one "
                      f"dataset and optionally a preset from {PRESETS}.")
-  return (datasets[0] if datasets else dataset), preset
+  return Arg(datasets[0] if datasets else dataset, preset, smoke)
 
 
-def base_config(dataset: str, preset: str) -> ml_collections.ConfigDict:
+def base_config(dataset: str, preset: str, smoke: bool = False) -> ml_collections.ConfigDict:
   """Fields every method has: data source, seed, classifier architecture, logging."""
   config = ml_collections.ConfigDict()
   config.preset = preset
+  config.smoke = smoke  # a smoke run: smoke_schedules cuts every schedule when the run starts
   config.dataset = dataset
   config.data_dir = ""  # TFDS data dir; "" = TFDS's default (~/tensorflow_datasets)
   config.manual_dir = ""  # IDX files of a built-in dataset; "" = the dataset's default
@@ -51,6 +71,37 @@ def base_config(dataset: str, preset: str) -> ml_collections.ConfigDict:
 
   config.log_every = 100
   config.checkpoint_every = 500
+  return config
+
+
+def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The config a run uses: ``config`` itself, or for a smoke run (``,smoke`` or
+  ``--config.smoke=True``) a copy with every SCHEDULES field cut to SMOKE_STEPS, the
+  generator's learning-rate decay every round, logging and checkpoints every step, DGD's
+  synthetic set cut to SMOKE_SYNTHETIC and the test split to SMOKE_TEST_SIZE examples (after
+  a public pool's, which stays whole), so
+  that every code path runs at the preset's shapes in minutes (issue 20). Idempotent."""
+  if not config.get("smoke", False):
+    return config
+  config = copy.deepcopy(config)
+
+  def cut(node):
+    for name, value in node.items():
+      if isinstance(value, ml_collections.ConfigDict):
+        cut(value)
+      elif name in SCHEDULES and isinstance(value, int):
+        node[name] = min(value, SMOKE_STEPS)
+      elif name == "decay_every":
+        node[name] = 1
+
+  cut(config)
+  config.log_every = config.checkpoint_every = 1
+  if "generator" in config:  # 0 = as many as the private set (60,000 x oversample: minutes)
+    config.generator.num_synthetic = min(config.generator.num_synthetic or SMOKE_SYNTHETIC,
+                                         SMOKE_SYNTHETIC)
+  with config.unlocked():  # a field only smoke configs have: other fingerprints stay as they were
+    public = "pool" in config and config.pool.source == "public"
+    config.test_size = SMOKE_TEST_SIZE + (config.pool.size if public else 0)
   return config
 
 

@@ -66,8 +66,8 @@ def get_config(arg: str | None = None):
     raise ConfigError(f"Config argument {arg!r}: give at most one of {tuple(EPSILONS)} and one "
                       f"of {MODELS}.")
   rest = ",".join(i for i in items if i not in EPSILONS and i not in MODELS)
-  dataset, preset = common.parse_arg(rest)
-  config = common.base_config(dataset, preset)
+  dataset, preset, smoke = common.parse_arg(rest)
+  config = common.base_config(dataset, preset, smoke)
   config.method = "dpsgd"
   config.dpsgd = dpsgd_config(models[0] if models else "scatternet_linear")
   config.privacy = common.privacy_config(EPSILONS[eps[0] if eps else "eps3"])

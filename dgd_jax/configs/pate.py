@@ -27,9 +27,9 @@ def get_config(arg: str | None = None):
   plus = "plus" in items
   client = next((s for s in items if s in ldp.PRESETS), "")
   num_queries = next((QUERIES[s] for s in items if s in QUERIES), 1000)
-  dataset, preset = common.parse_arg(
+  dataset, preset, smoke = common.parse_arg(
       ",".join(s for s in items if s not in QUERIES and s != "plus" and s != client))
-  config = common.base_config(dataset, preset)
+  config = common.base_config(dataset, preset, smoke)
   config.method = "pate"
   config.num_teachers = 250
   config.teachers = common.teachers_config(preset)

@@ -10,8 +10,8 @@ from dgd_jax.configs import common
 
 
 def get_config(arg: str | None = None):
-  dataset, preset = common.parse_arg(arg)
-  config = common.base_config(dataset, preset)
+  dataset, preset, smoke = common.parse_arg(arg)
+  config = common.base_config(dataset, preset, smoke)
   config.method = "teacher_sweep"
   config.teachers = common.teachers_config(preset)
   config.sweep = dict(sizes=(10, 25, 50, 100, 250), noise_scales=(5.0, 10.0, 20.0, 40.0))

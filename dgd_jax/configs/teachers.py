@@ -11,8 +11,8 @@ from dgd_jax.configs import common
 
 
 def get_config(arg: str | None = None):
-  dataset, preset = common.parse_arg(arg)
-  config = common.base_config(dataset, preset)
+  dataset, preset, smoke = common.parse_arg(arg)
+  config = common.base_config(dataset, preset, smoke)
   config.method = "teachers"
   config.num_teachers = 250
   config.teachers = common.teachers_config(preset)

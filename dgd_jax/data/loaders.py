@@ -52,6 +52,12 @@ class Dataset:
                          f"training examples; choose 1..{len(self.x_train)} (0 = all).")
     return dataclasses.replace(self, x_train=self.x_train[:size], y_train=self.y_train[:size])
 
+  def with_test_size(self, size: int) -> "Dataset":
+    """At most the first ``size`` test examples (0: all); set by ``smoke_schedules``."""
+    if size == 0:
+      return self
+    return dataclasses.replace(self, x_test=self.x_test[:size], y_test=self.y_test[:size])
+
 
 def to_float(images: np.ndarray) -> np.ndarray:
   """uint8 0..255 -> float32 in [-1, 1]."""
@@ -205,7 +211,9 @@ def load_dataset(name: str, *, data_dir: str | None = None, manual_dir: str | No
 
 def load_private(config) -> Dataset:
   """The dataset a run's config names (``dataset``, ``data_dir``, ``manual_dir``,
-  ``download``), its private set restricted to ``config.private_size`` (0: all)."""
+  ``download``), its private set restricted to ``config.private_size`` (0: all) and, in a
+  smoke run, its test split to ``config.test_size``."""
   return load_dataset(config.dataset, data_dir=config.data_dir or None,
                       manual_dir=config.manual_dir or None, download=config.download
-                      ).with_private_size(config.get("private_size", 0))
+                      ).with_private_size(config.get("private_size", 0)
+                                          ).with_test_size(config.get("test_size", 0))

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import ml_collections
 
 from dgd_jax import methods, pipeline, plots, privacy
+from dgd_jax.configs.common import smoke_schedules
 from dgd_jax.errors import ConfigError
 from dgd_jax.workdir import (Workdir, config_slice, fingerprint, read_json, write_csv,
                              write_text)
@@ -88,7 +89,7 @@ def grid(config: ml_collections.ConfigDict, axes: Sequence[Axis]
         for p in parents:
           node = node[p]
         node[leaf] = value
-    out.append((overrides, c))
+    out.append((overrides, smoke_schedules(c)))
   return out
 
 

@@ -1,0 +1,113 @@
+"""Smoke runs of every preset (issue 20): the paper presets at their full shapes (widths, batch
+sizes, teacher counts, latent sizes, number of queries), every schedule cut to
+``SMOKE_STEPS`` steps by the ``,smoke`` modifier, through every stage of their method on real
+Fashion-MNIST. A crash on a shape or a config path shows up here, not on a user's GPU.
+
+Most paper presets cost minutes each on 2 CPU cores even at 2 steps (250 paper-width
+teachers, 60,000 x 2 synthetic samples, thousands of queries): those are marked ``slow``
+(``bash launch/test.sh -m slow -k smoke``); CI runs the ones listed in CI_PRESETS.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import os
+
+import pytest
+
+from dgd_jax import methods, pipeline
+from dgd_jax.audit.__main__ import audit_run
+from dgd_jax.configs import common
+from dgd_jax.workdir import plain
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+# (config module, argument before ',smoke', extra stages): every preset each config file
+# documents, at the paper's shapes unless the preset exists only for CPU ('standard').
+PRESETS = [
+    ("baseline", "fashion_mnist", ()),
+    ("teachers", "fashion_mnist", ()),
+    ("teacher_sweep", "fashion_mnist", ()),
+    ("dgd", "fashion_mnist", ("audit",)),
+    ("dgd", "fashion_mnist,eps1", ()),
+    ("dgd", "fashion_mnist,eps3", ()),
+    ("dgd", "fashion_mnist,plus", ()),
+    ("dgd", "fashion_mnist,table1", ()),
+    ("dgd", "fashion_mnist,private_baseline", ()),
+    ("dgd", "fashion_mnist,standard", ()),
+    ("pate", "fashion_mnist", ()),
+    ("pate", "fashion_mnist,plus", ()),
+    ("pate", "fashion_mnist,ldp1", ()),
+    ("dpdfd", "fashion_mnist", ()),
+    ("dpdfd", "fashion_mnist,eps1", ()),
+    ("dpdfd", "fashion_mnist,ensemble", ()),
+    ("dpdfd", "fashion_mnist,direct", ()),
+    ("ldp", "fashion_mnist,ldp1", ()),
+    ("ldp", "fashion_mnist,ldp5", ()),
+    ("dpsgd", "fashion_mnist,eps3", ()),
+    ("dpsgd", "fashion_mnist,eps1,cnn", ()),
+    ("dpsgd", "fashion_mnist,eps10,scatternet_cnn", ()),
+]
+CI_PRESETS = set()  # the rest are slow (module docstring)
+
+
+def smoke_config(module: str, arg: str):
+  config = importlib.import_module(f"dgd_jax.configs.{module}").get_config(f"{arg},smoke")
+  return common.smoke_schedules(config)
+
+
+def _leaves(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    out.update(_leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+  return out
+
+
+def test_every_method_has_a_smoke_preset():
+  covered = {smoke_config(m, a).method for m, a, _ in PRESETS}
+  assert covered == set(methods.METHODS), set(methods.METHODS) - covered
+
+
+@pytest.mark.parametrize("module,arg,extra", PRESETS)
+def test_smoke_keeps_every_shape_and_cuts_every_schedule(module, arg, extra):
+  full = importlib.import_module(f"dgd_jax.configs.{module}").get_config(arg)
+  smoke = smoke_config(module, arg)
+  assert not full.smoke and smoke.smoke
+  assert common.smoke_schedules(full) is full  # a full run is untouched
+  assert plain(common.smoke_schedules(smoke)) == plain(smoke)  # idempotent
+  before, after = _leaves(plain(full)), _leaves(plain(smoke))
+  changed = {k for k in after if before.get(k, "<absent>") != after[k]}
+  schedules = {k for k in before if k.split(".")[-1] in common.SCHEDULES}
+  assert schedules, "every method has a schedule to cut"
+  for k in schedules:
+    assert after[k] <= common.SMOKE_STEPS, k
+  allowed = schedules | {k for k in before if k.split(".")[-1] == "decay_every"} | {
+      "smoke", "log_every", "checkpoint_every", "test_size", "generator.num_synthetic"}
+  assert changed <= allowed, changed - allowed  # widths, batches, counts, queries: kept
+  public = "pool" in smoke and smoke.pool.source == "public"
+  assert smoke.test_size == common.SMOKE_TEST_SIZE + (smoke.pool.size if public else 0)
+
+
+@pytest.mark.parametrize("module,arg,extra", [
+    p if (p[0], p[1]) in CI_PRESETS else pytest.param(*p, marks=pytest.mark.slow)
+    for p in PRESETS])
+def test_smoke_run_through_every_stage(module, arg, extra, tmp_path):
+  if not os.path.isdir(FASHION):
+    pytest.skip("needs the Debian dataset-fashion-mnist package")
+  config = smoke_config(module, arg)
+  method = methods.method(config)
+  stages = tuple(methods.plan_stages(config)) + extra
+  report = pipeline.run(config, str(tmp_path))
+  if "audit" in extra:  # as `python -m dgd_jax.audit --workdir=...` runs it
+    report = audit_run(str(tmp_path), {})
+  assert report["smoke"] and report["preset"] == config.preset
+  accuracy = report["test_accuracy"]  # the teacher methods report per-stage accuracies
+  assert (accuracy is None and method.name in ("teachers", "teacher_sweep")
+          or 0.0 <= accuracy <= 1.0), accuracy
+  for name in stages:
+    assert os.path.exists(tmp_path / name / "result.json"), name
+  if method.privacy_stage:
+    assert math.isfinite(report["privacy"]["epsilon"])
+    assert report["privacy"]["epsilon"] <= config.privacy.max_epsilon or not (
+        config.privacy.max_epsilon)
+  assert "SMOKE RUN" in (tmp_path / "report.md").read_text()
