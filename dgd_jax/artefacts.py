@@ -12,7 +12,7 @@ import numpy as np
 import optax
 from absl import logging
 
-from dgd_jax import ensemble, generative, memory, parallel, train
+from dgd_jax import dpsgd, ensemble, generative, memory, parallel, train
 from dgd_jax.core import Context
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.models.generator import Generator
@@ -99,6 +99,17 @@ def load_classifier(ctx: Context, stage: str):
   x = jnp.zeros((1,) + ctx.dataset.image_shape, jnp.float32)
   return model, train.load_params(_checkpoints(ctx, stage),
                                   jax.eval_shape(model.init, jax.random.key(0), x))
+
+
+def load_dpsgd(ctx: Context):
+  """A finished DP-SGD stage's released model: (model, params, inputs), ``inputs(images)``
+  what the model reads (ScatterNet features, data-independent, or the images)."""
+  config = ctx.config
+  model = dpsgd.model_of(config, ctx.dataset.num_classes)
+  inputs = lambda images: dpsgd.inputs(config, images)
+  params = train.load_params(_checkpoints(ctx, "dpsgd"), jax.eval_shape(
+      model.init, jax.random.key(0), inputs(ctx.dataset.x_train[:1])))
+  return model, params, inputs
 
 
 def load_teachers(ctx: Context):

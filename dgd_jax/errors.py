@@ -28,3 +28,7 @@ class DamagedArtefactError(UserInputError):
 
 class WorkdirNotWritableError(UserInputError):
   """The workdir cannot be written (permissions, a read-only or full disk)."""
+
+
+class PrivacyAuditError(RuntimeError):
+  """An empirical lower bound on epsilon above the epsilon a run states: a privacy bug."""

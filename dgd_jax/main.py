@@ -19,7 +19,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from dgd_jax import distributed, progress
-from dgd_jax.errors import UserInputError
+from dgd_jax.errors import PrivacyAuditError, UserInputError
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file and argument, e.g. dgd_jax/configs/baseline.py:fashion_mnist,cpu",
@@ -51,6 +51,8 @@ def main(argv):
     report = pipeline.run(_CONFIG.value, _WORKDIR.value, _STAGES.value)
   except UserInputError as e:
     sys.exit(f"error: {e}")
+  except PrivacyAuditError as e:
+    sys.exit(f"AUDIT FAILED: {e}")
   summary = {k: report[k] for k in ("method", "dataset", "preset", "test_accuracy")}
   if distributed.is_writer():
     print(json.dumps(summary))

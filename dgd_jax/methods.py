@@ -60,13 +60,16 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("dgd", ("baseline", "teachers", "generator", "vae", "queries", "student"),
            headline_stage="student", privacy_stage="queries", releases=queries.releases,
            covers=QUERIES_COVER, privacy_note=lambda c: (
-               _DGD_PRIVATE_BASELINE_NOTE if "dpsgd" in c.baseline else _DGD_NOTE)),
+               _DGD_PRIVATE_BASELINE_NOTE if "dpsgd" in c.baseline else _DGD_NOTE),
+           audited=lambda c: ({"baseline": 1.0, "student": 1.0}
+                              if "dpsgd" in c.baseline and not c.generator.w_stats else {})),
     Method("pate", ("teachers", "vae", "queries", "student"), headline_stage="student",
            privacy_stage="queries", releases=queries.releases, covers=QUERIES_COVER,
            privacy_note=(
                "The epsilon covers the teachers' noisy answers to the student's label "
                "queries. The student's unlabelled pool is assumed public (here: the head of "
-               "the test split), and the teachers must never be released.")),
+               "the test split), and the teachers must never be released."),
+           audited=lambda c: {"student": 1.0} if c.pool.source == "public" else {}),
     Method("dpdfd", ("baseline", "teachers", "dpdfd", "dpdfd_samples"),
            headline_stage="dpdfd", privacy_stage="dpdfd", releases=dpdfd.releases,
            covers="{num_steps} DPDFD steps (A_{{C,sigma}} releases)",
@@ -89,7 +92,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
                "The epsilon covers the released model: DP-SGD's every step (a noisy sum of "
                "clipped per-example gradients on a Poisson sample) is accounted, and the model "
                "is their post-processing. Not covered: hyper-parameter tuning on the same "
-               "private data.")),
+               "private data."),
+           audited=lambda c: {"dpsgd": 2.0}),  # add/remove-one epsilon, replace-one test
 )}
 
 

@@ -18,7 +18,7 @@ from dgd_jax import report as report_lib
 from dgd_jax.configs.common import smoke_schedules
 from dgd_jax.core import Config, Context
 from dgd_jax.data import load_private
-from dgd_jax.errors import ConfigError, UserInputError
+from dgd_jax.errors import ConfigError, PrivacyAuditError, UserInputError
 from dgd_jax.methods import STAGES
 from dgd_jax.workdir import Stage, Workdir
 
@@ -107,4 +107,11 @@ def _run_stages(config: Config, wd: Workdir, planned: list[Stage]) -> dict:
   report = report_lib.build(config, results)
   if wd.writer:
     report_lib.write(wd.path, report)
+  failed = {n: c for n, c in report["audit_check"].items() if not c["passed"]}
+  if failed:  # written first: report.md says it too
+    raise PrivacyAuditError(
+        "; ".join(f"the {n}'s empirical epsilon lower bound {c['epsilon_lower_bound']:.4g} "
+                  f"exceeds the {c['allowed']:.4g} its stated epsilon allows"
+                  for n, c in failed.items())
+        + f". This is a privacy bug: do not release anything from {wd.path}.")
   return report

@@ -2,6 +2,7 @@
 command end to end."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -10,9 +11,9 @@ import numpy as np
 import pytest
 
 import tiny_configs
-from dgd_jax import audit, pipeline, train
+from dgd_jax import audit, methods, pipeline, train
 from dgd_jax.audit.__main__ import audit_run
-from dgd_jax.errors import ConfigError, WorkdirConflictError
+from dgd_jax.errors import ConfigError, PrivacyAuditError, WorkdirConflictError
 from dgd_jax.models.classifier import Classifier
 
 TINY_AUDIT = {"splits": 3, "examples": 64, "inversion_steps": 20, "inversion_batch": 4}
@@ -56,6 +57,9 @@ def test_attack_finds_members_of_an_overfit_model_and_not_of_an_unseen_one(tmp_p
   assert results["overfit"]["auc"] > 0.95, results["overfit"]
   assert results["overfit"]["tpr_at_1pct_fpr"] > 0.2
   assert abs(results["unseen"]["auc"] - 0.5) < 0.1, results["unseen"]
+  # jax-privacy's auditor: clearly above 0 for the memorising model, near 0 for the other.
+  assert results["overfit"]["epsilon_lower_bound"] > 1.0, results["overfit"]
+  assert results["unseen"]["epsilon_lower_bound"] < 0.3, results["unseen"]
   assert results["unseen"]["examples_per_side"] == 100 and len(
       results["unseen"]["auc_per_split"]) == 5
 
@@ -109,6 +113,22 @@ def test_audit_of_pate_uses_the_held_out_split_and_the_pixel_prior(npz_file, tmp
   assert a["inversion"]["prior"] == "pixel"
   # Non-members: the 32 test examples outside the student's public pool.
   assert a["membership"]["student"]["examples_per_side"] == 32
+  with open(os.path.join(workdir, "report.json")) as f:
+    check = json.load(f)["audit_check"]
+  assert set(check) == {"student"} and check["student"]["passed"]  # PATE covers its student
+
+
+def test_a_bound_above_the_stated_epsilon_fails_loudly(finished_dgd_copy, monkeypatch):
+  """A lower bound above what the epsilon allows is a bug: the report says so and the run
+  fails (here the bound is faked, on a PATE-like check of a DGD run's student)."""
+  _, workdir, _ = finished_dgd_copy
+  monkeypatch.setitem(methods.METHODS, "dgd", dataclasses.replace(
+      methods.METHODS["dgd"], audited=lambda c: {"student": 1.0}))
+  monkeypatch.setattr(audit, "epsilon_lower_bound", lambda *a, **k: 1e6)
+  with pytest.raises(PrivacyAuditError, match="student's empirical epsilon lower bound 1e"):
+    audit_run(workdir, TINY_AUDIT)
+  with open(os.path.join(workdir, "report.md")) as f:
+    assert "AUDIT FAILED: the student's" in f.read()
 
 
 def test_audit_refuses_unfinished_or_foreign_workdirs(npz_file, tmp_path):
@@ -121,7 +141,7 @@ def test_audit_refuses_unfinished_or_foreign_workdirs(npz_file, tmp_path):
                      r"\] are not finished"):
     audit_run(workdir, {})
   assert not os.path.exists(os.path.join(workdir, "audit"))
-  with pytest.raises(ConfigError, match="no baseline, teachers or student"):
+  with pytest.raises(ConfigError, match="no baseline, teachers, student or DP-SGD model"):
     sweep = tiny_configs.dgd(npz_file)
     sweep.method = "teacher_sweep"
     sweep.audit = {"prior": "auto"}

@@ -16,6 +16,7 @@ import pytest
 from jax_privacy import accounting as jp_accounting
 from jax_privacy import batch_selection
 
+from dgd_jax.audit.__main__ import audit_run
 from dgd_jax import dpsgd, methods, pipeline, privacy
 from dgd_jax.configs import dgd as dgd_config_file
 from dgd_jax.configs import dpsgd as dpsgd_config_file
@@ -257,6 +258,13 @@ def test_end_to_end_on_a_real_fashion_mnist_slice(fashion_slice, tmp_path):
   assert any("hyper-parameter tuning" in n for n in report["covers"]["not_covered"])
   assert "DP-SGD steps" in report["covers"]["covered"]
   assert os.path.exists(tmp_path / "run" / "report.md")
+  # The audit attacks the released model and holds its empirical bound to 2 x epsilon (an
+  # add/remove-one epsilon against a replace-one test).
+  audited = audit_run(str(tmp_path / "run"), {"splits": 2, "examples": 100,
+                                              "inversion_steps": 2})
+  check = audited["audit_check"]["dpsgd"]
+  assert check["passed"] and check["allowed"] == pytest.approx(2 * min(report["epsilons"].values()))
+  assert 0.0 <= audited["audit"]["epsilon_lower_bound"]["dpsgd"] < 1.0
 
 
 def test_tanh_cnn_convolutions_and_shapes():

@@ -4,6 +4,10 @@
   minus the model's cross-entropy on it; members (training examples) tend to score higher.
   ``membership`` draws balanced splits of members and non-members (held-out examples no
   model trained on) and gives the attack's ROC AUC and its TPR at 1% FPR per split.
+  It also turns the scores into an empirical lower bound on epsilon (jax-privacy's
+  ``auditing.CanaryScoreAuditor``, Clopper-Pearson intervals on the attack's TPR and FPR at
+  its best threshold, Jagielski et al. 2020): with probability at least 1 - SIGNIFICANCE no
+  mechanism with a smaller epsilon (at the run's delta) lets this attack do as well.
 * Model inversion (Fredrikson et al. 2015; DGD Sec. IV-C, Fig. 9): gradient ascent on
   log p(target | x) over the input, either through a generator's latent space (the
   data-free generator as the image prior) or over pixels with a total-variation prior.
@@ -20,8 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import scipy.stats
+from jax_privacy import auditing
 
 from dgd_jax import train
+
+SIGNIFICANCE = 0.05  # of the epsilon lower bound, over all of a model's splits (Bonferroni)
 
 
 def auc(members: np.ndarray, nonmembers: np.ndarray) -> float:
@@ -45,14 +52,24 @@ def loss_scores(apply_fn: Callable, params, x: np.ndarray, y: np.ndarray) -> np.
       train.logits(apply_fn, params, x), y))
 
 
+def epsilon_lower_bound(members: np.ndarray, nonmembers: np.ndarray, significance: float,
+                        delta: float) -> float:
+  """jax-privacy's Clopper-Pearson lower bound on epsilon at ``delta`` from one attack's
+  member and non-member scores (higher = member), holding with 1 - ``significance``."""
+  return float(auditing.CanaryScoreAuditor(members, nonmembers).epsilon_clopper_pearson(
+      significance, delta=delta))
+
+
 def membership(scores: Callable[[int], tuple[np.ndarray, np.ndarray]], splits: int,
-               examples: int, seed: int) -> dict:
+               examples: int, seed: int, delta: float = 1e-5) -> dict:
   """The attack over ``splits`` balanced splits: ``scores(r)`` gives split r's (member,
   non-member) scores (e.g. a different teacher per split); up to ``examples`` of each are
   drawn without replacement, as many of one as of the other. Returns the mean AUC and TPR
-  at 1% FPR and the 2.5-97.5 percentile range of the AUC over the splits."""
+  at 1% FPR, the 2.5-97.5 percentile range of the AUC over the splits, and the largest
+  epsilon lower bound of the splits, each at SIGNIFICANCE / splits (so the largest holds at
+  SIGNIFICANCE)."""
   rng = np.random.default_rng(seed)
-  aucs, tprs = [], []
+  aucs, tprs, bounds = [], [], []
   for r in range(splits):
     members, nonmembers = scores(r)
     k = min(examples, len(members), len(nonmembers))
@@ -60,10 +77,12 @@ def membership(scores: Callable[[int], tuple[np.ndarray, np.ndarray]], splits: i
     n = rng.choice(nonmembers, k, replace=False)
     aucs.append(auc(m, n))
     tprs.append(tpr_at_fpr(m, n))
+    bounds.append(epsilon_lower_bound(m, n, SIGNIFICANCE / splits, delta))
   return {"auc": float(np.mean(aucs)),
           "auc_interval": [float(np.percentile(aucs, 2.5)), float(np.percentile(aucs, 97.5))],
           "auc_per_split": aucs, "tpr_at_1pct_fpr": float(np.mean(tprs)),
-          "splits": splits, "examples_per_side": k}
+          "epsilon_lower_bound": max(bounds), "epsilon_lower_bound_significance": SIGNIFICANCE,
+          "delta": delta, "splits": splits, "examples_per_side": k}
 
 
 def total_variation(x: jnp.ndarray) -> jnp.ndarray:

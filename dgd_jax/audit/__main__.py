@@ -17,7 +17,7 @@ from absl import app, flags
 
 from dgd_jax import methods, pipeline, progress
 from dgd_jax.configs import common
-from dgd_jax.errors import UserInputError, WorkdirConflictError
+from dgd_jax.errors import PrivacyAuditError, UserInputError, WorkdirConflictError
 from dgd_jax.stages import audit as audit_stage
 from dgd_jax.workdir import Workdir, read_json
 
@@ -66,8 +66,11 @@ def main(argv):
                                         "inversion_steps": _STEPS.value})
   except UserInputError as e:
     sys.exit(f"error: {e}")
+  except PrivacyAuditError as e:
+    sys.exit(f"AUDIT FAILED: {e}")
   a = report["audit"]
   print(json.dumps({"membership_auc": a["membership_auc"],
+                    "epsilon_lower_bound": a["epsilon_lower_bound"],
                     "inversion_similarity": a["inversion_similarity"]}))
   print(f"report: {os.path.join(_WORKDIR.value, 'report.md')}")
 

@@ -5,7 +5,11 @@ report.json's ``audit``.
 
 Members are each model's private training examples (the student's "members" are the
 private training set, which it never saw directly); non-members are held-out examples no
-model trained on: the test split (PATE: the part outside the student's public pool).
+model trained on: the test split (PATE: the part outside the student's public pool). Each
+model's membership scores also give an empirical lower bound on epsilon (jax-privacy's
+auditor, ``audit.membership``); the report holds it against the run's epsilon for the models
+that epsilon covers whole (``Method.audited``). DP-SGD's model is attacked by membership
+only (inversion would need gradients through its ScatterNet features).
 """
 from __future__ import annotations
 
@@ -21,20 +25,26 @@ from dgd_jax.data import partition_indices
 from dgd_jax.errors import ConfigError
 
 CONFIG_KEYS = ("audit",)
+DELTA = 1e-5  # of the epsilon lower bound, for a method without a privacy block
 INVERSION_PNG = "inversion.png"
 
 
 def requires(planned: tuple[str, ...]) -> tuple[str, ...]:
   """Of the stages a method's run has (``planned``), the models it trains and its generator
   where it trains one (the inversion prior)."""
-  return tuple(s for s in ("baseline", "teachers", "generator", "student") if s in planned)
+  return tuple(s for s in ("baseline", "teachers", "generator", "student", "dpsgd")
+               if s in planned)
 
 
 def check(config, planned: tuple[str, ...]) -> None:
-  """Refuses a method with no model to attack and an unknown prior."""
-  if not set(requires(planned)) & {"baseline", "teachers", "student"}:
-    raise ConfigError(f"method {config.method!r} has no baseline, teachers or student to "
-                      "audit.")
+  """Refuses a method with no model to attack, an unknown prior and a released parameter
+  average (the checkpoint's parameters are the last iterate)."""
+  if not set(requires(planned)) & {"baseline", "teachers", "student", "dpsgd"}:
+    raise ConfigError(f"method {config.method!r} has no baseline, teachers, student or "
+                      "DP-SGD model to audit.")
+  if "dpsgd" in requires(planned) and config.dpsgd.get("ema", 0.0):
+    raise ConfigError("config.dpsgd.ema > 0 releases a parameter average the audit does not "
+                      "read yet; audit a run with ema 0.")
   if config.audit.prior not in ("auto", "generator", "pixel"):
     raise ConfigError(f"config.audit.prior={config.audit.prior!r}; use auto, generator or "
                       "pixel.")
@@ -48,11 +58,19 @@ def membership(ctx: Context, models: dict) -> dict:
   ``models``: the restored baseline and student, name -> (model, params)."""
   config, data, a = ctx.config, ctx.dataset, ctx.config.audit
   x_out, y_out = pool.evaluation(ctx) if "pool" in config else (data.x_test, data.y_test)
+  delta = config.privacy.delta if "privacy" in config else DELTA
+  attack = lambda scores, splits: audit.membership(scores, splits, a.examples, config.seed,
+                                                   delta)
   out = {}
   for name, (model, params) in models.items():
     split = (audit.loss_scores(model.apply, params, data.x_train, data.y_train),
              audit.loss_scores(model.apply, params, x_out, y_out))
-    out[name] = audit.membership(lambda r, s=split: s, a.splits, a.examples, config.seed)
+    out[name] = attack(lambda r, s=split: s, a.splits)
+  if "dpsgd" in ctx.results:
+    model, params, inputs = artefacts.load_dpsgd(ctx)
+    split = (audit.loss_scores(model.apply, params, inputs(data.x_train), data.y_train),
+             audit.loss_scores(model.apply, params, inputs(x_out), y_out))
+    out["dpsgd"] = attack(lambda r, s=split: s, a.splits)
   if "teachers" in ctx.results:  # split r attacks teacher r on its own partition
     params, _ = artefacts.load_teachers(ctx)
     apply_fn = classifier(config, data.num_classes).apply
@@ -62,8 +80,7 @@ def membership(ctx: Context, models: dict) -> dict:
       p = jax.tree.map(lambda leaf: leaf[r], params)
       return (audit.loss_scores(apply_fn, p, data.x_train[rows[r]], data.y_train[rows[r]]),
               audit.loss_scores(apply_fn, p, x_out, y_out))
-    out["teacher"] = audit.membership(teacher_split, min(a.splits, config.num_teachers),
-                                      a.examples, config.seed)
+    out["teacher"] = attack(teacher_split, min(a.splits, config.num_teachers))
   return out
 
 
@@ -101,6 +118,7 @@ def run(ctx: Context) -> dict:
   plots.image_grid(png, rows, row_labels=labels,
                    title=f"Model inversion ({inv['prior']} prior), one column per class")
   return {"membership_auc": {k: v["auc"] for k, v in mi.items()},
+          "epsilon_lower_bound": {k: v["epsilon_lower_bound"] for k, v in mi.items()},
           "membership_auc_interval": {k: v["auc_interval"] for k, v in mi.items()},
           "tpr_at_1pct_fpr": {k: v["tpr_at_1pct_fpr"] for k, v in mi.items()},
           "membership": mi,

@@ -1,0 +1,123 @@
+r"""One table of every method at about epsilon 1, 3 and 10 on Fashion-MNIST (delta 1e-5):
+accuracy, epsilon with its accountant, what it covers, wall time, and the published numbers
+beside them. Runs each row's preset in ``<root>/<row>`` (a finished workdir is reused, so a
+rerun only rebuilds the table) and writes ``<root>/comparison.md``.
+
+  python -m dgd_jax.compare --root=workdirs/compare [--rows=dgd_eps10,dpsgd_cnn_eps3]
+      [--collect_only]
+
+``--collect_only`` trains nothing: rows without a finished run are listed as not run. A row's
+workdir may be a symlink to a finished run of the same command made elsewhere. The wall time
+is the sum of the stage times recorded when each stage ran (a reused stage keeps its own).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import sys
+
+from absl import app, flags
+
+from dgd_jax import distributed, pipeline, progress
+from dgd_jax.errors import ConfigError, UserInputError
+from dgd_jax.workdir import read_json, write_text
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  name: str  # the workdir under --root
+  spec: str  # '<config file in dgd_jax/configs>:<argument>'
+  published: str = "—"  # the published number at this epsilon, with its source
+  overrides: tuple[tuple[str, object], ...] = ()  # ('block.field', value) pairs
+
+  def config(self):
+    module, _, arg = self.spec.partition(":")
+    config = importlib.import_module(f"dgd_jax.configs.{module.removesuffix('.py')}"
+                                     ).get_config(arg)
+    for name, value in self.overrides:
+      *parents, leaf = name.split(".")
+      node = config
+      for p in parents:
+        node = node[p]
+      node[leaf] = value
+    return config
+
+
+TB = "Tramer & Boneh 2021, Table 1"
+ROWS = (
+    Row("dgd_eps10", "dgd.py:fashion_mnist,cpu", "88.2% (paper preset; DGD Table I)"),
+    Row("dgd_eps3", "dgd.py:fashion_mnist,cpu,eps3"),
+    Row("dgd_eps1", "dgd.py:fashion_mnist,cpu,eps1", "64.9% (paper preset; DGD Table I)"),
+    Row("dgd_private_eps10", "dgd.py:fashion_mnist,cpu,private_baseline"),
+    Row("dgd_private_eps3", "dgd.py:fashion_mnist,cpu,eps3,private_baseline"),
+    Row("dgd_private_eps1", "dgd.py:fashion_mnist,cpu,eps1,private_baseline"),
+    Row("pate", "pate.py:fashion_mnist,cpu", "— (PATE 2017 reports MNIST and SVHN)"),
+    Row("pate_plus", "pate.py:fashion_mnist,cpu,plus", "— (PATE 2018: MNIST, SVHN)"),
+    Row("dpdfd_eps10", "dpdfd.py:fashion_mnist,cpu",
+        "89.88% (DPDFD Table 1, under the paper's accounting)"),
+    Row("dpdfd_eps1", "dpdfd.py:fashion_mnist,cpu,eps1",
+        "83.86% (DPDFD Table 1, under the paper's accounting)"),
+    Row("dpsgd_scatternet_eps1", "dpsgd.py:fashion_mnist,eps1"),
+    Row("dpsgd_scatternet_eps3", "dpsgd.py:fashion_mnist,eps3", f"89.7% ({TB})"),
+    Row("dpsgd_scatternet_eps10", "dpsgd.py:fashion_mnist,eps10"),
+    Row("dpsgd_cnn_eps1", "dpsgd.py:fashion_mnist,eps1,cnn"),
+    Row("dpsgd_cnn_eps3", "dpsgd.py:fashion_mnist,eps3,cnn", f"86.0% ({TB})"),
+    Row("dpsgd_cnn_eps10", "dpsgd.py:fashion_mnist,eps10,cnn"),
+)
+HEADER = ("| row | command (`python -m dgd_jax.main --config=dgd_jax/configs/...`) | accuracy | "
+          "epsilon (accountant) | what the epsilon covers | wall time | published |\n"
+          "|---|---|---|---|---|---|---|")
+
+
+def table_row(row: Row, report: dict | None) -> str:
+  """One Markdown line from a finished run's report.json (None: not run)."""
+  if report is None:
+    return f"| {row.name} | `{row.spec}` | not run | | | | {row.published} |"
+  p = report["privacy"]
+  epsilon = ("∞ (no DP release)" if p["epsilon"] is None else
+             f"{p['epsilon']:.5g} (`{p['accountant']}`"
+             + (", DATA-DEPENDENT" if report.get("epsilon_is_data_dependent") else "")
+             + (", label DP only" if p.get("unit") == "label" else "") + ")")
+  covered = (report.get("covers") or {}).get("covered", "—")
+  minutes, seconds = divmod(round(report["wall_seconds"]), 60)
+  return (f"| {row.name} | `{row.spec}` | {100 * report['test_accuracy']:.2f}% | {epsilon} | "
+          f"{covered} | {minutes} min {seconds:02d} s | {row.published} |")
+
+
+def run(root: str, rows=ROWS, collect_only: bool = False) -> str:
+  """Runs (or, with ``collect_only``, only reads) every row; writes and returns the table."""
+  lines = [HEADER]
+  for row in rows:
+    workdir = os.path.join(root, row.name)
+    if not collect_only:
+      pipeline.run(row.config(), workdir)
+    path = os.path.join(workdir, "report.json")
+    lines.append(table_row(row, read_json(path) if os.path.exists(path) else None))
+  text = "\n".join(lines) + "\n"
+  if distributed.is_writer():
+    write_text(os.path.join(root, "comparison.md"), text)
+  return text
+
+
+_ROOT = flags.DEFINE_string("root", "workdirs/compare", "Folder holding one workdir per row.")
+_ROWS = flags.DEFINE_list("rows", None, "Only these rows (default: all).")
+_COLLECT = flags.DEFINE_bool("collect_only", False, "Train nothing; table the finished rows.")
+
+
+def main(argv):
+  del argv
+  progress.setup_cli_logging()
+  by_name = {r.name: r for r in ROWS}
+  try:
+    unknown = sorted(set(_ROWS.value or ()) - set(by_name))
+    if unknown:
+      raise ConfigError(f"--rows names unknown rows {unknown}; known: {sorted(by_name)}.")
+    rows = [by_name[n] for n in _ROWS.value] if _ROWS.value else ROWS
+    print(run(_ROOT.value, rows, _COLLECT.value), end="")
+  except UserInputError as e:
+    sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+  app.run(main)
