@@ -111,3 +111,13 @@ def test_smoke_run_through_every_stage(module, arg, extra, tmp_path):
     assert report["privacy"]["epsilon"] <= config.privacy.max_epsilon or not (
         config.privacy.max_epsilon)
   assert "SMOKE RUN" in (tmp_path / "report.md").read_text()
+
+
+def test_the_override_makes_a_smoke_run_too(npz_file, tmp_path):
+  """--config.smoke=True (set after get_config, as the flag does) cuts the schedules when the
+  run starts; the report says it is a smoke run."""
+  config = importlib.import_module("dgd_jax.configs.baseline").get_config(f"npz:{npz_file},cpu")
+  config.smoke = True
+  report = pipeline.run(config, str(tmp_path))
+  assert report["smoke"] and report["stages"]["baseline"]["num_steps"] == common.SMOKE_STEPS
+  assert report["config"]["test_size"] == common.SMOKE_TEST_SIZE
