@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 
 import flax.linen as nn
 import jax
@@ -72,7 +71,12 @@ def program_bytes(fn, *args) -> int:
     analysis = None
   if analysis is not None:
     return int(analysis.temp_size_in_bytes + analysis.output_size_in_bytes)
+  return jaxpr_bytes(fn, *args)
 
+
+def jaxpr_bytes(fn, *args) -> int:
+  """Bytes of every intermediate of ``fn``'s jaxpr on abstract ``args``, sub-programs
+  included: an upper bound on what ``fn`` holds at once (XLA fuses and frees most)."""
   def walk(jaxpr) -> int:
     total = 0
     for eqn in jaxpr.eqns:

@@ -67,6 +67,18 @@ def test_plan_refuses_when_one_teacher_at_a_time_does_not_fit():
     memory.plan(fixed=memory.GIB, member=8 * memory.GIB, chunk=4, free=8 * memory.GIB)
 
 
+def test_the_fallback_count_errs_high():
+  """Where a backend has no memory analysis, the jaxpr count stands in: never below XLA's."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from dgd_jax.models.classifier import Classifier  # pylint: disable=g-import-not-at-top
+  model = Classifier(width=0.5)
+  params = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
+  x = jax.ShapeDtypeStruct((64, 28, 28, 1), jnp.float32)
+  assert memory.jaxpr_bytes(model.apply, params, x) >= memory.program_bytes(
+      model.apply, params, x) > 64 * 28 * 28 * 32 * 4  # at least conv1's output
+
+
 def test_device_bytes_reports_its_source():
   free, source = memory.device_bytes()
   assert free > 0 and source

@@ -79,8 +79,8 @@ def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
   ``--config.smoke=True``) a copy with every SCHEDULES field cut to SMOKE_STEPS, the
   generator's learning-rate decay every round, logging and checkpoints every step, DGD's
   synthetic set cut to SMOKE_SYNTHETIC and the test split to SMOKE_TEST_SIZE examples (after
-  a public pool's, which stays whole), so
-  that every code path runs at the preset's shapes in minutes (issue 20). Idempotent."""
+  a public pool's, which stays whole), so that every code path runs at the preset's shapes
+  in minutes (issue 20). Idempotent."""
   if not config.get("smoke", False):
     return config
   config = copy.deepcopy(config)
