@@ -82,10 +82,13 @@ def test_smoke_keeps_every_shape_and_cuts_every_schedule(module, arg, extra):
   for k in schedules:
     assert after[k] <= common.SMOKE_STEPS, k
   allowed = schedules | {k for k in before if k.split(".")[-1] == "decay_every"} | {
-      "smoke", "log_every", "checkpoint_every", "test_size", "generator.num_synthetic"}
+      "smoke", "log_every", "checkpoint_every", "test_size", "generator.num_synthetic",
+      "pool.size"}
   assert changed <= allowed, changed - allowed  # widths, batches, counts, queries: kept
   public = "pool" in smoke and smoke.pool.source == "public"
   assert smoke.test_size == common.SMOKE_TEST_SIZE + (smoke.pool.size if public else 0)
+  if public:  # every query still fits the pool
+    assert smoke.queries.num_queries < smoke.pool.size <= full.pool.size
 
 
 @pytest.mark.parametrize("module,arg,extra", [

@@ -21,7 +21,8 @@ SMOKE_TEST_SIZE = 500  # test examples a smoke run evaluates on (after a public 
 SMOKE_SYNTHETIC = 10_000  # DGD's synthetic set in a smoke run: room for any plan's queries
 # Schedule lengths the smoke modifier cuts, wherever they appear in a config. Everything else
 # keeps the preset's value (widths, batch sizes, teacher counts, latent sizes, number of
-# queries, the private set) but for the test split and DGD's synthetic set (smoke_schedules).
+# queries, the private set) but for the test split, PATE's public pool and DGD's synthetic
+# set (smoke_schedules).
 SCHEDULES = ("num_steps", "rounds", "iterations_per_round", "inversion_steps")
 # Datasets whose paper classifier has the two extra fully connected layers (DGD IV-A).
 SVHN_LIKE = ("svhn_cropped", "cifar10")
@@ -78,9 +79,9 @@ def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
   """The config a run uses: ``config`` itself, or for a smoke run (``,smoke`` or
   ``--config.smoke=True``) a copy with every SCHEDULES field cut to SMOKE_STEPS, the
   generator's learning-rate decay every round, logging and checkpoints every step, DGD's
-  synthetic set cut to SMOKE_SYNTHETIC and the test split to SMOKE_TEST_SIZE examples (after
-  a public pool's, which stays whole), so that every code path runs at the preset's shapes
-  in minutes (issue 20). Idempotent."""
+  synthetic set cut to SMOKE_SYNTHETIC, PATE's public pool to its queries plus
+  SMOKE_TEST_SIZE, and the test split to SMOKE_TEST_SIZE examples after that pool, so that
+  every code path runs at the preset's shapes in minutes (issue 20). Idempotent."""
   if not config.get("smoke", False):
     return config
   config = copy.deepcopy(config)
@@ -99,8 +100,10 @@ def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
   if "generator" in config:  # 0 = as many as the private set (60,000 x oversample: minutes)
     config.generator.num_synthetic = min(config.generator.num_synthetic or SMOKE_SYNTHETIC,
                                          SMOKE_SYNTHETIC)
+  public = "pool" in config and config.pool.source == "public"
+  if public:  # PATE's public pool: room for every query and as many unlabelled images again
+    config.pool.size = min(config.pool.size, config.queries.num_queries + SMOKE_TEST_SIZE)
   with config.unlocked():  # a field only smoke configs have: other fingerprints stay as they were
-    public = "pool" in config and config.pool.source == "public"
     config.test_size = SMOKE_TEST_SIZE + (config.pool.size if public else 0)
   return config
 
