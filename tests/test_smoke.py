@@ -49,6 +49,7 @@ PRESETS = [
     ("dpsgd", "fashion_mnist,eps10,scatternet_cnn", ()),
 ]
 CI_PRESETS = set()  # the rest are slow (module docstring)
+IDS = [f"{m}:{a}" + "".join(f"+{e}" for e in extra) for m, a, extra in PRESETS]
 
 
 def smoke_config(module: str, arg: str):
@@ -68,7 +69,7 @@ def test_every_method_has_a_smoke_preset():
   assert covered == set(methods.METHODS), set(methods.METHODS) - covered
 
 
-@pytest.mark.parametrize("module,arg,extra", PRESETS)
+@pytest.mark.parametrize("module,arg,extra", PRESETS, ids=IDS)
 def test_smoke_keeps_every_shape_and_cuts_every_schedule(module, arg, extra):
   full = importlib.import_module(f"dgd_jax.configs.{module}").get_config(arg)
   smoke = smoke_config(module, arg)
@@ -93,7 +94,7 @@ def test_smoke_keeps_every_shape_and_cuts_every_schedule(module, arg, extra):
 
 @pytest.mark.parametrize("module,arg,extra", [
     p if (p[0], p[1]) in CI_PRESETS else pytest.param(*p, marks=pytest.mark.slow)
-    for p in PRESETS])
+    for p in PRESETS], ids=IDS)
 def test_smoke_run_through_every_stage(module, arg, extra, tmp_path):
   if not os.path.isdir(FASHION):
     pytest.skip("needs the Debian dataset-fashion-mnist package")
