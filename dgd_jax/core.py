@@ -60,7 +60,8 @@ class StageSpec:
   ``config_keys`` and, transitively, the config slices of the stages it ``requires``."""
 
   run: Callable[[Context], dict]
-  config_keys: tuple[str, ...] = ()  # the config blocks the stage itself reads
+  # The config blocks the stage itself reads (a function of the config where that varies).
+  config_keys: tuple[str, ...] | Callable[[Config], tuple[str, ...]] = ()
   # Stages whose artefacts this one reads (a function of the config where that varies).
   requires: Requires = ()
   precheck: Callable[[Config], Any] | None = None  # config checks before anything runs

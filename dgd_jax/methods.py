@@ -11,7 +11,7 @@ from dgd_jax.stages import (audit, baseline, dpdfd, dpsgd, generator, ldp, queri
                             teachers, vae)
 
 STAGES: dict[str, StageSpec] = {
-    "baseline": StageSpec(baseline.run, baseline.CONFIG_KEYS),
+    "baseline": StageSpec(baseline.run, baseline.config_keys),
     "teachers": StageSpec(teachers.run, teachers.CONFIG_KEYS, multiprocess=True),
     "teacher_sweep": StageSpec(teachers.run_sweep, teachers.SWEEP_KEYS, multiprocess=True),
     "generator": StageSpec(generator.run, generator.CONFIG_KEYS, requires=("baseline",)),
@@ -114,7 +114,8 @@ def config_keys(name: str, config: Config) -> tuple[str, ...]:
   keys = list(BASE_KEYS)
   for required in requirements(name, config):
     keys += config_keys(required, config)
-  return tuple(dict.fromkeys(keys + list(STAGES[name].config_keys)))
+  own = STAGES[name].config_keys
+  return tuple(dict.fromkeys(keys + list(own(config) if callable(own) else own)))
 
 
 def plan_stages(config: Config, stages: tuple[str, ...] | None = None) -> tuple[str, ...]:

@@ -107,6 +107,25 @@ def test_config_slices_include_the_inputs_slices(npz_file):
     assert set(methods.config_keys(name, config)) <= set(student), name
 
 
+def test_a_calibrated_private_baseline_is_not_reused_at_another_budget(npz_file):
+  """The private baseline's noise is calibrated to the budget it shares with the queries:
+  its slice (and so the generator's) changes with either, while the plain baseline's
+  does not."""
+  from dgd_jax.configs import dgd as dgd_config_file
+  from dgd_jax.workdir import config_slice, fingerprint
+
+  def slices(arg, **privacy):
+    config = dgd_config_file.get_config(f"npz:{npz_file},{arg}")
+    config.privacy.update(privacy)
+    return {n: fingerprint(config_slice(config, methods.config_keys(n, config)))
+            for n in ("baseline", "generator")}
+
+  private = slices("cpu,private_baseline")
+  assert slices("cpu,private_baseline", max_epsilon=3.0) != private
+  assert slices("cpu,eps3,private_baseline")["baseline"] != private["baseline"]
+  assert slices("cpu") == slices("cpu", max_epsilon=3.0)
+
+
 def _all_method_configs(npz_file):
   teachers = teachers_config.get_config(f"npz:{npz_file},cpu")
   teachers.num_teachers = 4

@@ -12,7 +12,16 @@ from dgd_jax import dpsgd, query_plan, train
 from dgd_jax.artefacts import classifier, fit_config
 from dgd_jax.core import Context
 
-CONFIG_KEYS = ("baseline",)
+
+
+def config_keys(config) -> tuple[str, ...]:
+  """The config blocks the baseline depends on. A private baseline whose noise is calibrated
+  (``dpsgd.noise=0``) takes the noise that fits the budget beside the label queries, so it
+  depends on both: a run at another epsilon or query plan must not reuse it."""
+  b = config.baseline
+  if "dpsgd" in b and not b.dpsgd.noise:
+    return ("baseline", "privacy", "queries")
+  return ("baseline",)
 
 
 def run(ctx: Context) -> dict:
