@@ -181,6 +181,10 @@ def baseline_releases(config, queries: privacy.Release, dataset_size: int | None
   if "dpsgd" not in config.get("baseline", {}):
     return []
   b, d, p = config.baseline, config.baseline.dpsgd, config.privacy
+  if config.pool.source == "train":
+    raise ConfigError("a private baseline (config.baseline.dpsgd) with config.pool.source="
+                      "'train' trains the student on the raw private images, which no "
+                      "epsilon covers: use the generator's pool (pool.source='synthetic').")
   if config.queries.get("plan", "fixed") != "fixed":
     raise ConfigError("a private baseline (config.baseline.dpsgd) shares the budget with the "
                       "label queries: set config.queries.plan='fixed' (the automatic plan "
@@ -221,5 +225,4 @@ def recorded_baseline(results: dict) -> list[privacy.DpsgdSteps]:
   r = results.get("baseline", {}).get("release")
   if not r:
     return []
-  return [privacy.DpsgdSteps(r["noise_multiplier"], r["batch_size"], r["dataset_size"],
-                             r["steps"], r["norm_bound"], r["sampling"], r["relation"])]
+  return [privacy.DpsgdSteps.from_json(r)]

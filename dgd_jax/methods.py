@@ -61,15 +61,16 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            headline_stage="student", privacy_stage="queries", releases=queries.releases,
            covers=QUERIES_COVER, privacy_note=lambda c: (
                _DGD_PRIVATE_BASELINE_NOTE if "dpsgd" in c.baseline else _DGD_NOTE),
-           audited=lambda c: ({"baseline": 1.0, "student": 1.0}
-                              if "dpsgd" in c.baseline and not c.generator.w_stats else {})),
+           audited=lambda c: (("baseline", "student") if "dpsgd" in c.baseline
+                              and not c.generator.w_stats and c.pool.source != "train"
+                              else ())),
     Method("pate", ("teachers", "vae", "queries", "student"), headline_stage="student",
            privacy_stage="queries", releases=queries.releases, covers=QUERIES_COVER,
            privacy_note=(
                "The epsilon covers the teachers' noisy answers to the student's label "
                "queries. The student's unlabelled pool is assumed public (here: the head of "
                "the test split), and the teachers must never be released."),
-           audited=lambda c: {"student": 1.0} if c.pool.source == "public" else {}),
+           audited=lambda c: ("student",) if c.pool.source == "public" else ()),
     Method("dpdfd", ("baseline", "teachers", "dpdfd", "dpdfd_samples"),
            headline_stage="dpdfd", privacy_stage="dpdfd", releases=dpdfd.releases,
            covers="{num_steps} DPDFD steps (A_{{C,sigma}} releases)",
@@ -93,7 +94,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
                "clipped per-example gradients on a Poisson sample) is accounted, and the model "
                "is their post-processing. Not covered: hyper-parameter tuning on the same "
                "private data."),
-           audited=lambda c: {"dpsgd": 2.0}),  # add/remove-one epsilon, replace-one test
+           audited=lambda c: ("dpsgd",)),
 )}
 
 

@@ -111,7 +111,7 @@ def _run_stages(config: Config, wd: Workdir, planned: list[Stage]) -> dict:
   if failed:  # written first: report.md says it too
     raise PrivacyAuditError(
         "; ".join(f"the {n}'s empirical epsilon lower bound {c['epsilon_lower_bound']:.4g} "
-                  f"exceeds the {c['allowed']:.4g} its stated epsilon allows"
+                  f"exceeds {c['allowed']:.4g}, {c['against']}"
                   for n, c in failed.items())
         + f". This is a privacy bug: do not release anything from {wd.path}.")
   return report

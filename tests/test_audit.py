@@ -123,7 +123,7 @@ def test_a_bound_above_the_stated_epsilon_fails_loudly(finished_dgd_copy, monkey
   fails (here the bound is faked, on a PATE-like check of a DGD run's student)."""
   _, workdir, _ = finished_dgd_copy
   monkeypatch.setitem(methods.METHODS, "dgd", dataclasses.replace(
-      methods.METHODS["dgd"], audited=lambda c: {"student": 1.0}))
+      methods.METHODS["dgd"], audited=lambda c: ("student",)))
   monkeypatch.setattr(audit, "epsilon_lower_bound", lambda *a, **k: 1e6)
   with pytest.raises(PrivacyAuditError, match="student's empirical epsilon lower bound 1e"):
     audit_run(workdir, TINY_AUDIT)

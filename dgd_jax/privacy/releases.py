@@ -361,6 +361,12 @@ class DpsgdSteps(Release):
     if self.relation not in DPSGD_RELATIONS:
       raise ConfigError(f"relation={self.relation!r}: use one of {tuple(DPSGD_RELATIONS)}.")
 
+  @classmethod
+  def from_json(cls, r: dict) -> "DpsgdSteps":
+    """The record of steps that ran, from its ``describe()`` (a stage result's ledger)."""
+    return cls(r["noise_multiplier"], r["batch_size"], r["dataset_size"], r["steps"],
+               r["norm_bound"], r["sampling"], r["relation"])
+
   @property
   def sampling_probability(self) -> float:
     """q = expected batch size / dataset size."""

@@ -7,8 +7,9 @@ Members are each model's private training examples (the student's "members" are 
 private training set, which it never saw directly); non-members are held-out examples no
 model trained on: the test split (PATE: the part outside the student's public pool). Each
 model's membership scores also give an empirical lower bound on epsilon (jax-privacy's
-auditor, ``audit.membership``); the report holds it against the run's epsilon for the models
-that epsilon covers whole (``Method.audited``). DP-SGD's model is attacked by membership
+auditor, ``audit.membership``); the report holds it against the replace-one epsilon of the
+run's releases for the models that epsilon covers whole (``Method.audited``,
+``report.audit_check``). DP-SGD's model is attacked by membership
 only (inversion would need gradients through its ScatterNet features).
 """
 from __future__ import annotations
