@@ -6,7 +6,8 @@ rerun only rebuilds the table) and writes ``<root>/comparison.md``.
   python -m dgd_jax.compare --root=workdirs/compare [--rows=dgd_eps10,dpsgd_cnn_eps3]
       [--collect_only]
 
-``--collect_only`` trains nothing: rows without a finished run are listed as not run. A row's
+``--rows`` runs only the named rows, and ``--collect_only`` none; either way the table lists
+every row, and rows without a finished run are listed as not run. A row's
 workdir may be a symlink to a finished run of the same command made elsewhere. The wall time
 is the sum of the stage times recorded when each stage ran (a reused stage keeps its own).
 """
@@ -85,23 +86,28 @@ def table_row(row: Row, report: dict | None) -> str:
           f"{covered} | {minutes} min {seconds:02d} s | {row.published} |")
 
 
-def run(root: str, rows=ROWS, collect_only: bool = False) -> str:
-  """Runs (or, with ``collect_only``, only reads) every row; writes and returns the table."""
+def run(root: str, rows=ROWS, collect_only: bool = False, only=None) -> str:
+  """Runs every row (only those named in ``only``, or none with ``collect_only``), then
+  writes and returns the table of all ``rows``, each from its finished run if it has one."""
+  for row in rows:
+    if not collect_only and (only is None or row.name in only):
+      pipeline.run(row.config(), os.path.join(root, row.name))
   lines = [HEADER]
   for row in rows:
-    workdir = os.path.join(root, row.name)
-    if not collect_only:
-      pipeline.run(row.config(), workdir)
-    path = os.path.join(workdir, "report.json")
-    lines.append(table_row(row, read_json(path) if os.path.exists(path) else None))
+    path = os.path.join(root, row.name, "report.json")
+    report = read_json(path) if os.path.exists(path) else None
+    finished = report is not None and report.get("test_accuracy") is not None
+    lines.append(table_row(row, report if finished else None))
   text = "\n".join(lines) + "\n"
   if distributed.is_writer():
+    os.makedirs(root, exist_ok=True)
     write_text(os.path.join(root, "comparison.md"), text)
   return text
 
 
 _ROOT = flags.DEFINE_string("root", "workdirs/compare", "Folder holding one workdir per row.")
-_ROWS = flags.DEFINE_list("rows", None, "Only these rows (default: all).")
+_ROWS = flags.DEFINE_list("rows", None, "Run only these rows (default: all); the table "
+                         "still lists every row.")
 _COLLECT = flags.DEFINE_bool("collect_only", False, "Train nothing; table the finished rows.")
 
 
@@ -113,8 +119,7 @@ def main(argv):
     unknown = sorted(set(_ROWS.value or ()) - set(by_name))
     if unknown:
       raise ConfigError(f"--rows names unknown rows {unknown}; known: {sorted(by_name)}.")
-    rows = [by_name[n] for n in _ROWS.value] if _ROWS.value else ROWS
-    print(run(_ROOT.value, rows, _COLLECT.value), end="")
+    print(run(_ROOT.value, ROWS, _COLLECT.value, _ROWS.value), end="")
   except UserInputError as e:
     sys.exit(f"error: {e}")
 

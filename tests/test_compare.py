@@ -38,3 +38,9 @@ def test_tiny_table_runs_then_rebuilds_from_the_finished_runs(npz_file, tmp_path
   last = compare.run(root, rows + (missing,), collect_only=True).splitlines()[-1]
   assert last.startswith("| missing |") and "| not run |" in last
   assert not os.path.exists(os.path.join(root, "missing"))
+  # Running one row still tables every row: --rows never drops the others' results.
+  other = str(tmp_path / "other")
+  lines = compare.run(other, rows, only=("baseline",)).splitlines()
+  assert "| not run |" not in lines[2] and "| dpsgd |" in lines[3] and "| not run |" in lines[3]
+  assert not os.path.exists(os.path.join(other, "dpsgd"))
+  assert "| not run |" in compare.run(str(tmp_path / "none"), rows, collect_only=True)
