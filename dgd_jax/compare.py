@@ -8,7 +8,8 @@ rerun only rebuilds the table) and writes ``<root>/comparison.md``.
 
 ``--rows`` runs only the named rows, and ``--collect_only`` none; either way the table lists
 every row, and rows without a finished run are listed as not run. A row's
-workdir may be a symlink to a finished run of the same command made elsewhere. The wall time
+workdir may be a symlink to a finished run of the same command made elsewhere; a workdir whose
+stages were made by another config is refused (``WorkdirConflictError``), not tabled. The wall time
 is the sum of the stage times recorded when each stage ran (a reused stage keeps its own).
 """
 from __future__ import annotations
@@ -97,6 +98,8 @@ def run(root: str, rows=ROWS, collect_only: bool = False, only=None) -> str:
     path = os.path.join(root, row.name, "report.json")
     report = read_json(path) if os.path.exists(path) else None
     finished = report is not None and report.get("test_accuracy") is not None
+    if finished:  # a report made by another command must not stand in this row
+      pipeline.check_workdir(row.config(), os.path.join(root, row.name))
     lines.append(table_row(row, report if finished else None))
   text = "\n".join(lines) + "\n"
   if distributed.is_writer():

@@ -73,9 +73,7 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
   if methods.method(config).privacy_stage in names:  # before anything is trained or queried
     methods.budget_guard(config)
   wd = Workdir(workdir, writer=distributed.is_writer())
-  planned = [wd.stage(n, config, methods.config_keys(n, config)) for n in names]
-  for stage in planned:  # refuse conflicts before writing anything
-    stage.check()
+  planned = _planned_stages(config, wd, names)
   check_multiprocess([s.name for s in planned if not s.done()])
   with wd.lock():  # one writer per workdir
     for stage in planned:  # again: another run may have written before we took the lock
@@ -83,6 +81,21 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
       if stage.done():
         stage.result()  # a damaged result.json is refused before anything is written
     return _run_stages(config, wd, planned)
+
+
+def _planned_stages(config: Config, wd: Workdir, names) -> list[Stage]:
+  """The stages ``names`` in ``wd``, each refused if its folder holds another config's work."""
+  planned = [wd.stage(n, config, methods.config_keys(n, config)) for n in names]
+  for stage in planned:  # refuse conflicts before writing anything
+    stage.check()
+  return planned
+
+
+def check_workdir(config: Config, workdir: str) -> None:
+  """WorkdirConflictError unless every stage ``run(config, workdir)`` would use is this
+  config's (or not there yet). Reads stage.json files only; writes nothing."""
+  config = smoke_schedules(config)
+  _planned_stages(config, Workdir(workdir, writer=False), methods.plan_stages(config))
 
 
 def _run_stages(config: Config, wd: Workdir, planned: list[Stage]) -> dict:

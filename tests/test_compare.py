@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from dgd_jax import compare, methods
+from dgd_jax.errors import WorkdirConflictError
 
 
 def test_every_row_is_a_preset_of_a_known_method():
@@ -44,3 +47,8 @@ def test_tiny_table_runs_then_rebuilds_from_the_finished_runs(npz_file, tmp_path
   assert "| not run |" not in lines[2] and "| dpsgd |" in lines[3] and "| not run |" in lines[3]
   assert not os.path.exists(os.path.join(other, "dpsgd"))
   assert "| not run |" in compare.run(str(tmp_path / "none"), rows, collect_only=True)
+  # A finished run of another command is refused, not tabled under this row's name.
+  impostor = compare.Row("baseline", f"baseline.py:npz:{npz_file},cpu",
+                         overrides=(("baseline.num_steps", 6),))
+  with pytest.raises(WorkdirConflictError, match="another config"):
+    compare.run(root, (impostor,), collect_only=True)
