@@ -22,6 +22,7 @@ import sys
 from absl import app, flags
 
 from dgd_jax import distributed, pipeline, progress
+from dgd_jax.configs.common import with_overrides
 from dgd_jax.errors import ConfigError, UserInputError
 from dgd_jax.workdir import read_json, write_text
 
@@ -35,15 +36,8 @@ class Row:
 
   def config(self):
     module, _, arg = self.spec.partition(":")
-    config = importlib.import_module(f"dgd_jax.configs.{module.removesuffix('.py')}"
-                                     ).get_config(arg)
-    for name, value in self.overrides:
-      *parents, leaf = name.split(".")
-      node = config
-      for p in parents:
-        node = node[p]
-      node[leaf] = value
-    return config
+    return with_overrides(importlib.import_module(
+        f"dgd_jax.configs.{module.removesuffix('.py')}").get_config(arg), self.overrides)
 
 
 TB = "Tramer & Boneh 2021, Table 1"

@@ -75,6 +75,21 @@ def base_config(dataset: str, preset: str, smoke: bool = False) -> ml_collection
   return config
 
 
+def with_overrides(config: ml_collections.ConfigDict, overrides
+                   ) -> ml_collections.ConfigDict:
+  """A copy of ``config`` with each ('block.field', value) of ``overrides`` (a dict or pairs)
+  set: the one way sweeps and the comparison table change a preset."""
+  config = copy.deepcopy(config)
+  with config.unlocked():
+    for name, value in dict(overrides).items():
+      *parents, leaf = name.split(".")
+      node = config
+      for p in parents:
+        node = node[p]
+      node[leaf] = value
+  return config
+
+
 def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The config a run uses: ``config`` itself, or for a smoke run (``,smoke`` or
   ``--config.smoke=True``) a copy with every SCHEDULES field cut to SMOKE_STEPS, the

@@ -21,7 +21,6 @@ Writes ``<workdir>/sweep.csv``, ``accuracy.png`` / ``epsilon.png`` and ``sweep.m
 """
 from __future__ import annotations
 
-import copy
 import itertools
 import os
 from typing import Any, Sequence
@@ -29,7 +28,7 @@ from typing import Any, Sequence
 import ml_collections
 
 from dgd_jax import methods, pipeline, plots, privacy
-from dgd_jax.configs.common import smoke_schedules
+from dgd_jax.configs.common import smoke_schedules, with_overrides
 from dgd_jax.errors import ConfigError
 from dgd_jax.workdir import (Workdir, config_slice, fingerprint, read_json, write_csv,
                              write_text)
@@ -81,15 +80,7 @@ def grid(config: ml_collections.ConfigDict, axes: Sequence[Axis]
   out = []
   for combo in itertools.product(*[points for _, points in axes]):
     overrides = {n: v for (names, _), values in zip(axes, combo) for n, v in zip(names, values)}
-    c = copy.deepcopy(config)
-    with c.unlocked():
-      for name, value in overrides.items():
-        *parents, leaf = name.split(".")
-        node = c
-        for p in parents:
-          node = node[p]
-        node[leaf] = value
-    out.append((overrides, smoke_schedules(c)))
+    out.append((overrides, smoke_schedules(with_overrides(config, overrides))))
   return out
 
 
