@@ -87,7 +87,8 @@ def inputs(config, images: np.ndarray) -> np.ndarray:
 def model_of(config, num_classes: int):
   d = config.dpsgd
   if d.model in models.SCATTERING:
-    return models.MODELS[d.model](num_classes=num_classes, groups=d.groups)
+    return models.MODELS[d.model](num_classes=num_classes, groups=d.groups,
+                                  norm_affine=d.norm_affine)
   return models.MODELS[d.model](num_classes=num_classes)
 
 

@@ -163,6 +163,27 @@ def test_clipped_per_example_gradients_match_a_hand_computation():
   assert float(jnp.sqrt(sum(jnp.sum(v ** 2) for v in jax.tree.leaves(total)))) <= 5 * clip + 1e-6
 
 
+def test_scatter_linear_is_a_softmax_layer_on_non_affine_group_norm():
+  # Tramer & Boneh's group norm has no learnt scale or shift: the only parameters are the
+  # head's, and an example's gradient is (softmax - onehot) x [normalised features; 1].
+  x = jax.random.normal(jax.random.key(0), (2, 2, 2, 6))
+  model = dpsgd_models.ScatterLinear(num_classes=3, groups=2)
+  params = model.init(jax.random.key(1), x[:1])
+  assert set(params["params"]) == {"Dense_0"}
+  affine = dpsgd_models.ScatterLinear(num_classes=3, groups=2, norm_affine=True)
+  assert "GroupNorm_0" in affine.init(jax.random.key(1), x[:1])["params"]
+  g = x.reshape(2, 2, 2, 2, 3)  # (example, h, w, group, channel in group)
+  z = (g - g.mean(axis=(1, 2, 4), keepdims=True)) / jnp.sqrt(
+      g.var(axis=(1, 2, 4), keepdims=True) + 1e-6)
+  z = z.reshape(2, -1)
+  grad = jax.grad(dpsgd._loss(model.apply))(params, x[1:], jnp.array([2]))["params"]["Dense_0"]
+  p = jax.nn.softmax(z[1] @ params["params"]["Dense_0"]["kernel"]
+                     + params["params"]["Dense_0"]["bias"])
+  r = p - jax.nn.one_hot(2, 3)
+  np.testing.assert_allclose(grad["kernel"], jnp.outer(z[1], r), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(grad["bias"], r, rtol=1e-4, atol=1e-6)
+
+
 # ---- ScatterNet features ----------------------------------------------------------------------
 
 def test_scattering_shape_filters_and_invariance():

@@ -54,6 +54,7 @@ def dpsgd_config(model: str, epochs: float | None = None) -> ml_collections.Conf
       scattering_scales=2,  # J
       scattering_orientations=8,  # L
       groups=27,  # group norm groups of the 81 scattering channels
+      norm_affine=False,  # a learnt group-norm scale and shift (Tramer & Boneh: none)
       ema=0.0,  # > 0: release the moving average of the parameters with this decay
   ))
 

@@ -60,16 +60,23 @@ class TanhCNN(nn.Module):
     return nn.Dense(self.num_classes, kernel_init=xavier)(x)
 
 
+def group_norm(x: jnp.ndarray, groups: int, affine: bool) -> jnp.ndarray:
+  """Per-example group norm of the scattering coefficients; Tramer & Boneh's is not affine
+  (``affine=False``): a learnt scale and shift would only share the clip norm with the head."""
+  return nn.GroupNorm(num_groups=groups, use_scale=affine, use_bias=affine)(x)
+
+
 class ScatterLinear(nn.Module):
   """Group norm of the scattering coefficients (per example), then a linear softmax layer
   (Tramer & Boneh Sec. 3: ScatterNet + linear)."""
 
   num_classes: int = 10
   groups: int = 27
+  norm_affine: bool = False
 
   @nn.compact
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-    x = nn.GroupNorm(num_groups=self.groups)(x)
+    x = group_norm(x, self.groups, self.norm_affine)
     return nn.Dense(self.num_classes)(x.reshape(x.shape[:-3] + (-1,)))
 
 
@@ -80,11 +87,12 @@ class ScatterCNN(nn.Module):
 
   num_classes: int = 10
   groups: int = 27
+  norm_affine: bool = False
   channels: int = 64
 
   @nn.compact
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-    x = nn.GroupNorm(num_groups=self.groups)(x)
+    x = group_norm(x, self.groups, self.norm_affine)
     x = max_pool(jnp.tanh(Conv(self.channels, 3, 1, 1)(x)), 2, 2)
     x = jnp.tanh(Conv(self.channels, 3, 1, 1)(x))
     x = x.reshape(x.shape[:-3] + (-1,))
