@@ -24,6 +24,28 @@ RAW_POOL_NOTE = (
 # Stage results that report.json also shows at its top level.
 TOP_LEVEL = ("generator", "vae", "ldp", "audit")
 
+# Releases whose sensitivity argument is "one example changes one teacher" (privacy.events).
+TEACHER_RELEASES = ("lnmax", "gnmax", "confident_gnmax")
+
+
+def neighbours(config, releases: list[dict]) -> str:
+  """The neighbouring datasets the run's epsilon is stated for (issue 18): teacher releases
+  hold for replace-one always, and for add/remove-one only when an example's teacher does not
+  depend on the others (``teachers.partition='stable'``, data/partitions.py)."""
+  teacher = [r for r in releases if r["mechanism"] in TEACHER_RELEASES or (
+      r["mechanism"] == "dpdfd" and r.get("relation") == "disjoint_teachers")]
+  if releases and all(r["mechanism"] == "dpsgd" and r.get("relation") == "add_or_remove_one"
+                      for r in releases):
+    return "add/remove-one (DP-SGD on Poisson samples)"
+  if releases and len(teacher) == len(releases):
+    if config.teachers.partition == "stable":
+      return ("replace-one and add/remove-one, at the same epsilon: the stable partition gives "
+              "each example its teacher independently of the others, so either change moves "
+              "one teacher's shard")
+    return ("replace-one only: the 'shuffle' partition re-deals every shard when an example is "
+            "added or removed (teachers.partition='stable' covers add/remove-one too)")
+  return "replace-one (as each release states; PRIVACY.md)"
+
 
 def _privacy(config, results: dict) -> dict:
   """Headline epsilon (``config.privacy.accountant``: data-independent for DGD and DPDFD,
@@ -84,6 +106,8 @@ def build(config, results: dict) -> dict:
   if method.privacy_stage in results:
     report.update(_privacy(config, results))
     report["privacy"] = {k: report[k] for k in ("epsilon", "delta", "accountant")}
+    report["privacy"]["neighbours"] = neighbours(
+        config, results[method.privacy_stage]["privacy"]["releases"])
     report["privacy"]["note"] = method.note(config)
     unit = results[method.privacy_stage].get("privacy_unit")
     if unit:  # DPDFD: 'label' for direct training (label DP only), else 'example'
@@ -177,7 +201,8 @@ def _plan_lines(plan: dict) -> list[str]:
 
 
 def _headline(report: dict) -> list[str]:
-  """Three lines: accuracy, epsilon (delta, accountant, count), what the epsilon covers."""
+  """Accuracy, epsilon (delta, accountant, count), what the epsilon covers and for which
+  neighbouring datasets."""
   lines = []
   if report["test_accuracy"] is not None:
     baseline = report.get("baseline_accuracy")
@@ -196,6 +221,8 @@ def _headline(report: dict) -> list[str]:
                  + f"{count}).** Other accountants: {others}.")
     lines.append(f"Covers: {report['covers']['covered']}; what it does not cover is listed "
                  "under Privacy.")
+    if p.get("neighbours"):  # absent from reports made before issue 18's partition
+      lines.append(f"Neighbouring datasets: {p['neighbours']}.")
   else:
     lines.append("**Privacy: no differential-privacy guarantee** (see Privacy).")
   return [line + "  " for line in lines[:-1]] + lines[-1:] + [""]

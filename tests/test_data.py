@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from dgd_jax.data import DatasetError, idx, load_dataset, teacher_partitions
+from dgd_jax.data import DatasetError, idx, load_dataset, teacher_partitions, teacher_shards
 from dgd_jax.errors import ConfigError
 
 
@@ -163,6 +163,42 @@ def test_partitions_bad_counts():
     teacher_partitions(x, y, 6, seed=0)
   with pytest.raises(ConfigError, match="at least 1"):
     teacher_partitions(x, y, 0, seed=0)
+
+
+def test_stable_partition_keeps_every_other_example_with_its_teacher():
+  rng = np.random.default_rng(0)
+  x, y = rng.random((3000, 4, 4, 1)).astype(np.float32), rng.integers(0, 10, 3000)
+  shards = teacher_shards(x, y, 10, seed=0, partition="stable")
+  owner = np.full(3000, -1)
+  for t, s in enumerate(shards):
+    owner[s] = t
+  assert (owner >= 0).all() and sum(map(len, shards)) == 3000  # every example, once
+  assert max(abs(len(s) - 300) for s in shards) < 5 * np.sqrt(300 * 0.9)  # nearly equal
+  for seed in (0, 1):  # deterministic per seed, different across seeds
+    again = teacher_shards(x, y, 10, seed=seed, partition="stable")
+    assert all(np.array_equal(a, b) for a, b in zip(again, shards)) == (seed == 0)
+  # Remove example 17 and add a new one (add/remove-one, twice): every other example keeps
+  # its teacher. The shuffle partition re-deals them.
+  keep = np.delete(np.arange(3000), 17)
+  x2 = np.concatenate([x[keep], rng.random((1, 4, 4, 1)).astype(np.float32)])
+  y2 = np.concatenate([y[keep], [3]])
+  owner2 = np.full(3000, -1)
+  for t, s in enumerate(teacher_shards(x2, y2, 10, seed=0, partition="stable")):
+    owner2[s] = t
+  np.testing.assert_array_equal(owner2[:2999], owner[keep])
+  shuffled = teacher_shards(x, y, 10, seed=0)
+  moved = teacher_shards(x2[:2999], y2[:2999], 10, seed=0)
+  assert sum(set(keep[m]) != set(s) for m, s in zip(moved, shuffled)) == 10
+
+
+def test_partition_refusals():
+  x, y = np.zeros((5, 2), np.float32), np.zeros(5)
+  with pytest.raises(ConfigError, match="without data: use fewer teachers"):
+    teacher_shards(x, y, 5, seed=0, partition="stable")  # identical examples share a teacher
+  with pytest.raises(ConfigError, match="more than the 5 training examples"):
+    teacher_shards(x, y, 6, seed=0, partition="stable")
+  with pytest.raises(ConfigError, match=r"teachers.partition='hash'; use one of"):
+    teacher_shards(x, y, 2, seed=0, partition="hash")
 
 
 def test_download_checksums_registered():

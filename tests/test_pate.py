@@ -39,13 +39,20 @@ def test_pate_end_to_end_with_data_dependent_headline(npz_file, tmp_path):
   assert report["epsilon"] == pytest.approx(expected.epsilon, rel=1e-12)
   assert report["epsilons"]["rdp"] > 0  # the data-independent plan beside it
   assert any("public" in note for note in report["covers"]["not_covered"])
+  # The default 'shuffle' partition supports replace-one only, and the report says so.
+  assert report["privacy"]["neighbours"].startswith("replace-one only")
+  assert "Neighbouring datasets: replace-one only" in (tmp_path / "p" / "report.md").read_text()
 
 
 def test_pate_plus_least_confident_selection(npz_file, tmp_path):
   config = tiny_configs.pate(npz_file, ",plus")
   config.queries.update(selection="least_confident", first_round=10, threshold=1.0,
                         sigma1=1.0, noise_scale=1.0)
+  config.teachers.partition = "stable"  # teachers on shards of unequal sizes
   report = pipeline.run(config, str(tmp_path / "p"))
+  sizes = report["stages"]["teachers"]
+  assert sizes["partition"] == "stable" and sizes["dropped_examples"] == 0
+  assert report["privacy"]["neighbours"].startswith("replace-one and add/remove-one")
   with np.load(tmp_path / "p" / "queries" / QUERIES) as q:
     indices = q["indices"]
   assert len(indices) == 40 and len(set(indices.tolist())) == 40  # nobody asked twice

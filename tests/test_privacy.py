@@ -174,6 +174,24 @@ def test_laplace_event_is_conservative_for_the_histogram(scale):
     assert a.get_epsilon(DELTA) >= b.get_epsilon(DELTA)
 
 
+def test_report_states_the_neighbouring_relation_each_run_supports():
+  from dgd_jax import report  # pylint: disable=g-import-not-at-top
+  from dgd_jax.configs import dgd as dgd_config  # pylint: disable=g-import-not-at-top
+  config = dgd_config.get_config("fashion_mnist,cpu")
+  votes = [{"mechanism": "gnmax"}, {"mechanism": "confident_gnmax"}]
+  assert report.neighbours(config, votes).startswith("replace-one only")
+  config.teachers.partition = "stable"
+  assert report.neighbours(config, votes).startswith("replace-one and add/remove-one")
+  ensemble = [{"mechanism": "dpdfd", "relation": "disjoint_teachers"}]
+  assert report.neighbours(config, ensemble).startswith("replace-one and add/remove-one")
+  # Releases that are not one teacher's vote keep their own relation, whatever the partition.
+  for other in ([{"mechanism": "dpdfd", "relation": "whole_batch"}],
+                [{"mechanism": "dpsgd", "relation": "replace_one"}] + votes):
+    assert report.neighbours(config, other).startswith("replace-one (")
+  dpsgd = [{"mechanism": "dpsgd", "relation": "add_or_remove_one"}]
+  assert report.neighbours(config, dpsgd).startswith("add/remove-one")
+
+
 def test_vote_mechanisms_are_accounted_under_replace_one():
   assert events.NEIGHBORING_RELATION == dp_accounting.NeighboringRelation.REPLACE_ONE
   # dgd_jax's partitioner deals shards of permutation(total): replacing the example at a position

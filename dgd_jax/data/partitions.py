@@ -1,20 +1,37 @@
-"""Disjoint teacher partitions of the private training set (PATE Section 2.1, DGD III-A)."""
+"""Disjoint teacher partitions of the private training set (PATE Section 2.1, DGD III-A).
+
+Two partitioners (``teachers.partition``):
+
+* 'shuffle' (default): equal shards of a seeded permutation of the positions. An example's
+  teacher depends on its position and on the dataset size, so only replace-one neighbours
+  keep every other shard: adding or removing one example re-deals them all.
+* 'stable': an example's teacher is a keyed hash of the example itself (its pixels and label,
+  keyed with the seed) modulo n. It does not depend on any other example, so adding, removing
+  or replacing one example changes one teacher's shard: the teacher-vote guarantees then hold
+  for add/remove-one neighbours too. Shard sizes are multinomial, nearly equal for N >> n.
+"""
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
 from dgd_jax.errors import ConfigError, DatasetError
 
 
-def partition_indices(total: int, num_teachers: int, seed: int) -> np.ndarray:
-  """Indices [num_teachers, total // num_teachers] of disjoint, equal-size shards of a
-  shuffled range(total); the remainder (total mod num_teachers) is dropped. Deterministic
-  per seed."""
+def _check_count(total: int, num_teachers: int) -> None:
   if num_teachers < 1:
     raise ConfigError(f"num_teachers={num_teachers}; it must be at least 1.")
   if num_teachers > total:
     raise ConfigError(f"num_teachers={num_teachers} is more than the {total} training "
                       f"examples; each teacher needs at least one. Use num_teachers <= {total}.")
+
+
+def partition_indices(total: int, num_teachers: int, seed: int) -> np.ndarray:
+  """Indices [num_teachers, total // num_teachers] of disjoint, equal-size shards of a
+  shuffled range(total); the remainder (total mod num_teachers) is dropped. Deterministic
+  per seed."""
+  _check_count(total, num_teachers)
   per_teacher = total // num_teachers
   order = np.random.default_rng(seed).permutation(total)[:num_teachers * per_teacher]
   return order.reshape(num_teachers, per_teacher)
@@ -31,3 +48,34 @@ def teacher_partitions(x: np.ndarray, y: np.ndarray, num_teachers: int, seed: in
     raise DatasetError(f"{len(x)} examples but {len(y)} labels.")
   idx = partition_indices(len(x), num_teachers, seed)
   return x[idx], y[idx], len(x) - idx.size
+
+
+PARTITIONS = ("shuffle", "stable")
+
+
+def stable_partition(x: np.ndarray, y: np.ndarray, num_teachers: int, seed: int
+                     ) -> list[np.ndarray]:
+  """Indices of each teacher's shard: example i goes to teacher H_seed(x_i, y_i) mod n, H the
+  64-bit keyed BLAKE2b (module docstring). Every example is used; a teacher left with no
+  example is refused."""
+  _check_count(len(x), num_teachers)
+  key = str(seed).encode()
+  owner = np.array([int.from_bytes(hashlib.blake2b(
+      np.ascontiguousarray(xi).tobytes() + np.int64(yi).tobytes(), key=key,
+      digest_size=8).digest(), "little") % num_teachers for xi, yi in zip(x, y)], np.int64)
+  shards = [np.flatnonzero(owner == t) for t in range(num_teachers)]
+  empty = sum(not len(s) for s in shards)
+  if empty:
+    raise ConfigError(f"The stable partition of {len(x)} examples left {empty} of "
+                      f"{num_teachers} teachers without data: use fewer teachers.")
+  return shards
+
+
+def teacher_shards(x: np.ndarray, y: np.ndarray, num_teachers: int, seed: int,
+                   partition: str = "shuffle") -> list[np.ndarray]:
+  """Each teacher's example indices under ``partition`` (module docstring)."""
+  if partition == "shuffle":
+    return list(partition_indices(len(x), num_teachers, seed))
+  if partition == "stable":
+    return stable_partition(x, y, num_teachers, seed)
+  raise ConfigError(f"teachers.partition={partition!r}; use one of {PARTITIONS}.")

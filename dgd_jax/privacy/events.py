@@ -7,9 +7,10 @@ a seed and deals equal shards, so the shard of position k depends only on (total
 the example at position k changes one teacher's training set, hence at most one vote, which moves
 from class a to class b, so two histogram counts change by 1 each (L1 2, L2 sqrt(2)). Adding or
 removing an example changes ``total``, re-deals every shard and can change every teacher: the
-vote-sensitivity argument does NOT hold for add/remove-one neighbours with this partitioner. An
-add/remove-one guarantee needs a partition in which an example's teacher does not depend on the
-other examples (e.g. a keyed hash of a stable example ID), which dgd_jax does not do yet.
+vote-sensitivity argument does NOT hold for add/remove-one neighbours with this partitioner. The
+'stable' partitioner (``teachers.partition='stable'``: a keyed hash of each example picks its
+teacher) makes an example's teacher independent of the other examples, so adding or removing one
+also changes one teacher's shard, one vote moves, and the same events hold for add/remove-one.
 
 The sensitivity of each release between neighbours is folded into the event's noise multiplier:
 

@@ -20,10 +20,11 @@ import optax
 from dgd_jax import artefacts, dpdfd, ensemble, generative, plots, privacy, train
 from dgd_jax.artefacts import SYNTHETIC, classifier
 from dgd_jax.core import Context
-from dgd_jax.data import load_private, partition_indices
+from dgd_jax.data import load_private
 from dgd_jax.errors import ConfigError
 from dgd_jax.models.generator import Generator
 from dgd_jax.privacy import dpdfd as dpdfd_privacy
+from dgd_jax.stages import teachers as teachers_stage
 from dgd_jax.workdir import save_array
 
 # The steps' accounting reads the teacher partition (num_teachers) whichever model is taught.
@@ -52,7 +53,7 @@ def _dataset_size(config) -> int:
 def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpdfdSteps:
   """The ledger record of the planned DPDFD steps at noise multiplier ``noise``. The ensemble's
   'disjoint_teachers' relation is granted only when the teachers stage's shards
-  (``partition_indices``) are checked pairwise disjoint."""
+  (``stages.teachers.shards``) are checked pairwise disjoint."""
   d, relation = config.dpdfd, config.privacy.relation
   if relation not in RELATIONS.get(d.teacher, ()):
     raise ConfigError(
@@ -63,8 +64,8 @@ def release(config, noise: float, dataset_size: int | None = None) -> privacy.Dp
   if relation == "disjoint_teachers" or relation == "direct":
     dataset_size = dataset_size or _dataset_size(config)
   if relation == "disjoint_teachers":
-    disjoint = dpdfd_privacy.shards_disjoint(
-        partition_indices(dataset_size, config.num_teachers, config.seed))
+    data = load_private(config)
+    disjoint = dpdfd_privacy.shards_disjoint(teachers_stage.shards(config, data))
   return privacy.DpdfdSteps(noise, "multiplier", d.norm_bound, d.batch_size, d.num_steps,
                             num_teachers=n, relation=relation,
                             normalization="batch" if d.operation == "batch" else "per_sample",

@@ -19,7 +19,7 @@ import numpy as np
 from dgd_jax import aggregation, augment, ensemble, ldp, plots, train
 from dgd_jax.artefacts import new_teachers
 from dgd_jax.core import Context
-from dgd_jax.data import partition_indices
+from dgd_jax.data import teacher_shards
 from dgd_jax.workdir import save_array, write_csv
 
 # "ldp": robust teachers for an LDP client (LDP Eq. 3) when ``ldp.robust_teachers`` is set.
@@ -79,9 +79,15 @@ def ensemble_accuracies(labels: np.ndarray, y: np.ndarray, num_classes: int,
   return out, votes
 
 
+def shards(config, data, num_teachers: int | None = None) -> list[np.ndarray]:
+  """Each teacher's example indices in ``data.x_train`` under ``teachers.partition``."""
+  return teacher_shards(data.x_train, data.y_train, num_teachers or config.num_teachers,
+                        config.seed, config.teachers.partition)
+
+
 def run(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
-  rows = list(partition_indices(len(data.x_train), config.num_teachers, config.seed))
+  rows = shards(config, data)
   params, predict, seconds = train_members(ctx, rows, "teachers")
   labels = ensemble.teacher_predictions(predict, params, data.x_test)
   result, votes = ensemble_accuracies(labels, data.y_test, data.num_classes,
@@ -90,7 +96,8 @@ def run(ctx: Context) -> dict:
     save_array(os.path.join(ctx.stage.path, "test_votes.npy"), votes)
   return {
       "num_teachers": config.num_teachers,
-      "examples_per_teacher": len(rows[0]),
+      "examples_per_teacher": min(map(len, rows)),  # the smallest shard ('stable': sizes vary)
+      "partition": config.teachers.partition,
       "dropped_examples": len(data.x_train) - sum(len(r) for r in rows),
       "train_seconds": seconds,
       **result,
@@ -113,7 +120,7 @@ def write_sweep_table(path: str, table: list[dict], sizes: list[int], scales: li
 def run_sweep(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   sizes = [int(s) for s in config.sweep.sizes]
-  rows = [r for n in sizes for r in partition_indices(len(data.x_train), n, config.seed)]
+  rows = [r for n in sizes for r in shards(config, data, n)]
   params, predict, seconds = train_members(ctx, rows, "teacher_sweep")
   labels = ensemble.teacher_predictions(predict, params, data.x_test)
   scales = [float(s) for s in config.sweep.noise_scales]
