@@ -30,7 +30,7 @@ def test_tiny_table_runs_then_rebuilds_from_the_finished_runs(npz_file, tmp_path
   assert len(lines) == 2 + len(rows) and lines[0].startswith("| row |")
   assert lines[2].startswith("| baseline | `baseline.py:") and "∞ (no DP release)" in lines[2]
   assert "91.0% (a paper)" in lines[2]
-  assert "(`rdp`)" in lines[3] and "DP-SGD steps" in lines[3] and " min " in lines[3]
+  assert "(`pld`)" in lines[3] and "DP-SGD steps" in lines[3] and " min " in lines[3]
   with open(os.path.join(root, "comparison.md")) as f:
     assert f.read() == text
   metrics = os.path.join(root, "dpsgd", "metrics.jsonl")

@@ -259,6 +259,7 @@ def tiny(data_file: str, arg: str = ""):
 def test_configs_and_presets():
   default = dpsgd_config_file.get_config("fashion_mnist,eps3")
   assert default.dpsgd.model == "scatternet_linear" and default.privacy.max_epsilon == 3.0
+  assert default.privacy.accountant == "pld" and not default.dpsgd.norm_affine
   assert dpsgd_config_file.get_config("fashion_mnist,eps1,cnn").dpsgd.model == "cnn"
   assert dpsgd_config_file.get_config("fashion_mnist,eps10").privacy.max_epsilon == 10.0
   with pytest.raises(ConfigError):
@@ -271,12 +272,13 @@ def test_end_to_end_on_a_real_fashion_mnist_slice(fashion_slice, tmp_path):
   stage = report["stages"]["dpsgd"]
   assert report["method"] == "dpsgd" and stage["num_steps"] == 25
   assert report["test_accuracy"] > 0.5  # chance is 0.1
-  assert report["accountant"] == "rdp" and report["delta"] == 1e-5
+  assert report["accountant"] == "pld" and report["delta"] == 1e-5  # calibrated under PLD
   assert report["epsilon"] <= 3.0 and report["epsilon"] == pytest.approx(3.0, rel=1e-3)
-  assert set(report["epsilons"]) >= {"rdp", "pld"}
+  assert set(report["epsilons"]) >= {"rdp", "pld"} and report["epsilons"]["rdp"] > 3.0
+  assert report["privacy"]["neighbours"].startswith("add/remove-one")
   record = privacy.DpsgdSteps(stage["noise_multiplier"], 128, 512, 25, 0.1)
   assert report["epsilon"] == pytest.approx(
-      privacy.PrivacyLedger([record]).epsilon(1e-5, "rdp").epsilon, rel=1e-12)
+      privacy.PrivacyLedger([record]).epsilon(1e-5, "pld").epsilon, rel=1e-12)
   assert any("hyper-parameter tuning" in n for n in report["covers"]["not_covered"])
   assert "DP-SGD steps" in report["covers"]["covered"]
   assert os.path.exists(tmp_path / "run" / "report.md")

@@ -2,7 +2,7 @@ r"""DP-SGD (Abadi et al. 2016) on jax-privacy: the reference every method is com
 Models (Tramer & Boneh, ICLR 2021): ScatterNet features + a linear layer (default, the most
 accurate here), ScatterNet + a small CNN (``scatternet_cnn``), or the end-to-end tanh CNN
 (``cnn``). Poisson sampling of an expected batch, per-example clipping, Gaussian noise whose
-multiplier is calibrated to ``privacy.max_epsilon`` (dp-accounting RDP, delta 1e-5).
+multiplier is calibrated to ``privacy.max_epsilon`` (dp-accounting PLD, delta 1e-5).
 
 COMMAND (ScatterNet + linear, eps 3):
   python -m dgd_jax.main --config=dgd_jax/configs/dpsgd.py:fashion_mnist,eps3 \
@@ -71,7 +71,10 @@ def get_config(arg: str | None = None):
   config = common.base_config(dataset, preset, smoke)
   config.method = "dpsgd"
   config.dpsgd = dpsgd_config(models[0] if models else "scatternet_linear")
-  config.privacy = common.privacy_config(EPSILONS[eps[0] if eps else "eps3"])
+  # PLD (dp-accounting's privacy-loss-distribution accountant) is the tightest valid bound for
+  # Poisson-sampled Gaussian steps: calibrated under it the same epsilon needs about 7% less
+  # noise than under RDP (+0.15 to +0.3 points for ScatterNet + linear at eps 3, README).
+  config.privacy = common.privacy_config(EPSILONS[eps[0] if eps else "eps3"], accountant="pld")
   config.log_every = 20
   config.checkpoint_every = 100
   return config
