@@ -9,7 +9,8 @@ rerun only rebuilds the table) and writes ``<root>/comparison.md``.
 ``--rows`` runs only the named rows, and ``--collect_only`` none; either way the table lists
 every row, and rows without a finished run are listed as not run. A row's
 workdir may be a symlink to a finished run of the same command made elsewhere; a workdir whose
-stages were made by another config is refused (``WorkdirConflictError``), not tabled. The wall time
+stages were made by another config (e.g. before a preset changed) is not tabled: its row says
+so, and ``--rows=<row>`` refuses to run there until it is moved away. The wall time
 is the sum of the stage times recorded when each stage ran (a reused stage keeps its own).
 """
 from __future__ import annotations
@@ -19,11 +20,11 @@ import importlib
 import os
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from dgd_jax import distributed, pipeline, progress
 from dgd_jax.configs.common import with_overrides
-from dgd_jax.errors import ConfigError, UserInputError
+from dgd_jax.errors import ConfigError, UserInputError, WorkdirConflictError
 from dgd_jax.workdir import read_json, write_text
 
 
@@ -66,10 +67,13 @@ HEADER = ("| row | command (`python -m dgd_jax.main --config=dgd_jax/configs/...
           "|---|---|---|---|---|---|---|")
 
 
-def table_row(row: Row, report: dict | None) -> str:
-  """One Markdown line from a finished run's report.json (None: not run)."""
+STALE = "made by another config (move its workdir away to rerun)"
+
+
+def table_row(row: Row, report: dict | None, missing: str = "not run") -> str:
+  """One Markdown line from a finished run's report.json (None: ``missing``)."""
   if report is None:
-    return f"| {row.name} | `{row.spec}` | not run | | | | {row.published} |"
+    return f"| {row.name} | `{row.spec}` | {missing} | | | | {row.published} |"
   p = report["privacy"]
   epsilon = ("∞ (no DP release)" if p["epsilon"] is None else
              f"{p['epsilon']:.5g} (`{p['accountant']}`"
@@ -92,8 +96,13 @@ def run(root: str, rows=ROWS, collect_only: bool = False, only=None) -> str:
     path = os.path.join(root, row.name, "report.json")
     report = read_json(path) if os.path.exists(path) else None
     finished = report is not None and report.get("test_accuracy") is not None
-    if finished:  # a report made by another command must not stand in this row
-      pipeline.check_workdir(row.config(), os.path.join(root, row.name))
+    if finished:  # a report made by another config must not stand in this row
+      try:
+        pipeline.check_workdir(row.config(), os.path.join(root, row.name))
+      except WorkdirConflictError as e:
+        logging.warning("%s: %s", row.name, e)
+        lines.append(table_row(row, None, STALE))
+        continue
     lines.append(table_row(row, report if finished else None))
   text = "\n".join(lines) + "\n"
   if distributed.is_writer():

@@ -47,8 +47,10 @@ def test_tiny_table_runs_then_rebuilds_from_the_finished_runs(npz_file, tmp_path
   assert "| not run |" not in lines[2] and "| dpsgd |" in lines[3] and "| not run |" in lines[3]
   assert not os.path.exists(os.path.join(other, "dpsgd"))
   assert "| not run |" in compare.run(str(tmp_path / "none"), rows, collect_only=True)
-  # A finished run of another command is refused, not tabled under this row's name.
+  # A finished run of another config is not tabled under this row's name, and not run over.
   impostor = compare.Row("baseline", f"baseline.py:npz:{npz_file},cpu",
                          overrides=(("baseline.num_steps", 6),))
+  line = compare.run(root, (impostor,), collect_only=True).splitlines()[-1]
+  assert f"| {compare.STALE} |" in line and "%" not in line
   with pytest.raises(WorkdirConflictError, match="another config"):
-    compare.run(root, (impostor,), collect_only=True)
+    compare.run(root, (impostor,))
