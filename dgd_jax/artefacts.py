@@ -12,7 +12,7 @@ import numpy as np
 import optax
 from absl import logging
 
-from dgd_jax import dpsgd, ensemble, generative, memory, parallel, train
+from dgd_jax import distributed, dpsgd, ensemble, generative, memory, parallel, train
 from dgd_jax.core import Context
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.models.generator import Generator
@@ -59,11 +59,12 @@ def new_teachers(config, data, n: int, key: jax.Array):
   wanted = ensemble.auto_chunk(config.teachers.chunk, n)
   plan = memory.plan(fixed, member, wanted)
   logging.info("%s", plan.describe())
-  if plan.chunk < wanted:
-    logging.warning("teachers: chunk %d does not fit the device; using chunk %d.", wanted,
-                    plan.chunk)
+  chunk = distributed.agree_min(plan.chunk)  # one program on every process
+  if chunk < wanted:
+    logging.warning("teachers: chunk %d does not fit the device (of every process); using "
+                    "chunk %d.", wanted, chunk)
   state = ensemble.init_teachers(model, tx, key, n, data.image_shape, mesh)
-  return state, ensemble.make_predict_fn(mesh, model.apply, plan.chunk), mesh, plan.chunk, cfg
+  return state, ensemble.make_predict_fn(mesh, model.apply, chunk), mesh, chunk, cfg
 
 
 def new_generator(config, image_shape: tuple[int, ...], key: jax.Array
@@ -113,12 +114,12 @@ def load_dpsgd(ctx: Context):
 
 
 def load_teachers(ctx: Context):
-  """The finished teachers stage's stacked parameters on the teacher mesh, and its
-  prediction function."""
-  template, predict, *_ = new_teachers(ctx.config, ctx.dataset, ctx.config.num_teachers,
-                                       jax.random.key(0))
+  """The finished teachers stage's stacked parameters on the teacher mesh, its prediction
+  function, and the teachers per vmapped chunk that fits the device (memory.plan)."""
+  template, predict, _, chunk, _ = new_teachers(ctx.config, ctx.dataset,
+                                                ctx.config.num_teachers, jax.random.key(0))
   params = train.restore_params(_checkpoints(ctx, "teachers"), template)
-  return params, predict
+  return params, predict, chunk
 
 
 def load_generator(ctx: Context) -> generative.GeneratorState:

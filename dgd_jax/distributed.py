@@ -25,6 +25,7 @@ import time
 from typing import Mapping
 
 import jax
+import numpy as np
 from absl import logging
 
 from dgd_jax.errors import ConfigError, UserInputError
@@ -150,3 +151,13 @@ def barrier(name: str) -> None:
   if is_multiprocess():
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
     multihost_utils.sync_global_devices(name)
+
+
+def agree_min(value: int) -> int:
+  """The smallest ``value`` over all processes (itself for one process): e.g. the teachers'
+  chunk, which each process plans from its own free memory, so every process compiles the
+  same program."""
+  if not is_multiprocess():
+    return value
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  return int(np.min(multihost_utils.process_allgather(np.int32(value))))

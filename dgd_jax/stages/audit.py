@@ -73,7 +73,7 @@ def membership(ctx: Context, models: dict) -> dict:
              audit.loss_scores(model.apply, params, inputs(x_out), y_out))
     out["dpsgd"] = attack(lambda r, s=split: s, a.splits)
   if "teachers" in ctx.results:  # split r attacks teacher r on its own partition
-    params, _ = artefacts.load_teachers(ctx)
+    params, *_ = artefacts.load_teachers(ctx)
     apply_fn = classifier(config, data.num_classes).apply
     rows = teachers_stage.shards(config, data)
 

@@ -101,9 +101,8 @@ def releases(config) -> list[privacy.Release]:
 def _teacher_logits(ctx: Context):
   """The sensitive model(s) as ``x -> logits`` ([B, K], or [n, B, K] for the ensemble)."""
   if ctx.config.dpdfd.teacher == "ensemble":
-    params, _ = artefacts.load_teachers(ctx)
+    params, _, chunk = artefacts.load_teachers(ctx)  # chunk: planned for the device memory
     model = classifier(ctx.config, ctx.dataset.num_classes)
-    chunk = ensemble.auto_chunk(ctx.config.teachers.chunk, ctx.config.num_teachers)
     return (lambda x: ensemble.lift(lambda p: model.apply(p, x), chunk)(params),
             ctx.results["teachers"]["plurality_accuracy"])
   model, params = artefacts.load_classifier(ctx, "baseline")

@@ -101,7 +101,7 @@ def run(ctx: Context) -> dict:
                       "samples of the unlabelled pool; lower it or enlarge the pool "
                       "(generator.num_synthetic or pool.size).")
   select_key, noise_key = jax.random.split(ctx.key("queries"))
-  params, predict = artefacts.load_teachers(ctx)
+  params, predict, _ = artefacts.load_teachers(ctx)
   client = config.queries.get("client", "")
 
   client_key = ctx.key("ldp_client")
