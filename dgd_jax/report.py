@@ -38,7 +38,7 @@ def neighbours(config, releases: list[dict]) -> str:
                       for r in releases):
     return "add/remove-one (DP-SGD on Poisson samples)"
   if releases and len(teacher) == len(releases):
-    if config.teachers.partition == "stable":
+    if config.get("teachers", {}).get("partition") == "stable":  # else the shuffle's relation
       return ("replace-one and add/remove-one, at the same epsilon: the stable partition gives "
               "each example its teacher independently of the others, so either change moves "
               "one teacher's shard")

@@ -153,8 +153,8 @@ def test_stage_grants_disjoint_only_on_checked_shards(monkeypatch, npz_file):
   assert record.teachers_disjoint and record.relation == "disjoint_teachers"
   assert record.describe()["l2_sensitivity"] == pytest.approx(2 * config.dpdfd.norm_bound)
   # Shards that overlap (as bagging would deal them) are refused.
-  monkeypatch.setattr(stage.teachers_stage, "shards",
-                      lambda config, data: [np.arange(10)] * config.num_teachers)
+  monkeypatch.setattr(stage, "config_shards",
+                      lambda config, x, y: [np.arange(10)] * config.num_teachers)
   with pytest.raises(ConfigError, match="may overlap"):
     stage.release(config, 300.0)
   # A relation that does not describe the sensitive model is refused.

@@ -79,3 +79,11 @@ def teacher_shards(x: np.ndarray, y: np.ndarray, num_teachers: int, seed: int,
   if partition == "stable":
     return stable_partition(x, y, num_teachers, seed)
   raise ConfigError(f"teachers.partition={partition!r}; use one of {PARTITIONS}.")
+
+
+def config_shards(config, x: np.ndarray, y: np.ndarray, num_teachers: int | None = None
+                  ) -> list[np.ndarray]:
+  """Each teacher's indices into (x, y), the private training set, under the run's
+  ``teachers.partition`` (``num_teachers`` defaults to ``config.num_teachers``)."""
+  return teacher_shards(x, y, num_teachers or config.num_teachers, config.seed,
+                        config.teachers.partition)

@@ -22,8 +22,8 @@ import numpy as np
 from dgd_jax import artefacts, audit, plots, pool
 from dgd_jax.artefacts import classifier, load_classifier
 from dgd_jax.core import Context
+from dgd_jax.data import config_shards
 from dgd_jax.errors import ConfigError
-from dgd_jax.stages import teachers as teachers_stage
 
 CONFIG_KEYS = ("audit",)
 DELTA = 1e-5  # of the epsilon lower bound, for a method without a privacy block
@@ -75,7 +75,7 @@ def membership(ctx: Context, models: dict) -> dict:
   if "teachers" in ctx.results:  # split r attacks teacher r on its own partition
     params, *_ = artefacts.load_teachers(ctx)
     apply_fn = classifier(config, data.num_classes).apply
-    rows = teachers_stage.shards(config, data)
+    rows = config_shards(config, data.x_train, data.y_train)
 
     def teacher_split(r):
       p = jax.tree.map(lambda leaf: leaf[r], params)

@@ -20,11 +20,10 @@ import optax
 from dgd_jax import artefacts, dpdfd, ensemble, generative, plots, privacy, train
 from dgd_jax.artefacts import SYNTHETIC, classifier
 from dgd_jax.core import Context
-from dgd_jax.data import load_private
+from dgd_jax.data import config_shards, load_private
 from dgd_jax.errors import ConfigError
 from dgd_jax.models.generator import Generator
 from dgd_jax.privacy import dpdfd as dpdfd_privacy
-from dgd_jax.stages import teachers as teachers_stage
 from dgd_jax.workdir import save_array
 
 # The steps' accounting reads the teacher partition (num_teachers) whichever model is taught.
@@ -53,7 +52,7 @@ def _dataset_size(config) -> int:
 def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpdfdSteps:
   """The ledger record of the planned DPDFD steps at noise multiplier ``noise``. The ensemble's
   'disjoint_teachers' relation is granted only when the teachers stage's shards
-  (``stages.teachers.shards``) are checked pairwise disjoint."""
+  (``data.config_shards``) are checked pairwise disjoint."""
   d, relation = config.dpdfd, config.privacy.relation
   if relation not in RELATIONS.get(d.teacher, ()):
     raise ConfigError(
@@ -65,7 +64,7 @@ def release(config, noise: float, dataset_size: int | None = None) -> privacy.Dp
     dataset_size = dataset_size or _dataset_size(config)
   if relation == "disjoint_teachers":
     data = load_private(config)
-    disjoint = dpdfd_privacy.shards_disjoint(teachers_stage.shards(config, data))
+    disjoint = dpdfd_privacy.shards_disjoint(config_shards(config, data.x_train, data.y_train))
   return privacy.DpdfdSteps(noise, "multiplier", d.norm_bound, d.batch_size, d.num_steps,
                             num_teachers=n, relation=relation,
                             normalization="batch" if d.operation == "batch" else "per_sample",

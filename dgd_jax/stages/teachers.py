@@ -19,7 +19,7 @@ import numpy as np
 from dgd_jax import aggregation, augment, ensemble, ldp, plots, train
 from dgd_jax.artefacts import new_teachers
 from dgd_jax.core import Context
-from dgd_jax.data import teacher_shards
+from dgd_jax.data import config_shards
 from dgd_jax.workdir import save_array, write_csv
 
 # "ldp": robust teachers for an LDP client (LDP Eq. 3) when ``ldp.robust_teachers`` is set.
@@ -79,15 +79,9 @@ def ensemble_accuracies(labels: np.ndarray, y: np.ndarray, num_classes: int,
   return out, votes
 
 
-def shards(config, data, num_teachers: int | None = None) -> list[np.ndarray]:
-  """Each teacher's example indices in ``data.x_train`` under ``teachers.partition``."""
-  return teacher_shards(data.x_train, data.y_train, num_teachers or config.num_teachers,
-                        config.seed, config.teachers.partition)
-
-
 def run(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
-  rows = shards(config, data)
+  rows = config_shards(config, data.x_train, data.y_train)
   params, predict, seconds = train_members(ctx, rows, "teachers")
   labels = ensemble.teacher_predictions(predict, params, data.x_test)
   result, votes = ensemble_accuracies(labels, data.y_test, data.num_classes,
@@ -120,7 +114,7 @@ def write_sweep_table(path: str, table: list[dict], sizes: list[int], scales: li
 def run_sweep(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   sizes = [int(s) for s in config.sweep.sizes]
-  rows = [r for n in sizes for r in shards(config, data, n)]
+  rows = [r for n in sizes for r in config_shards(config, data.x_train, data.y_train, n)]
   params, predict, seconds = train_members(ctx, rows, "teacher_sweep")
   labels = ensemble.teacher_predictions(predict, params, data.x_test)
   scales = [float(s) for s in config.sweep.noise_scales]
