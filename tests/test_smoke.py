@@ -19,6 +19,7 @@ import pytest
 from dgd_jax import methods, pipeline
 from dgd_jax.audit.__main__ import audit_run
 from dgd_jax.configs import common
+from dgd_jax.data import idx
 from dgd_jax.workdir import plain
 
 FASHION = "/usr/share/datasets/fashion-mnist"
@@ -97,8 +98,10 @@ def test_smoke_keeps_every_shape_and_cuts_every_schedule(module, arg, extra):
     p if (p[0], p[1]) in CI_PRESETS else pytest.param(*p, marks=pytest.mark.slow)
     for p in PRESETS], ids=IDS)
 def test_smoke_run_through_every_stage(module, arg, extra, tmp_path):
-  if not os.path.isdir(FASHION):
-    pytest.skip("needs the Debian dataset-fashion-mnist package")
+  # As every real-data test: a missing dataset fails loudly rather than skipping the run.
+  assert not idx.missing_files(FASHION), (
+      f"Fashion-MNIST IDX files missing from {FASHION}: apt-get install dataset-fashion-mnist "
+      "(.ci/run does this).")
   config = smoke_config(module, arg)
   method = methods.method(config)
   stages = tuple(methods.plan_stages(config)) + extra
