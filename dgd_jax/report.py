@@ -6,7 +6,7 @@ import os
 
 from dgd_jax import methods, privacy, query_plan
 from dgd_jax.configs.common import SMOKE_STEPS
-from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING
+from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING, VOTE_MECHANISMS
 from dgd_jax.workdir import plain, write_json, write_text
 
 STATISTICS_NOTE = (
@@ -24,15 +24,12 @@ RAW_POOL_NOTE = (
 # Stage results that report.json also shows at its top level.
 TOP_LEVEL = ("generator", "vae", "ldp", "audit")
 
-# Releases whose sensitivity argument is "one example changes one teacher" (privacy.events).
-TEACHER_RELEASES = ("lnmax", "gnmax", "confident_gnmax")
-
-
 def neighbours(config, releases: list[dict]) -> str:
   """The neighbouring datasets the run's epsilon is stated for (issue 18): teacher releases
   hold for replace-one always, and for add/remove-one only when an example's teacher does not
   depend on the others (``teachers.partition='stable'``, data/partitions.py)."""
-  teacher = [r for r in releases if r["mechanism"] in TEACHER_RELEASES or (
+  # Releases whose sensitivity argument is "one example changes one teacher" (privacy.events).
+  teacher = [r for r in releases if r["mechanism"] in VOTE_MECHANISMS or (
       r["mechanism"] == "dpdfd" and r.get("relation") == "disjoint_teachers")]
   if releases and all(r["mechanism"] == "dpsgd" and r.get("relation") == "add_or_remove_one"
                       for r in releases):

@@ -68,10 +68,11 @@ REALISED_WARNING = (
 # The relation the teacher-vote guarantees hold under (events.NEIGHBORING_RELATION).
 VOTE_RELATION_NOTE = (
     "Neighbours: replace-one (one private example substituted, dataset size fixed), which moves "
-    "one teacher's vote because dgd_jax deals shards by position. Add/remove-one is not covered: "
-    "dgd_jax's partitioner re-deals every shard when the dataset size changes; it needs a "
-    "partition where an example's teacher does not depend on the other examples (e.g. a keyed "
-    "hash of a stable example ID).")
+    "one teacher's vote because each example lies in one teacher's shard. Add/remove-one is not "
+    "covered with the default partition (teachers.partition='shuffle'), which re-deals every "
+    "shard when the dataset size changes; teachers.partition='stable' (a keyed hash of each "
+    "example picks its teacher) covers it at the same epsilon. The report's 'Neighbouring "
+    "datasets' line says which holds for the run.")
 
 _DGD_EXCLUSIONS = (
     "Not covered: the teachers; in DGD, the baseline classifier (trained on the private data "

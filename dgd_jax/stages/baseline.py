@@ -13,7 +13,6 @@ from dgd_jax.artefacts import classifier, fit_config
 from dgd_jax.core import Context
 
 
-
 def config_keys(config) -> tuple[str, ...]:
   """The config blocks the baseline depends on. A private baseline whose noise is calibrated
   (``dpsgd.noise=0``) takes the noise that fits the budget beside the label queries, so it
