@@ -30,6 +30,10 @@ from dgd_jax import generative
 
 OPERATIONS = ("per_sample", "batch", "clip")  # normalisation readings of Eq. 4, or clipping
 LOSSES = ("dkd", "kd")
+# Where L_T's gradient is taken: at the student's outputs phi_s(D) (Algorithm 1), or at zero
+# logits (a uniform student), which makes each released row a function of the teachers alone,
+# a noisy soft vote, and the targets absolute rather than a step from the current student.
+REFERENCES = ("student", "uniform")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +50,7 @@ class StepSettings:
   latent_dim: int = 0  # the generator's z (conversion only)
   alpha: float = 0.0  # L_G weights (Eq. 5)
   beta: float = 0.0
+  reference: str = "student"  # one of REFERENCES
 
   @classmethod
   def from_config(cls, block, noise: float) -> "StepSettings":
@@ -111,9 +116,13 @@ def mechanism(key: jax.Array, g_bar: jnp.ndarray, noise_multiplier: float,
 
 
 class DpdfdState(train_state.TrainState):
-  """The student's state plus the generator's (parameters, optimizer, BatchNorm stats)."""
+  """The student's state plus the generator's (parameters, optimizer, BatchNorm stats) and,
+  for replay, every row released so far: ``released_x`` [B T, ...] the synthetic inputs and
+  ``released_y`` [B T, K] their DP targets (post-processing of the releases)."""
 
   generator: generative.GeneratorState = None
+  released_x: jnp.ndarray | None = None
+  released_y: jnp.ndarray | None = None
 
 
 def soft_cross_entropy(logits: jnp.ndarray, target_logits: jnp.ndarray) -> jnp.ndarray:
@@ -147,13 +156,15 @@ def step(state: DpdfdState, key: jax.Array, teacher_logits_fn: Callable[[jnp.nda
   x, batch_stats = generate(gen.params)  # lines 2-3: D = phi_g(z)
   x = jax.lax.stop_gradient(x)
   s_logits = student_apply(state.params, x)
+  # Line 4's phi_s(D), or zero logits (reference 'uniform': the rows depend on the teachers only)
+  r_logits = s_logits if cfg.reference == "student" else jnp.zeros_like(s_logits)
   t_logits = jax.lax.stop_gradient(teacher_logits_fn(x))
-  per_teacher = jax.vmap(lambda t: output_gradients(cfg.loss, s_logits, t))
+  per_teacher = jax.vmap(lambda t: output_gradients(cfg.loss, r_logits, t))
   g = (per_teacher(t_logits) if t_logits.ndim == 3 else
-       output_gradients(cfg.loss, s_logits, t_logits))  # lines 4-6
+       output_gradients(cfg.loss, r_logits, t_logits))  # lines 4-6
   g_bar = bound(g, cfg.norm_bound, cfg.operation)  # line 7
   g_tilde = mechanism(noise_key, g_bar, cfg.noise, cfg.norm_bound)  # line 8, Eq. 4
-  y_s = jax.lax.stop_gradient(s_logits - cfg.gamma * g_tilde)  # line 9: DP targets
+  y_s = jax.lax.stop_gradient(r_logits - cfg.gamma * g_tilde)  # line 9: DP targets
 
   def student_loss(params):  # lines 10-11
     return soft_cross_entropy(student_apply(params, x), y_s)
@@ -169,7 +180,26 @@ def step(state: DpdfdState, key: jax.Array, teacher_logits_fn: Callable[[jnp.nda
 
   l_g, g_grads = jax.value_and_grad(gen_loss)(gen.params)
   gen = gen.apply_gradients(grads=g_grads).replace(batch_stats=batch_stats)
-  return new_state.replace(generator=gen), {"loss": l_s, "generator_loss": l_g}
+  new_state = new_state.replace(generator=gen)
+  if state.released_x is not None:  # keep this step's B released rows for ``replay_step``
+    row = state.step * cfg.batch_size
+    new_state = new_state.replace(
+        released_x=jax.lax.dynamic_update_slice_in_dim(
+            state.released_x, x.astype(state.released_x.dtype), row, 0),
+        released_y=jax.lax.dynamic_update_slice_in_dim(state.released_y, y_s, row, 0))
+  return new_state, {"loss": l_s, "generator_loss": l_g}
+
+
+def replay_step(state: train_state.TrainState, key: jax.Array, released_x: jnp.ndarray,
+                released_y: jnp.ndarray, batch_size: int
+                ) -> tuple[train_state.TrainState, dict]:
+  """One student step on ``batch_size`` of the rows Algorithm 1 released (drawn uniformly):
+  L_S of line 10 again, on targets already released, so post-processing (issue 18 item 5)."""
+  idx = jax.random.randint(key, (batch_size,), 0, released_x.shape[0])
+  x, y_s = released_x[idx].astype(jnp.float32), released_y[idx]
+  loss, grads = jax.value_and_grad(
+      lambda p: soft_cross_entropy(state.apply_fn(p, x), y_s))(state.params)
+  return state.apply_gradients(grads=grads), {"loss": loss}
 
 
 def sample_batch(key: jax.Array, dataset_size: int, batch_size: int) -> jnp.ndarray:

@@ -143,3 +143,69 @@ def test_direct_training_on_private_data(npz_file, tmp_path):
                                  dp_accounting.NeighboringRelation.REPLACE_ONE)
   accountant.compose(event, 10)
   assert direct.epsilon == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
+
+
+def _one_step_states(config, replay_rows: int = 0):
+  """A student and generator state at the tiny config's shapes, as the stage builds them."""
+  import optax
+  from dgd_jax import generative
+  from dgd_jax.artefacts import classifier
+  from dgd_jax.models.generator import Generator
+  d = config.dpdfd
+  student = classifier(config, 10)
+  gen = Generator(image_shape=(28, 28, 1), latent_dim=d.latent_dim, features=d.features,
+                  standardize_output=False)
+  variables = gen.init(jax.random.key(0), jnp.zeros((2, d.latent_dim)), train=False)
+  generator = generative.GeneratorState.create(
+      apply_fn=gen.apply, params=variables["params"], batch_stats=variables["batch_stats"],
+      tx=optax.adam(1e-3))
+  make = lambda seed: dpdfd.DpdfdState.create(
+      apply_fn=student.apply, params=student.init(jax.random.key(seed), jnp.zeros((1, 28, 28, 1))),
+      tx=optax.adam(1e-3), generator=generator,
+      released_x=jnp.zeros((replay_rows, 28, 28, 1)) if replay_rows else None,
+      released_y=jnp.zeros((replay_rows, 10)) if replay_rows else None)
+  return student, make
+
+
+def test_uniform_reference_releases_depend_on_the_teachers_only(npz_file):
+  config = tiny(npz_file)
+  student, make = _one_step_states(config, replay_rows=32)
+  teacher = lambda x: jnp.stack([jnp.sum(x, (1, 2, 3))[:, None] * jnp.arange(10.0) / 100,
+                                 -jnp.mean(x, (1, 2, 3))[:, None] * jnp.arange(10.0)])  # n = 2
+  import dataclasses
+  student_cfg = dpdfd.StepSettings.from_config(config.dpdfd, 0.0)
+  cfg = dataclasses.replace(student_cfg, reference="uniform")
+  key = jax.random.key(7)
+  a, _ = dpdfd.step(make(1), key, teacher, student.apply, cfg)
+  b, _ = dpdfd.step(make(2), key, teacher, student.apply, cfg)  # another student, same draws
+  x = a.released_x[:16]
+  np.testing.assert_array_equal(x, b.released_x[:16])  # the generator's batch, kept
+  # Line 9 at zero logits, no noise: y = -gamma (1/(n B)) sum_j C g_j / ||g_j||, g_j = dL_T/ds at 0
+  g = jnp.stack([dpdfd.output_gradients("kd", jnp.zeros((16, 10)), t) for t in teacher(x)])
+  expected = -cfg.gamma * jnp.sum(dpdfd.bound(g, cfg.norm_bound, "per_sample"), 0) / (2 * 16)
+  np.testing.assert_allclose(a.released_y[:16], expected, rtol=1e-3, atol=1e-5)
+  np.testing.assert_allclose(b.released_y[:16], expected, rtol=1e-3, atol=1e-5)
+  assert not np.any(a.released_y[16:])  # only the first step's rows are written
+  c, _ = dpdfd.step(make(1), key, teacher, student.apply, student_cfg)  # Algorithm 1's
+  d, _ = dpdfd.step(make(2), key, teacher, student.apply, student_cfg)
+  assert not np.allclose(c.released_y[:16], d.released_y[:16])  # rows depend on the student
+
+
+def test_replay_reuses_released_rows_at_no_extra_epsilon(npz_file, tmp_path):
+  replayed = tiny(npz_file, ",ensemble,eps1")
+  replayed.dpdfd.update(replay_epochs=2, reference="uniform")
+  b = pipeline.run(replayed, str(tmp_path / "b"))
+  result = b["stages"]["dpdfd"]
+  steps = privacy.DpdfdSteps(result["noise_multiplier"], "multiplier", 1e-3, 16, 10,
+                             num_teachers=3, relation="disjoint_teachers",
+                             teachers_disjoint=True)  # the B T = 160 rows, nothing more
+  assert b["epsilon"] == pytest.approx(
+      privacy.PrivacyLedger([steps]).epsilon(1e-5, "rdp").epsilon, rel=1e-12)
+  assert result["replay_epochs"] == 2 and 0 <= result["test_accuracy_before_replay"] <= 1
+  assert (tmp_path / "b" / "dpdfd" / "replay_checkpoints" / "20").is_dir()  # 2 x 160 / 16
+  assert (tmp_path / "b" / "dpdfd_samples" / "synthetic.npy").exists()
+  direct = tiny(npz_file, ",direct")
+  direct.dpdfd.replay_epochs = 1
+  with pytest.raises(ConfigError, match="replay_epochs=1"):
+    pipeline.run(direct, str(tmp_path / "d"))
+  assert not (tmp_path / "d").exists()

@@ -65,6 +65,12 @@ def get_config(arg: str | None = None):
       latent_dim=100,
       features=128 if paper else 32,  # generator width (DAFL architecture)
       num_synthetic=10000,  # samples the released generator writes (the samples stage)
+      # student: L_T's gradient at the student's outputs (Algorithm 1); uniform: at zero
+      # logits, so each released row is a noisy soft vote of the teacher(s) (dpdfd.REFERENCES)
+      reference="student",
+      # > 0: afterwards, the student trains this many epochs more on all B T released rows
+      # (issue 18 item 5: post-processing, no extra epsilon); keeps B T inputs in memory.
+      replay_epochs=0,
   ))
   config.privacy = common.privacy_config(BUDGETS[budget])
   # privacy.dpdfd: whole_batch (one teacher, nothing assumed) | disjoint_teachers (the ensemble,

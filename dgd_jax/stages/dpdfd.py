@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax.training import train_state
 
 from dgd_jax import artefacts, dpdfd, ensemble, generative, plots, privacy, train
 from dgd_jax.artefacts import SYNTHETIC, classifier
@@ -30,7 +31,8 @@ from dgd_jax.workdir import save_array
 CONFIG_KEYS = ("baseline", "num_teachers", "teachers", "dpdfd", "privacy")
 
 
-TEACHERS = ("baseline", "ensemble", "private_data")  # private_data: Sec. 4.4 direct training
+TEACHERS = ("baseline", "ensemble", "private_data")
+REPLAY_CHECKPOINTS = "replay_checkpoints"  # <stage>/replay_checkpoints: the replayed student  # private_data: Sec. 4.4 direct training
 
 
 def requires(config) -> tuple[str, ...]:
@@ -76,10 +78,15 @@ def noise_multiplier(config, dataset_size: int | None = None) -> float:
   """``dpdfd.noise``, or the least noise whose plan fits ``privacy.max_epsilon``."""
   d, p = config.dpdfd, config.privacy
   if (d.operation not in dpdfd.OPERATIONS or d.loss not in dpdfd.LOSSES
-      or d.teacher not in TEACHERS):
+      or d.teacher not in TEACHERS or d.reference not in dpdfd.REFERENCES):
     raise ConfigError(f"config.dpdfd.operation={d.operation!r} / loss={d.loss!r} / "
-                      f"teacher={d.teacher!r}; use one of {dpdfd.OPERATIONS} / "
-                      f"{dpdfd.LOSSES} / {TEACHERS}.")
+                      f"teacher={d.teacher!r} / reference={d.reference!r}; use one of "
+                      f"{dpdfd.OPERATIONS} / {dpdfd.LOSSES} / {TEACHERS} / {dpdfd.REFERENCES}.")
+  if d.replay_epochs < 0 or (d.replay_epochs and d.teacher == "private_data"):
+    raise ConfigError(f"config.dpdfd.replay_epochs={d.replay_epochs}: replay trains on the "
+                      "released synthetic rows of a conversion; it must be >= 0, and 0 for "
+                      "direct training (dpdfd.teacher='private_data'), whose rows are private "
+                      "examples.")
   if d.noise > 0:
     return d.noise
   if p.max_epsilon <= 0:
@@ -119,10 +126,33 @@ def _states(ctx: Context, sigma: float):
   generator = generative.GeneratorState.create(
       apply_fn=gen.apply, params=variables["params"], batch_stats=variables["batch_stats"],
       tx=optax.adam(d.generator_learning_rate))
-  state = dpdfd.DpdfdState.create(apply_fn=student.apply,
-                                  params=student.init(s_key, jnp.zeros((1,) + shape)),
-                                  tx=optax.adam(d.learning_rate), generator=generator)
+  rows = d.batch_size * d.num_steps if d.replay_epochs else 0  # B T rows kept for replay
+  state = dpdfd.DpdfdState.create(
+      apply_fn=student.apply, params=student.init(s_key, jnp.zeros((1,) + shape)),
+      tx=optax.adam(d.learning_rate), generator=generator,
+      released_x=jnp.zeros((rows,) + shape) if rows else None,
+      released_y=jnp.zeros((rows, ctx.dataset.num_classes)) if rows else None)
   return student, state, dpdfd.StepSettings.from_config(d, sigma)
+
+
+def _replay_state(state: dpdfd.DpdfdState, d) -> train_state.TrainState:
+  return train_state.TrainState.create(apply_fn=state.apply_fn, params=state.params,
+                                       tx=optax.adam(d.learning_rate))
+
+
+def _replay(ctx: Context, state: dpdfd.DpdfdState) -> train_state.TrainState:
+  """The student trained ``dpdfd.replay_epochs`` more epochs on the B T rows its run released
+  (issue 18 item 5: the targets are reused, not queried again, so no extra epsilon)."""
+  d = ctx.config.dpdfd
+  replay = _replay_state(state, d)
+  x, y = state.released_x, state.released_y
+  step = jax.jit(lambda s, k: dpdfd.replay_step(s, k, x, y, d.batch_size), donate_argnums=0)
+  fit = train.FitConfig(num_steps=int(np.ceil(d.replay_epochs * len(x) / d.batch_size)),
+                        batch_size=d.batch_size, checkpoint_every=ctx.config.checkpoint_every,
+                        log_every=ctx.config.log_every)
+  return train.run_steps(replay, step, ctx.key("dpdfd_replay"), fit,
+                         os.path.join(ctx.stage.path, REPLAY_CHECKPOINTS), "dpdfd_replay",
+                         ctx.log)
 
 
 def run(ctx: Context) -> dict:
@@ -148,10 +178,17 @@ def run(ctx: Context) -> dict:
                           "dpdfd", ctx.log)
   ledger = privacy.PrivacyLedger([release(config, sigma, size)])
   test = ctx.dataset
+  accuracy = lambda params: train.accuracy(student.apply, params, test.x_test, test.y_test)
+  replayed = {}
+  if d.replay_epochs:
+    replayed = {"test_accuracy_before_replay": accuracy(state.params),
+                "replay_epochs": d.replay_epochs}
+    state = state.replace(params=_replay(ctx, state).params)
   return {
       # label: direct training protects the labels only (privacy.dpdfd.DIRECT_LABEL_DP).
       "privacy_unit": "label" if d.teacher == "private_data" else "example",
-      "test_accuracy": train.accuracy(student.apply, state.params, test.x_test, test.y_test),
+      "test_accuracy": accuracy(state.params),
+      **replayed,
       "teacher_accuracy": teacher_accuracy,
       "noise_multiplier": sigma,
       "noise_std": sigma * cfg.norm_bound,
@@ -167,10 +204,14 @@ def run_samples(ctx: Context) -> dict:
   state = train.restore_state(os.path.join(ctx.stage_path("dpdfd"), artefacts.CHECKPOINTS),
                               template)
   d, k = config.dpdfd, ctx.dataset.num_classes
+  params = state.params
+  if d.replay_epochs:  # the replayed student, the one the dpdfd stage reports
+    params = train.restore_state(os.path.join(ctx.stage_path("dpdfd"), REPLAY_CHECKPOINTS),
+                                 _replay_state(state, d)).params
   num = d.num_synthetic
   x = generative.generate(state.generator, ctx.key("dpdfd_samples"), num, d.batch_size,
                           d.latent_dim)
-  labels = train.predict(student.apply, state.params, x)  # the DP student's labels
+  labels = train.predict(student.apply, params, x)  # the DP student's labels
   save_array(os.path.join(ctx.stage.path, SYNTHETIC), x)
   plots.class_grid(os.path.join(ctx.stage.path, "samples.png"), x, labels, k,
                    "DPDFD generator samples by the DP student's class")
