@@ -90,11 +90,25 @@ def test_dpdfd_end_to_end(npz_file, tmp_path):
   assert x.shape == (40, 28, 28, 1)
 
 
-def test_dpdfd_ensemble_and_budget_guard(npz_file, tmp_path):
-  report = pipeline.run(tiny(npz_file, ",ensemble,eps1"), str(tmp_path / "e"),
-                        stages=("dpdfd",))
+def test_dpdfd_ensemble_replay_and_budget_guard(npz_file, tmp_path):
+  config = tiny(npz_file, ",ensemble,eps1")
+  config.dpdfd.update(replay_epochs=2, reference="uniform")
+  report = pipeline.run(config, str(tmp_path / "e"), stages=("dpdfd",))
   assert set(report["stage_seconds"]) == {"teachers", "dpdfd"}
+  result = report["stages"]["dpdfd"]
+  steps = privacy.DpdfdSteps(result["noise_multiplier"], "multiplier", 1e-3, 16, 10,
+                             num_teachers=3, relation="disjoint_teachers",
+                             teachers_disjoint=True)  # the B T = 160 rows, nothing more
+  assert report["epsilon"] == pytest.approx(  # replay reuses them: no extra epsilon
+      privacy.PrivacyLedger([steps]).epsilon(1e-5, "rdp").epsilon, rel=1e-12)
   assert report["epsilon"] <= 1.0
+  assert result["replay_epochs"] == 2 and 0 <= result["test_accuracy_before_replay"] <= 1
+  assert (tmp_path / "e" / "dpdfd" / "replay_checkpoints" / "20").is_dir()  # 2 x 160 / 16
+  direct = tiny(npz_file, ",direct")
+  direct.dpdfd.replay_epochs = 1  # its rows are private examples: refused before training
+  with pytest.raises(ConfigError, match="replay_epochs=1"):
+    pipeline.run(direct, str(tmp_path / "d"))
+  assert not (tmp_path / "d").exists()
   config = tiny(npz_file)
   config.dpdfd.noise = 1.0
   with pytest.raises(ConfigError, match="above the maximum epsilon 10"):
@@ -173,11 +187,12 @@ def test_uniform_reference_releases_depend_on_the_teachers_only(npz_file):
   teacher = lambda x: jnp.stack([jnp.sum(x, (1, 2, 3))[:, None] * jnp.arange(10.0) / 100,
                                  -jnp.mean(x, (1, 2, 3))[:, None] * jnp.arange(10.0)])  # n = 2
   import dataclasses
-  student_cfg = dpdfd.StepSettings.from_config(config.dpdfd, 0.0)
-  cfg = dataclasses.replace(student_cfg, reference="uniform")
+  cfg = dataclasses.replace(dpdfd.StepSettings.from_config(config.dpdfd, 0.0),
+                            reference="uniform")
   key = jax.random.key(7)
-  a, _ = dpdfd.step(make(1), key, teacher, student.apply, cfg)
-  b, _ = dpdfd.step(make(2), key, teacher, student.apply, cfg)  # another student, same draws
+  step = jax.jit(dpdfd.step, static_argnums=(2, 3, 4))
+  a, _ = step(make(1), key, teacher, student.apply, cfg)
+  b, _ = step(make(2), key, teacher, student.apply, cfg)  # another student, same draws
   x = a.released_x[:16]
   np.testing.assert_array_equal(x, b.released_x[:16])  # the generator's batch, kept
   # Line 9 at zero logits, no noise: y = -gamma (1/(n B)) sum_j C g_j / ||g_j||, g_j = dL_T/ds at 0
@@ -186,26 +201,4 @@ def test_uniform_reference_releases_depend_on_the_teachers_only(npz_file):
   np.testing.assert_allclose(a.released_y[:16], expected, rtol=1e-3, atol=1e-5)
   np.testing.assert_allclose(b.released_y[:16], expected, rtol=1e-3, atol=1e-5)
   assert not np.any(a.released_y[16:])  # only the first step's rows are written
-  c, _ = dpdfd.step(make(1), key, teacher, student.apply, student_cfg)  # Algorithm 1's
-  d, _ = dpdfd.step(make(2), key, teacher, student.apply, student_cfg)
-  assert not np.allclose(c.released_y[:16], d.released_y[:16])  # rows depend on the student
 
-
-def test_replay_reuses_released_rows_at_no_extra_epsilon(npz_file, tmp_path):
-  replayed = tiny(npz_file, ",ensemble,eps1")
-  replayed.dpdfd.update(replay_epochs=2, reference="uniform")
-  b = pipeline.run(replayed, str(tmp_path / "b"))
-  result = b["stages"]["dpdfd"]
-  steps = privacy.DpdfdSteps(result["noise_multiplier"], "multiplier", 1e-3, 16, 10,
-                             num_teachers=3, relation="disjoint_teachers",
-                             teachers_disjoint=True)  # the B T = 160 rows, nothing more
-  assert b["epsilon"] == pytest.approx(
-      privacy.PrivacyLedger([steps]).epsilon(1e-5, "rdp").epsilon, rel=1e-12)
-  assert result["replay_epochs"] == 2 and 0 <= result["test_accuracy_before_replay"] <= 1
-  assert (tmp_path / "b" / "dpdfd" / "replay_checkpoints" / "20").is_dir()  # 2 x 160 / 16
-  assert (tmp_path / "b" / "dpdfd_samples" / "synthetic.npy").exists()
-  direct = tiny(npz_file, ",direct")
-  direct.dpdfd.replay_epochs = 1
-  with pytest.raises(ConfigError, match="replay_epochs=1"):
-    pipeline.run(direct, str(tmp_path / "d"))
-  assert not (tmp_path / "d").exists()
