@@ -31,8 +31,8 @@ from dgd_jax.workdir import save_array
 CONFIG_KEYS = ("baseline", "num_teachers", "teachers", "dpdfd", "privacy")
 
 
-TEACHERS = ("baseline", "ensemble", "private_data")
-REPLAY_CHECKPOINTS = "replay_checkpoints"  # <stage>/replay_checkpoints: the replayed student  # private_data: Sec. 4.4 direct training
+TEACHERS = ("baseline", "ensemble", "private_data")  # private_data: Sec. 4.4 direct training
+REPLAY_CHECKPOINTS = "replay_checkpoints"  # <stage>/replay_checkpoints: the replayed student
 
 
 def requires(config) -> tuple[str, ...]:
@@ -136,6 +136,7 @@ def _states(ctx: Context, sigma: float):
 
 
 def _replay_state(state: dpdfd.DpdfdState, d) -> train_state.TrainState:
+  """The student, with a fresh Adam, as the replay starts (and the template it restores into)."""
   return train_state.TrainState.create(apply_fn=state.apply_fn, params=state.params,
                                        tx=optax.adam(d.learning_rate))
 
