@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import optax
 from flax.training import train_state
 
-from dgd_jax import generative
+from dgd_jax import generative, train
 
 OPERATIONS = ("per_sample", "batch", "clip")  # normalisation readings of Eq. 4, or clipping
 LOSSES = ("dkd", "kd")
@@ -184,8 +184,7 @@ def step(state: DpdfdState, key: jax.Array, teacher_logits_fn: Callable[[jnp.nda
   if state.released_x is not None:  # keep this step's B released rows for ``replay_step``
     row = state.step * cfg.batch_size
     new_state = new_state.replace(
-        released_x=jax.lax.dynamic_update_slice_in_dim(
-            state.released_x, x.astype(state.released_x.dtype), row, 0),
+        released_x=jax.lax.dynamic_update_slice_in_dim(state.released_x, x, row, 0),
         released_y=jax.lax.dynamic_update_slice_in_dim(state.released_y, y_s, row, 0))
   return new_state, {"loss": l_s, "generator_loss": l_g}
 
@@ -195,8 +194,7 @@ def replay_step(state: train_state.TrainState, key: jax.Array, released_x: jnp.n
                 ) -> tuple[train_state.TrainState, dict]:
   """One student step on ``batch_size`` of the rows Algorithm 1 released (drawn uniformly):
   L_S of line 10 again, on targets already released, so post-processing (issue 18 item 5)."""
-  idx = jax.random.randint(key, (batch_size,), 0, released_x.shape[0])
-  x, y_s = released_x[idx].astype(jnp.float32), released_y[idx]
+  x, y_s = train.sample_batch(key, released_x, released_y, batch_size)
   loss, grads = jax.value_and_grad(
       lambda p: soft_cross_entropy(state.apply_fn(p, x), y_s))(state.params)
   return state.apply_gradients(grads=grads), {"loss": loss}

@@ -159,31 +159,15 @@ def test_direct_training_on_private_data(npz_file, tmp_path):
   assert direct.epsilon == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
 
 
-def _one_step_states(config, replay_rows: int = 0):
-  """A student and generator state at the tiny config's shapes, as the stage builds them."""
-  import optax
-  from dgd_jax import generative
-  from dgd_jax.artefacts import classifier
-  from dgd_jax.models.generator import Generator
-  d = config.dpdfd
-  student = classifier(config, 10)
-  gen = Generator(image_shape=(28, 28, 1), latent_dim=d.latent_dim, features=d.features,
-                  standardize_output=False)
-  variables = gen.init(jax.random.key(0), jnp.zeros((2, d.latent_dim)), train=False)
-  generator = generative.GeneratorState.create(
-      apply_fn=gen.apply, params=variables["params"], batch_stats=variables["batch_stats"],
-      tx=optax.adam(1e-3))
-  make = lambda seed: dpdfd.DpdfdState.create(
-      apply_fn=student.apply, params=student.init(jax.random.key(seed), jnp.zeros((1, 28, 28, 1))),
-      tx=optax.adam(1e-3), generator=generator,
-      released_x=jnp.zeros((replay_rows, 28, 28, 1)) if replay_rows else None,
-      released_y=jnp.zeros((replay_rows, 10)) if replay_rows else None)
-  return student, make
-
-
 def test_uniform_reference_releases_depend_on_the_teachers_only(npz_file):
+  from dgd_jax.data import load_private
+  from dgd_jax.stages import dpdfd as stage
   config = tiny(npz_file)
-  student, make = _one_step_states(config, replay_rows=32)
+  config.dpdfd.replay_epochs = 1  # the stage's states then keep the B T = 160 released rows
+  data = load_private(config)
+  student, state, _ = stage._states(Context(config, None, None, lambda: data, {}), 0.0)
+  make = lambda seed: state.replace(
+      params=student.init(jax.random.key(seed), jnp.zeros((1,) + data.image_shape)))
   teacher = lambda x: jnp.stack([jnp.sum(x, (1, 2, 3))[:, None] * jnp.arange(10.0) / 100,
                                  -jnp.mean(x, (1, 2, 3))[:, None] * jnp.arange(10.0)])  # n = 2
   import dataclasses
