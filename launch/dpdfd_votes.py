@@ -14,14 +14,13 @@ from __future__ import annotations
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import artefacts, ensemble, methods
+from dgd_jax import artefacts, ensemble, generative, methods
 from dgd_jax.configs import dpdfd as dpdfd_config
 from dgd_jax.core import Context
 from dgd_jax.data import load_private
-from dgd_jax.models.generator import Generator
+from dgd_jax.stages import dpdfd as dpdfd_stage
 from dgd_jax.workdir import Workdir, load_array
 
 NUM = 5000  # images per source
@@ -49,13 +48,12 @@ def main(argv: list[str]) -> None:
   for file in (a for a in argv if not a.startswith("--")):
     report(file, load_array(file))
   d = config.dpdfd
-  gen = Generator(image_shape=data.image_shape, latent_dim=d.latent_dim, features=d.features,
-                  standardize_output=False)
-  for seed in (0, 1):
-    variables = gen.init(jax.random.key(seed), jnp.zeros((2, d.latent_dim)), train=False)
-    z = jax.random.normal(jax.random.key(10 + seed), (NUM, d.latent_dim))
-    x, _ = gen.apply(variables, z, train=True, mutable=["batch_stats"])
-    report(f"fresh DPDFD generator (seed {seed})", np.asarray(x))
+  for seed in (0, 1):  # the generator a DPDFD run starts from, sampled as its samples stage does
+    config.seed = seed
+    _, state, _ = dpdfd_stage._states(Context(config, workdir, stage, lambda: data, {}), 0.0)
+    x = generative.generate(state.generator, jax.random.key(10 + seed), NUM, d.batch_size,
+                            d.latent_dim)
+    report(f"fresh DPDFD generator (seed {seed})", x)
   report("uniform noise", np.random.default_rng(0).random((NUM,) + data.image_shape,
                                                           np.float32))
 
