@@ -8,7 +8,8 @@ trainer performs is the sampling the accountant composes.
 
 Each step releases sum_i clip_C(g_i) + N(0, sigma^2 C^2 I) over a Poisson sample (add/remove-one
 sensitivity C); dividing by the public expected batch size q N, momentum and the model are
-post-processing. ScatterNet features (``models.scattering``) are a fixed transform of each image,
+post-processing. For ScatterNet + linear (non-affine group norm) the clipped sum is computed in
+closed form (``linear_clipped_grad``, ghost clipping), tested equal to jax-privacy's. ScatterNet features (``models.scattering``) are a fixed transform of each image,
 so they cost no epsilon.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax.training import train_state
-from jax_privacy import batch_selection, clipped_grad, noise_addition
+from jax_privacy import batch_selection, clipped_grad, clipping, noise_addition
 
 from dgd_jax import privacy, train
 from dgd_jax.core import Context
@@ -138,6 +139,47 @@ def _loss(apply_fn):
   return loss
 
 
+def linear_clipped_grad(groups: int, l2_clip_norm: float) -> clipping.BoundedSensitivityCallable:
+  """The sum of clipped per-example cross-entropy gradients of ``models.dpsgd.ScatterLinear``
+  with a non-affine group norm, without materialising them (ghost clipping, Goodfellow 2015):
+  the head's input z_i is a parameter-free function of example i, and its gradient is
+  g_i = [z_i; 1] (x) e_i with e_i = softmax(W^T z_i + b) - onehot(y_i), so
+  ||g_i||^2 = (||z_i||^2 + 1) ||e_i||^2 and sum_i s_i g_i = (Z^T (s e), sum_i s_i e_i) with
+  s_i = min(1, C / ||g_i||) (0 for padding): the same sum as ``clipped_grad`` (tests), one
+  matmul instead of B outer products (about 5 s -> 0.05 s per step of 8192 on 2 CPU cores).
+  Same signature, output and sensitivity C as ``clipped_grad(..., return_values=True,
+  return_grad_norms=True)`` on ``_loss``."""
+  norm = models.group_norm_module(groups, affine=False)
+
+  def fun(params, x, y, is_padding_example):
+    head = params["params"]["Dense_0"]
+    finite = lambda a: jnp.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)  # as clip_pytree
+    z = finite(norm.apply({}, x).reshape(x.shape[0], -1))  # the head's input, per example
+    logits = z @ head["kernel"] + head["bias"]
+    e = finite(jax.nn.softmax(logits) - jax.nn.one_hot(y, logits.shape[-1]))  # d loss_i/d logits
+    grad_norms = jnp.sqrt((jnp.sum(z ** 2, -1) + 1.0) * jnp.sum(e ** 2, -1))
+    scale = jnp.where(is_padding_example | ~(grad_norms > 0), 0.0,
+                      jnp.minimum(1.0, l2_clip_norm / grad_norms))  # clip_pytree's rule
+    se = scale[:, None] * e
+    grads = {"params": {"Dense_0": {"kernel": z.T @ se, "bias": jnp.sum(se, 0)}}}
+    values = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+    return grads, clipping.AuxiliaryOutput(values=values, grad_norms=grad_norms, aux=None)
+
+  return clipping.BoundedSensitivityCallable(fun, l2_clip_norm, has_aux=True)
+
+
+def clipped_grad_of(model, norm_bound: float, microbatch_size: int
+                    ) -> clipping.BoundedSensitivityCallable:
+  """The clipped per-example gradient sum DP-SGD trains ``model`` with: jax-privacy's
+  ``clipped_grad`` of the cross-entropy, or its closed form for ScatterNet + linear with a
+  non-affine group norm (``linear_clipped_grad``)."""
+  if isinstance(model, models.ScatterLinear) and not model.norm_affine:
+    return linear_clipped_grad(model.groups, norm_bound)
+  return clipped_grad(_loss(model.apply), l2_clip_norm=norm_bound, batch_argnums=(1, 2),
+                      microbatch_size=microbatch_size, return_values=True,
+                      return_grad_norms=True)
+
+
 def batches(record: privacy.DpsgdSteps, num_examples: int, seed: int, multiple: int
             ) -> list[np.ndarray]:
   """Every step's example indices from the record's jax-privacy batch selection, padded with
@@ -147,14 +189,12 @@ def batches(record: privacy.DpsgdSteps, num_examples: int, seed: int, multiple: 
           for b in strategy.batch_iterator(num_examples, rng=np.random.default_rng(seed))]
 
 
-def train_private(ctx: Context, state: train_state.TrainState, x: np.ndarray, y: np.ndarray,
-                  record: privacy.DpsgdSteps, microbatch_size: int, fit: train.FitConfig,
-                  noise_key: jax.Array, batch_key: jax.Array, name: str):
-  """``record.steps`` DP-SGD steps of ``state`` on (x, y) with the record's batch selection,
-  clip norm and noise (resumable from the stage's checkpoints)."""
-  grad_fn = clipped_grad(_loss(state.apply_fn), l2_clip_norm=record.norm_bound,
-                         batch_argnums=(1, 2), microbatch_size=microbatch_size,
-                         return_values=True, return_grad_norms=True)
+def train_private(ctx: Context, state: train_state.TrainState, model, x: np.ndarray,
+                  y: np.ndarray, record: privacy.DpsgdSteps, microbatch_size: int,
+                  fit: train.FitConfig, noise_key: jax.Array, batch_key: jax.Array, name: str):
+  """``record.steps`` DP-SGD steps of ``state`` (``model``'s parameters) on (x, y) with the
+  record's batch selection, clip norm and noise (resumable from the stage's checkpoints)."""
+  grad_fn = clipped_grad_of(model, record.norm_bound, microbatch_size)
   # The sum's sensitivity under the record's relation is what the record charges.
   stated = grad_fn.sensitivity(record.neighboring_relation)
   if not stated == record.l2_sensitivity:

@@ -163,6 +163,37 @@ def test_clipped_per_example_gradients_match_a_hand_computation():
   assert float(jnp.sqrt(sum(jnp.sum(v ** 2) for v in jax.tree.leaves(total)))) <= 5 * clip + 1e-6
 
 
+def test_closed_form_linear_clipping_equals_jax_privacy():
+  # ScatterNet + linear's ghost-clipped sum against jax-privacy's clipped_grad on the same
+  # model: some examples clipped, some not, two padded; the same norms, losses and sum.
+  model = dpsgd_models.ScatterLinear(num_classes=4, groups=3)
+  x = jax.random.normal(jax.random.key(0), (8, 3, 3, 6))
+  y = jnp.array([0, 1, 2, 3, 0, 1, 2, 3])
+  params = model.init(jax.random.key(1), x[:1])
+  params = jax.tree.map(lambda p: p + 0.3 * jax.random.normal(jax.random.key(2), p.shape),
+                        params)
+  padding = jnp.array([False] * 6 + [True] * 2)
+  fast = dpsgd.clipped_grad_of(model, 9.0, microbatch_size=4)
+  reference = dpsgd.clipped_grad(dpsgd._loss(model.apply), l2_clip_norm=9.0,
+                                 batch_argnums=(1, 2), return_values=True,
+                                 return_grad_norms=True)
+  assert fast.sensitivity(privacy.DpsgdSteps(1.0, 4, 8, 1).neighboring_relation) == 9.0
+  got, got_aux = jax.jit(fast)(params, x, y, is_padding_example=padding)
+  want, want_aux = jax.jit(reference)(params, x, y, is_padding_example=padding)
+  norms = np.asarray(want_aux.grad_norms)
+  assert (norms[:6] > 9.0).any() and (norms[:6] < 9.0).any()  # both branches of the clip
+  np.testing.assert_allclose(got_aux.grad_norms, want_aux.grad_norms, rtol=1e-5)
+  np.testing.assert_allclose(got_aux.values, want_aux.values, rtol=1e-5)
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+  # An affine group norm has parameters of its own: jax-privacy's generic path.
+  affine = dpsgd_models.ScatterLinear(num_classes=4, groups=3, norm_affine=True)
+  affine_params = affine.init(jax.random.key(1), x[:1])
+  generic, _ = dpsgd.clipped_grad_of(affine, 9.0, 4)(affine_params, x, y)
+  assert set(generic["params"]) == {"GroupNorm_0", "Dense_0"}
+
+
 def test_scatter_linear_is_a_softmax_layer_on_non_affine_group_norm():
   # Tramer & Boneh's group norm has no learnt scale or shift: the only parameters are the
   # head's, and an example's gradient is (softmax - onehot) x [normalised features; 1].

@@ -60,10 +60,14 @@ class TanhCNN(nn.Module):
     return nn.Dense(self.num_classes, kernel_init=xavier)(x)
 
 
-def group_norm(x: jnp.ndarray, groups: int, affine: bool) -> jnp.ndarray:
+def group_norm_module(groups: int, affine: bool) -> nn.GroupNorm:
   """Per-example group norm of the scattering coefficients; Tramer & Boneh's is not affine
   (``affine=False``): a learnt scale and shift would only share the clip norm with the head."""
-  return nn.GroupNorm(num_groups=groups, use_scale=affine, use_bias=affine)(x)
+  return nn.GroupNorm(num_groups=groups, use_scale=affine, use_bias=affine)
+
+
+def group_norm(x: jnp.ndarray, groups: int, affine: bool) -> jnp.ndarray:
+  return group_norm_module(groups, affine)(x)
 
 
 class ScatterLinear(nn.Module):

@@ -57,7 +57,7 @@ def run_private(ctx: Context) -> dict:
   cfg = fit_config(config, "baseline")
   state = train.create_train_state(model, train.optimizer(cfg), init_key, data.image_shape)
   t0 = time.perf_counter()
-  state = dpsgd.train_private(ctx, state, data.x_train, data.y_train, record,
+  state = dpsgd.train_private(ctx, state, model, data.x_train, data.y_train, record,
                               config.baseline.dpsgd.microbatch_size, cfg, noise_key, batch_key,
                               "baseline")
   return {

@@ -53,8 +53,8 @@ def run(ctx: Context) -> dict:
                         learning_rate=d.learning_rate, checkpoint_every=config.checkpoint_every,
                         log_every=config.log_every)
   t0 = time.perf_counter()
-  state = dpsgd.train_private(ctx, state, x_train, data.y_train, record, d.microbatch_size,
-                              fit, noise_key, batch_key, "dpsgd")
+  state = dpsgd.train_private(ctx, state, model, x_train, data.y_train, record,
+                              d.microbatch_size, fit, noise_key, batch_key, "dpsgd")
   train_seconds = time.perf_counter() - t0
   final = state.opt_state[1].average if ema else state.params  # the released parameters
   covered = (f"{d.num_steps} DP-SGD steps (noisy sums of clipped per-example gradients on "
