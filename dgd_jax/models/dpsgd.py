@@ -67,6 +67,7 @@ def group_norm_module(groups: int, affine: bool) -> nn.GroupNorm:
 
 
 def group_norm(x: jnp.ndarray, groups: int, affine: bool) -> jnp.ndarray:
+  """``group_norm_module`` applied inside a compact module."""
   return group_norm_module(groups, affine)(x)
 
 
