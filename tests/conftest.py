@@ -9,7 +9,8 @@ import shutil
 # and CLI call), and reusing them from disk cut tests/test_pipeline.py + test_sweep.py from
 # 826 s to 566 s with an empty cache (README "Tests"). Results do not change: a hit is the
 # same XLA executable. One folder per pytest-xdist worker (jax writes entries without a lock).
-# Override with JAX_COMPILATION_CACHE_DIR.
+# An entry cut short (test_kill_resume SIGKILLs runs, possibly mid-write) fails jax's
+# decompression on read: jax warns and compiles afresh. Override with JAX_COMPILATION_CACHE_DIR.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "jax",
     os.environ.get("PYTEST_XDIST_WORKER", "main")))
