@@ -20,11 +20,11 @@ import jax
 import numpy as np
 
 from dgd_jax import methods, pool, train
-from dgd_jax.artefacts import load_queries, load_vae
+from dgd_jax.artefacts import load_vae
 from dgd_jax.configs import dgd as dgd_config
 from dgd_jax.core import Context
 from dgd_jax.data import load_private
-from dgd_jax.stages.student import train_student
+from dgd_jax.stages.student import labelled_split, train_student
 from dgd_jax.workdir import Workdir
 
 THRESHOLDS = (0.0, 0.9)
@@ -36,10 +36,8 @@ def main(path: str, preset: str = "fashion_mnist,cpu") -> None:
   workdir = Workdir(path)
   stage = workdir.stage("student", config, methods.config_keys("student", config))
   ctx = Context(config, workdir, stage, lambda: data, {})
-  x_pool, q = pool.load(ctx), load_queries(ctx)
-  labelled = q["indices"][q["answered"]]
-  x_s, y_s = x_pool[labelled], q["labels"][q["answered"]].astype(np.int32)
-  x_u = np.delete(x_pool, labelled, axis=0)
+  x_pool = pool.load(ctx)
+  x_s, y_s, x_u, _ = labelled_split(ctx, x_pool)
   x_eval, y_eval = pool.evaluation(ctx)
   vae = load_vae(ctx, x_pool.shape[1:])
   folder = tempfile.mkdtemp()
@@ -52,8 +50,7 @@ def main(path: str, preset: str = "fashion_mnist,cpu") -> None:
 
   model, params, accuracy = fit(x_s, y_s, "round0", steps)
   print(f"round 0 (released labels only): {accuracy:.4f}", flush=True)
-  probs = np.concatenate([np.asarray(jax.nn.softmax(model.apply(params, x_u[i:i + 2000])))
-                          for i in range(0, len(x_u), 2000)])
+  probs = np.asarray(jax.nn.softmax(train.logits(model.apply, params, x_u)))
   confidence, pseudo = probs.max(1), probs.argmax(1).astype(np.int32)
   for threshold in THRESHOLDS:
     keep = confidence >= threshold

@@ -133,14 +133,21 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
   return student, state.params
 
 
-def run(ctx: Context) -> dict:
-  config = ctx.config
-  x_pool = pool.load(ctx)  # the synthetic set (DGD) or the public pool (PATE)
+def labelled_split(ctx: Context, x_pool: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+  """(D_s, L_s, D_u, answered): the answered queries' pool samples and released labels, the
+  pool samples not queried, and which queries were answered."""
   q = load_queries(ctx)
   answered = q["answered"]
   labelled = q["indices"][answered]
-  x_s, y_s = x_pool[labelled], q["labels"][answered].astype(np.int32)  # (D_s, L_s)
-  x_u = np.delete(x_pool, labelled, axis=0)  # D_u: the pool samples not queried
+  return (x_pool[labelled], q["labels"][answered].astype(np.int32),
+          np.delete(x_pool, labelled, axis=0), answered)
+
+
+def run(ctx: Context) -> dict:
+  config = ctx.config
+  x_pool = pool.load(ctx)  # the synthetic set (DGD) or the public pool (PATE)
+  x_s, y_s, x_u, answered = labelled_split(ctx, x_pool)
   x_eval, y_eval = pool.evaluation(ctx)  # the test split (PATE: the part not in the pool)
   vae = load_vae(ctx, x_pool.shape[1:])
   student, params = train_student(ctx, vae, x_s, y_s, x_u, "student", ctx.stage.checkpoint_dir)
