@@ -177,8 +177,8 @@ def test_closed_form_linear_clipping_equals_jax_privacy():
   reference = dpsgd.clipped_grad(dpsgd._loss(model.apply), l2_clip_norm=9.0,
                                  batch_argnums=(1, 2), return_values=True,
                                  return_grad_norms=True)
-  assert fast.sensitivity(privacy.DpsgdSteps(1.0, 4, 8, 1).neighboring_relation) == 9.0
-  got, got_aux = jax.jit(fast)(params, x, y, is_padding_example=padding)
+  assert fast.fn.sensitivity(privacy.DpsgdSteps(1.0, 4, 8, 1).neighboring_relation) == 9.0
+  got, got_aux = jax.jit(fast.fn)(params, fast.inputs(x), y, is_padding_example=padding)
   want, want_aux = jax.jit(reference)(params, x, y, is_padding_example=padding)
   norms = np.asarray(want_aux.grad_norms)
   assert (norms[:6] > 9.0).any() and (norms[:6] < 9.0).any()  # both branches of the clip
@@ -190,7 +190,8 @@ def test_closed_form_linear_clipping_equals_jax_privacy():
   # An affine group norm has parameters of its own: jax-privacy's generic path.
   affine = dpsgd_models.ScatterLinear(num_classes=4, groups=3, norm_affine=True)
   affine_params = affine.init(jax.random.key(1), x[:1])
-  generic, _ = dpsgd.clipped_grad_of(affine, 9.0, 4)(affine_params, x, y)
+  generic_grad = dpsgd.clipped_grad_of(affine, 9.0, 4)
+  generic, _ = generic_grad.fn(affine_params, generic_grad.inputs(x), y)
   assert set(generic["params"]) == {"GroupNorm_0", "Dense_0"}
 
 
