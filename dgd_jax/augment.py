@@ -57,3 +57,16 @@ def strong(key: jax.Array, x: jnp.ndarray, max_shift: int = 4, mirror: bool = Tr
   """FixMatch's strong view for greyscale images: a larger shift, mirror and cutout."""
   k_weak, k_cut = jax.random.split(key)
   return cutout(k_cut, weak(k_weak, x, max_shift, mirror), cutout_size)
+
+
+def mixup(key: jax.Array, x: jnp.ndarray, targets: jnp.ndarray, alpha: float
+          ) -> tuple[jnp.ndarray, jnp.ndarray]:
+  """mixup (Zhang et al. 2018): each example mixed with a random partner j of the batch,
+  x~ = lam x_i + (1 - lam) x_j and t~ = lam t_i + (1 - lam) t_j with lam ~ Beta(alpha, alpha)
+  per example; ``targets`` are one-hot (or soft) label vectors [B, K]."""
+  k_lam, k_perm = jax.random.split(key)
+  lam = jax.random.beta(k_lam, alpha, alpha, (x.shape[0],))
+  partner = jax.random.permutation(k_perm, x.shape[0])
+  mix = lambda a: (lam.reshape((-1,) + (1,) * (a.ndim - 1)) * a
+                   + (1 - lam.reshape((-1,) + (1,) * (a.ndim - 1))) * a[partner])
+  return mix(x), mix(targets)

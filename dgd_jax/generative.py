@@ -19,6 +19,14 @@ the generator path that DGD's epsilon does not cover (the report says so):
 mu_l*, var_l* are the per-channel mean and variance of the baseline's convolution outputs on
 the private training set (``layer_statistics``), computed once by the generator stage.
 
+Instead of a generator, ``invert`` optimises each sample's pixels directly (DeepInversion,
+Yin et al. 2020): x = tanh(v) with v free, target classes y dealt in turn,
+
+  L = mean_i CE(o(jitter(x_i)), y_i) + w_stats * R_feature(x) + w_tv * TV(x)
+
+the same priors and private-set statistics; every sample has its own optimisation, so the
+set cannot collapse onto a few templates as a generator's can (README ablation).
+
 The paper prints "+ beta ||f||_1" but motivates the term by real data having *higher*
 activations, so the activation is rewarded, as in DAFL's code (-features.abs().mean()).
 The entropy uses the natural log; DAFL's code used log10, i.e. its alpha is ln(10) times
@@ -36,8 +44,13 @@ import optax
 from flax.training import train_state
 
 from dgd_jax import augment
+from dgd_jax.progress import Progress
 from dgd_jax.models.classifier import Conv3x3
 from dgd_jax.models.vae import VAE, elbo_terms
+
+# How the generator stage synthesises: DGD's generator (Eq. 2) or DeepInversion's direct
+# optimisation of each sample's pixels (``invert``).
+SYNTHESES = ("generator", "inversion")
 
 
 class GeneratorState(train_state.TrainState):
@@ -163,6 +176,51 @@ def generator_step(state: GeneratorState, key: jax.Array, baseline_apply: Callab
   (_, (metrics, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   state = state.apply_gradients(grads=grads).replace(batch_stats=batch_stats)
   return state, metrics
+
+
+def inversion_loss(x: jnp.ndarray, y: jnp.ndarray, key: jax.Array, baseline_apply: Callable,
+                   baseline_params: Any, priors: Priors, targets=None) -> jnp.ndarray:
+  """DeepInversion's objective (Yin et al. 2020 Eq. 2-4) on a batch of images ``x`` with
+  target classes ``y``: CE(o(jitter(x)), y) + w_stats R_feature + w_tv TV(x)."""
+  seen = augment.weak(key, x, priors.jitter, priors.mirror)
+  logits, _, stats = baseline_forward(baseline_apply, baseline_params, seen)
+  loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+  if priors.w_stats > 0:
+    loss = loss + priors.w_stats * statistics_loss(stats, targets)
+  if priors.w_tv > 0:
+    loss = loss + priors.w_tv * total_variation(x)
+  return loss
+
+
+def invert(key: jax.Array, num: int, batch_size: int, steps: int, learning_rate: float,
+           num_classes: int, image_shape: tuple[int, ...], baseline_apply: Callable,
+           baseline_params: Any, priors: Priors, targets=None) -> tuple[np.ndarray, np.ndarray]:
+  """``num`` images synthesised by DeepInversion: each batch's pixels, x = tanh(v) in [-1, 1]
+  and v ~ N(0, 1) at the start, minimise ``inversion_loss`` for ``steps`` Adam steps, with the
+  target classes dealt in turn (a balanced set). Returns (x, targets). A Python loop of jitted
+  steps: a conv inside ``lax.scan`` runs ~25x slower on CPU (REFERENCE Sec. 8)."""
+  tx = optax.adam(learning_rate)
+  y = jnp.arange(batch_size) % num_classes
+
+  @jax.jit
+  def step(v, opt_state, key):
+    loss, grads = jax.value_and_grad(lambda v: inversion_loss(
+        jnp.tanh(v), y, key, baseline_apply, baseline_params, priors, targets))(v)
+    updates, opt_state = tx.update(grads, opt_state)
+    return optax.apply_updates(v, updates), opt_state, loss
+
+  batches = -(-num // batch_size)
+  progress = Progress("inversion batches", batches, examples_per_step=batch_size)
+  images = []
+  for b in range(batches):
+    batch_key = jax.random.fold_in(key, b)
+    v = jax.random.normal(batch_key, (batch_size,) + tuple(image_shape))
+    opt_state = tx.init(v)
+    for s in range(steps):
+      v, opt_state, loss = step(v, opt_state, jax.random.fold_in(batch_key, s + 1))
+    images.append(np.asarray(jnp.tanh(v)))
+    progress.update(b + 1, {"loss": float(loss)})
+  return np.concatenate(images)[:num], np.resize(np.asarray(y, np.int32), num)
 
 
 def vae_step(state: train_state.TrainState, key: jax.Array, model: VAE, x: jnp.ndarray,

@@ -40,16 +40,17 @@ _TEACHERS_NOTE = (
 QUERIES_COVER = "{aggregator} answers to {num_queries} label queries of the teacher ensemble"
 _DGD_NOTE = (
     "The epsilon covers the teachers' noisy answers to the student's label queries only. The "
-    "baseline (trained on private data without noise), the generator trained against it, the "
-    "synthetic set and the VAE carry no differential-privacy guarantee, and the student also "
-    "learns from the synthetic set: none of them is covered.")
+    "baseline (trained on private data without noise), the generator trained against it (or "
+    "the samples inverted from it), the synthetic set and the VAE carry no "
+    "differential-privacy guarantee, and the student also learns from the synthetic set: none "
+    "of them is covered.")
 _DGD_PRIVATE_BASELINE_NOTE = (
     "End-to-end accounted DGD (private baseline): the baseline is trained with DP-SGD "
     "(replace-one neighbours) and its steps are composed with the teachers' noisy label answers "
     "in one dp-accounting PLD, so the epsilon covers everything the student saw: the generator "
-    "trained against the private baseline, its synthetic data and the VAE are post-processing "
-    "(statistics matching, which reads private data, is off). The teachers are trained without "
-    "noise and must never be released.")
+    "trained against the private baseline (or the samples inverted from it), its synthetic "
+    "data and the VAE are post-processing (statistics matching, which reads private data, is "
+    "off). The teachers are trained without noise and must never be released.")
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("baseline", ("baseline",), headline_stage="baseline", privacy_note=(

@@ -33,6 +33,20 @@ def test_flip_and_cutout():
   assert np.all((zeros >= 4) & (zeros <= 9))  # a 3x3 square, clipped at the border
 
 
+def test_mixup_mixes_images_and_targets_with_one_lambda_per_pair():
+  """Each row is lam x_i + (1 - lam) x_j with the targets mixed by the same lam and j."""
+  n = 8
+  x = jax.random.normal(jax.random.key(0), (n, 5, 5, 1))
+  t = jnp.eye(n)  # distinct one-hot targets reveal each row's lam and partner
+  x_mix, t_mix = augment.mixup(jax.random.key(1), x, t, 0.4)
+  t_mix, x, x_mix = np.asarray(t_mix), np.asarray(x), np.asarray(x_mix)
+  np.testing.assert_allclose(t_mix.sum(1), 1.0, rtol=1e-6)
+  assert (np.count_nonzero(t_mix > 1e-6, axis=1) <= 2).all()
+  expected = np.einsum("ij,jhwc->ihwc", t_mix, x)  # sum_j t~_ij x_j
+  np.testing.assert_allclose(x_mix, expected, atol=1e-5)
+  assert not np.allclose(x_mix, x)  # something was mixed
+
+
 def test_total_variation_by_hand():
   x = jnp.array([[0.0, 1.0], [3.0, 1.0]]).reshape(1, 2, 2, 1)
   # vertical |3-0|, |1-1| -> mean 1.5; horizontal |1-0|, |1-3| -> mean 1.5

@@ -305,16 +305,17 @@ def test_student_never_reads_private_training_data(finished_dgd_copy):
 
 
 def test_dgd_with_every_issue16_lever_end_to_end(fashion_mnist_subset, tmp_path):
-  """Generator priors and stable selection, augmented teachers, an automatic query plan, a
-  FixMatch student, the noiseless-label diagnostic and a restricted private set: the report
-  carries the plan, the diagnostics and their privacy notes."""
+  """DeepInversion with priors and stable selection, augmented teachers, an automatic query
+  plan, a mixup and FixMatch student, the noiseless-label diagnostic and a restricted private
+  set: the report carries the plan, the diagnostics and their privacy notes."""
   config = tiny_configs.dgd(fashion_mnist_subset)
   config.private_size = 300
   config.teachers.augment = True
   config.generator.update(w_stats=1.0, w_tv=0.1, jitter=1, mirror=True, oversample=1.5,
-                          learning_rate=0.02)
+                          learning_rate=0.02, synthesis="inversion", inversion_steps=3,
+                          inversion_batch_size=50)
   config.queries.update(plan="auto", num_queries=60)
-  config.student.update(augment=True, w_consistency=1.0, threshold=0.5,
+  config.student.update(augment=True, mixup=0.4, w_consistency=1.0, threshold=0.5,
                         unlabelled_batch_size=16, diagnose_noiseless=True)
   workdir = tmp_path / "d"
   report = pipeline.run(config, str(workdir))
@@ -324,6 +325,9 @@ def test_dgd_with_every_issue16_lever_end_to_end(fashion_mnist_subset, tmp_path)
   assert (q["aggregator"], q["noise_scale"]) == (chosen["aggregator"], chosen["noise_scale"])
   assert report["epsilon"] <= config.privacy.max_epsilon
   assert report["stages"]["teachers"]["examples_per_teacher"] == 300 // 4  # private_size
+  g = report["stages"]["generator"]
+  assert g["synthesis"] == "inversion" and g["num_synthetic"] == 256
+  assert sum(g["class_histogram"]) == 256
   for key in ("student_accuracy_noiseless_labels", "label_accuracy_vs_baseline",
               "noisy_label_agreement_with_plurality"):
     assert 0 <= report[key] <= 1, key

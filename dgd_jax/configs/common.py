@@ -207,6 +207,7 @@ def student_config() -> ml_collections.ConfigDict:
       adversarial=True,  # TNAR-style adversarial directions (False: random)
       eps1=0.0,  # DGD's latent Laplace term (paper: 0.01); 0 = off, see README
       augment=False,  # shift/mirror the labelled batch (post-processing, no epsilon)
+      mixup=0.0,  # > 0: mixup's Beta(mixup, mixup) on the labelled batch (stages/student.py)
       w_consistency=0.0,  # FixMatch consistency on the unlabelled pool (stages/student.py)
       threshold=0.95,  # FixMatch's confidence threshold for a pseudo-label
       consistency_augment=True,  # False: no views, plain confident pseudo-labels

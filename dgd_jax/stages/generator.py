@@ -1,5 +1,6 @@
 """Generator stage (DGD Section III-B): a data-free generator trained against the frozen
-baseline with Eq. 2, a synthetic set as large as the private training set, its class
+baseline with Eq. 2 (or, ``synthesis='inversion'``, DeepInversion's per-sample pixel
+optimisation against it: ``generative.invert``), a synthetic set as large as the private training set, its class
 histogram under the baseline, a picture grid, and the synthetic data's quality measure
 (DGD Fig. 4): a fresh classifier trained only on the synthetic set labelled by the
 baseline, evaluated on the real test set, beside the baseline trained on real data (RAW).
@@ -47,24 +48,30 @@ def run(ctx: Context) -> dict:
   g = config.generator
   baseline, baseline_params = load_classifier(ctx, "baseline")
   init_key, train_key, sample_key, student_key = jax.random.split(ctx.key("generator"), 4)
-  state = new_generator(config, data.image_shape, init_key)
   priors = generative.Priors(w_stats=g.w_stats, w_tv=g.w_tv, jitter=g.jitter, mirror=g.mirror)
   targets = None
   if priors.w_stats > 0:  # private-set statistics: the generator path, not covered by epsilon
     targets = generative.layer_statistics(baseline.apply, baseline_params, data.x_train)
-  step = jax.jit(lambda s, k: generative.generator_step(
-      s, k, baseline.apply, baseline_params, g.batch_size, g.latent_dim, g.alpha, g.beta,
-      priors, targets), donate_argnums=0)
-  cfg = train.FitConfig(num_steps=g.rounds * g.iterations_per_round, batch_size=g.batch_size,
-                        checkpoint_every=config.checkpoint_every, log_every=config.log_every)
-  t0 = time.perf_counter()
-  state = train.run_steps(state, step, train_key, cfg, ctx.stage.checkpoint_dir, "generator",
-                          ctx.log)
-  seconds = time.perf_counter() - t0
-
   num = g.num_synthetic or len(data.x_train)  # DGD IV-A: as many as the private set
-  x_syn = generative.generate(state, sample_key, int(num * g.oversample), g.batch_size,
-                              g.latent_dim)
+  t0 = time.perf_counter()
+  if g.synthesis == "inversion":  # DeepInversion: each sample's pixels optimised directly
+    x_syn, _ = generative.invert(
+        sample_key, int(num * g.oversample), g.inversion_batch_size, g.inversion_steps,
+        g.inversion_learning_rate, data.num_classes, data.image_shape, baseline.apply,
+        baseline_params, priors, targets)
+  else:  # DGD's data-free generator (Eq. 2 + priors), then fresh latent draws
+    state = new_generator(config, data.image_shape, init_key)
+    step = jax.jit(lambda s, k: generative.generator_step(
+        s, k, baseline.apply, baseline_params, g.batch_size, g.latent_dim, g.alpha, g.beta,
+        priors, targets), donate_argnums=0)
+    cfg = train.FitConfig(num_steps=g.rounds * g.iterations_per_round,
+                          batch_size=g.batch_size, checkpoint_every=config.checkpoint_every,
+                          log_every=config.log_every)
+    state = train.run_steps(state, step, train_key, cfg, ctx.stage.checkpoint_dir, "generator",
+                            ctx.log)
+    x_syn = generative.generate(state, sample_key, int(num * g.oversample), g.batch_size,
+                                g.latent_dim)
+  seconds = time.perf_counter() - t0
   logits = train.logits(baseline.apply, baseline_params, x_syn)
   if g.oversample > 1:  # keep the samples the baseline labels confidently and stably
     shifted = np.asarray(augment.translate(jax.random.fold_in(sample_key, 1), x_syn, 2))
@@ -91,6 +98,7 @@ def run(ctx: Context) -> dict:
                       os.path.join(ctx.stage.path, "student_checkpoints"), "synthetic_student",
                       ctx.log)
   return {
+      "synthesis": g.synthesis,
       "num_synthetic": num,
       "class_histogram": histogram.tolist(),
       "label_entropy": entropy,  # nats

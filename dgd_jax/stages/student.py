@@ -16,8 +16,10 @@ Beside Eq. 6, the unlabelled samples can teach through consistency (FixMatch, So
 augmented view,
   w_consistency * mean_j 1[max p(weak(x_j)) >= threshold] CE(f(strong(x_j)), argmax p(weak(x_j)))
 (``consistency_augment=False``: both views are x_j itself, i.e. confident pseudo-labels, Lee 2013)
-and the labelled batch can be augmented (``augment``). Both are post-processing of the
-released labels: no epsilon.
+and the labelled batch can be augmented (``augment``) or mixed (``mixup`` > 0: Eq. 5 on
+pairs x~ = lam x_i + (1 - lam) x_j with targets lam e_{y_i} + (1 - lam) e_{y_j}, lam ~
+Beta(mixup, mixup); Zhang et al. 2018), which resists the noisy labels. All are
+post-processing of the released labels: no epsilon.
 
 ``student_accuracy_noiseless_labels`` is a diagnostic, not a release: the same student trained
 on the teachers' noiseless plurality for the same queried samples (read from the queries
@@ -57,6 +59,7 @@ def consistency_loss(weak_logits: jnp.ndarray, strong_logits: jnp.ndarray, thres
 
 def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
   """The jitted semi-supervised step (Eq. 1 = Eq. 5 + Eq. 6) with config block ``s``."""
+  num_classes = student.num_classes
   unsupervised = s.w_normal > 0 or s.w_tangent > 0 or s.w_entropy > 0
   consistency = s.w_consistency > 0
 
@@ -93,8 +96,12 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
           triples.triples(decode, z, k_dir, s.eps_tangent, s.eps_normal, divergence))  # Eq. 4
 
     def loss_fn(params):
-      logits = student.apply(params, xb)
-      loss = train.cross_entropy(logits, yb)  # Eq. 5
+      if s.mixup > 0:  # Eq. 5 on mixed pairs (mixup, Zhang et al. 2018)
+        x_mix, t_mix = augment.mixup(jax.random.fold_in(key, 2), xb,
+                                     jax.nn.one_hot(yb, num_classes), s.mixup)
+        loss = optax.softmax_cross_entropy(student.apply(params, x_mix), t_mix).mean()
+      else:
+        loss = train.cross_entropy(student.apply(params, xb), yb)  # Eq. 5
       terms = {"ce": loss}
       if consistency:
         terms["consistency"], terms["confident_fraction"] = consistency_loss(
