@@ -44,9 +44,9 @@ import optax
 from flax.training import train_state
 
 from dgd_jax import augment
-from dgd_jax.progress import Progress
 from dgd_jax.models.classifier import Conv3x3
 from dgd_jax.models.vae import VAE, elbo_terms
+from dgd_jax.progress import Progress
 
 # How the generator stage synthesises: DGD's generator (Eq. 2) or DeepInversion's direct
 # optimisation of each sample's pixels (``invert``).

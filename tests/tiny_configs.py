@@ -18,8 +18,9 @@ def baseline(data_file: str):
 
 
 def dgd_generative(data_file: str):
-  """DGD up to the VAE: baseline, generator (256 synthetic samples), VAE."""
-  config = dgd_config_file.get_config(f"npz:{data_file},cpu")
+  """DGD up to the VAE: baseline, generator (256 synthetic samples), VAE. DGD's generator, not
+  the CPU presets' DeepInversion (tests/test_pipeline.py runs that one)."""
+  config = dgd_config_file.get_config(f"npz:{data_file},cpu,generator")
   config.baseline.num_steps = 40
   config.baseline.batch_size = 32
   config.generator.update(rounds=2, iterations_per_round=5, batch_size=32, features=8,

@@ -1,9 +1,10 @@
 """Generator stage (DGD Section III-B): a data-free generator trained against the frozen
 baseline with Eq. 2 (or, ``synthesis='inversion'``, DeepInversion's per-sample pixel
-optimisation against it: ``generative.invert``), a synthetic set as large as the private training set, its class
-histogram under the baseline, a picture grid, and the synthetic data's quality measure
-(DGD Fig. 4): a fresh classifier trained only on the synthetic set labelled by the
-baseline, evaluated on the real test set, beside the baseline trained on real data (RAW).
+optimisation against it: ``generative.invert``), a synthetic set as large as the private
+training set (or ``num_synthetic``), its class histogram under the baseline, a picture grid,
+and the synthetic data's quality measure (DGD Fig. 4): a fresh classifier trained only on the
+synthetic set labelled by the baseline, evaluated on the real test set, beside the baseline
+trained on real data (RAW).
 
 A *round* is ``iterations_per_round`` generator steps (the paper's 200 rounds with the
 learning rate divided by 10 every 80 rounds; DAFL's epoch is 120 iterations).
