@@ -81,6 +81,10 @@ def test_bad_config_values(npz_file, tmp_path):
     pipeline.run(config, str(tmp_path / "w"))
   with pytest.raises(ConfigError, match="Unknown stages .* for method .baseline."):
     pipeline.run(tiny_config(npz_file), str(tmp_path / "w"), stages=("teachers_xyz",))
+  with pytest.raises(ConfigError, match="generator.synthesis='gan'; it must be one of"):
+    config = tiny_configs.dgd(npz_file)
+    config.generator.synthesis = "gan"
+    pipeline.run(config, str(tmp_path / "w"))
   assert not os.path.exists(tmp_path / "w")  # refused before writing anything
 
 
