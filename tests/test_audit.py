@@ -13,8 +13,10 @@ import pytest
 import tiny_configs
 from dgd_jax import audit, methods, pipeline, train
 from dgd_jax.audit.__main__ import audit_run
+from dgd_jax.configs import dgd as dgd_config
 from dgd_jax.errors import ConfigError, PrivacyAuditError, WorkdirConflictError
 from dgd_jax.models.classifier import Classifier
+from dgd_jax.stages import audit as audit_stage
 
 TINY_AUDIT = {"splits": 3, "examples": 64, "inversion_steps": 20, "inversion_batch": 4}
 
@@ -146,3 +148,16 @@ def test_audit_refuses_unfinished_or_foreign_workdirs(npz_file, tmp_path):
     sweep.method = "teacher_sweep"
     sweep.audit = {"prior": "auto"}
     pipeline.run(sweep, str(tmp_path / "sweep"), ("audit",))
+
+
+def test_inverted_samples_give_the_pixel_prior_and_refuse_the_generator_prior():
+  """DeepInversion trains no generator: 'auto' picks the pixel prior, 'generator' is refused."""
+  config = dgd_config.get_config("fashion_mnist,cpu")
+  assert config.generator.synthesis == "inversion"
+  planned = ("baseline", "teachers", "generator", "vae", "queries", "student")
+  assert not audit_stage.trains_generator(config, planned)
+  assert audit_stage.trains_generator(dgd_config.get_config("fashion_mnist,cpu,generator"),
+                                      planned)
+  config.audit = {"prior": "generator"}
+  with pytest.raises(ConfigError, match="trains no generator .*synthesis='inversion'"):
+    audit_stage.check(config, planned + ("audit",))

@@ -49,9 +49,15 @@ def check(config, planned: tuple[str, ...]) -> None:
   if config.audit.prior not in ("auto", "generator", "pixel"):
     raise ConfigError(f"config.audit.prior={config.audit.prior!r}; use auto, generator or "
                       "pixel.")
-  if config.audit.prior == "generator" and "generator" not in requires(planned):
-    raise ConfigError(f"config.audit.prior='generator' but method {config.method!r} trains "
-                      "no generator; use 'pixel'.")
+  if config.audit.prior == "generator" and not trains_generator(config, requires(planned)):
+    raise ConfigError(f"config.audit.prior='generator' but this {config.method!r} run trains "
+                      "no generator (none, or generator.synthesis='inversion'); use 'pixel'.")
+
+
+def trains_generator(config, stages: tuple[str, ...]) -> bool:
+  """Whether ``stages`` train a generator the inversion prior can decode: DGD's generator
+  stage, unless it synthesises by DeepInversion (no generator then)."""
+  return "generator" in stages and config.generator.get("synthesis", "generator") == "generator"
 
 
 def membership(ctx: Context, models: dict) -> dict:
@@ -90,7 +96,8 @@ def inversion(ctx: Context, models: dict) -> tuple[dict, np.ndarray, list[str]]:
   the private class means per model, the picture rows and their labels."""
   config, data, a = ctx.config, ctx.dataset, ctx.config.audit
   have = requires(tuple(ctx.results))
-  prior = a.prior if a.prior != "auto" else ("generator" if "generator" in have else "pixel")
+  prior = a.prior if a.prior != "auto" else (
+      "generator" if trains_generator(config, have) else "pixel")
   decode, latent_dim = None, 0
   if prior == "generator":
     g = artefacts.load_generator(ctx)
