@@ -53,6 +53,12 @@ from dgd_jax.progress import Progress
 SYNTHESES = ("generator", "inversion")
 
 
+def synthesis(config) -> str:
+  """``config.generator.synthesis``; a config written before the field (an older workdir's
+  config.json) used the generator."""
+  return config.generator.get("synthesis", "generator")
+
+
 class GeneratorState(train_state.TrainState):
   """Generator parameters, optimizer state and BatchNorm statistics."""
 

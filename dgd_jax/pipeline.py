@@ -43,9 +43,9 @@ def check_config(config: Config) -> None:
     if block in config and not all(b > 0 for b in config[block].noise_scales):
       raise ConfigError(f"config.{block}.noise_scales={config[block].noise_scales}: Laplace "
                         "scales must be > 0 (the plurality vote is reported separately).")
-  if "generator" in config and config.generator.synthesis not in generative.SYNTHESES:
-    raise ConfigError(f"config.generator.synthesis={config.generator.synthesis!r}; it must be "
-                      f"one of {generative.SYNTHESES}.")
+  if "generator" in config and generative.synthesis(config) not in generative.SYNTHESES:
+    raise ConfigError(f"config.generator.synthesis={generative.synthesis(config)!r}; it must "
+                      f"be one of {generative.SYNTHESES}.")
   if "pool" in config:
     pool.check(config)
   if "sweep" in config and not all(n >= 1 for n in config.sweep.sizes):

@@ -19,7 +19,7 @@ import os
 import jax
 import numpy as np
 
-from dgd_jax import artefacts, audit, plots, pool
+from dgd_jax import artefacts, audit, generative, plots, pool
 from dgd_jax.artefacts import classifier, load_classifier
 from dgd_jax.core import Context
 from dgd_jax.data import config_shards
@@ -57,7 +57,7 @@ def check(config, planned: tuple[str, ...]) -> None:
 def trains_generator(config, stages: tuple[str, ...]) -> bool:
   """Whether ``stages`` train a generator the inversion prior can decode: DGD's generator
   stage, unless it synthesises by DeepInversion (no generator then)."""
-  return "generator" in stages and config.generator.get("synthesis", "generator") == "generator"
+  return "generator" in stages and generative.synthesis(config) == "generator"
 
 
 def membership(ctx: Context, models: dict) -> dict:

@@ -55,7 +55,7 @@ def run(ctx: Context) -> dict:
     targets = generative.layer_statistics(baseline.apply, baseline_params, data.x_train)
   num = g.num_synthetic or len(data.x_train)  # DGD IV-A: as many as the private set
   t0 = time.perf_counter()
-  if g.synthesis == "inversion":  # DeepInversion: each sample's pixels optimised directly
+  if generative.synthesis(config) == "inversion":  # DeepInversion: each sample's pixels optimised directly
     x_syn, _ = generative.invert(
         sample_key, int(num * g.oversample), g.inversion_batch_size, g.inversion_steps,
         g.inversion_learning_rate, data.num_classes, data.image_shape, baseline.apply,
@@ -99,7 +99,7 @@ def run(ctx: Context) -> dict:
                       os.path.join(ctx.stage.path, "student_checkpoints"), "synthetic_student",
                       ctx.log)
   return {
-      "synthesis": g.synthesis,
+      "synthesis": generative.synthesis(config),
       "num_synthetic": num,
       "class_histogram": histogram.tolist(),
       "label_entropy": entropy,  # nats
