@@ -67,6 +67,8 @@ def mixup(key: jax.Array, x: jnp.ndarray, targets: jnp.ndarray, alpha: float
   k_lam, k_perm = jax.random.split(key)
   lam = jax.random.beta(k_lam, alpha, alpha, (x.shape[0],))
   partner = jax.random.permutation(k_perm, x.shape[0])
-  mix = lambda a: (lam.reshape((-1,) + (1,) * (a.ndim - 1)) * a
-                   + (1 - lam.reshape((-1,) + (1,) * (a.ndim - 1))) * a[partner])
+  def mix(a):
+    weight = lam.reshape((-1,) + (1,) * (a.ndim - 1))  # broadcast over a's other axes
+    return weight * a + (1 - weight) * a[partner]
+
   return mix(x), mix(targets)

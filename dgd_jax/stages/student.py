@@ -60,6 +60,7 @@ def consistency_loss(weak_logits: jnp.ndarray, strong_logits: jnp.ndarray, thres
 def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
   """The jitted semi-supervised step (Eq. 1 = Eq. 5 + Eq. 6) with config block ``s``."""
   num_classes = student.num_classes
+  mixup = s.get("mixup", 0.0)  # absent from configs written before the field: off
   unsupervised = s.w_normal > 0 or s.w_tangent > 0 or s.w_entropy > 0
   consistency = s.w_consistency > 0
 
@@ -96,9 +97,9 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
           triples.triples(decode, z, k_dir, s.eps_tangent, s.eps_normal, divergence))  # Eq. 4
 
     def loss_fn(params):
-      if s.mixup > 0:  # Eq. 5 on mixed pairs (mixup, Zhang et al. 2018)
+      if mixup > 0:  # Eq. 5 on mixed pairs (mixup, Zhang et al. 2018)
         x_mix, t_mix = augment.mixup(jax.random.fold_in(key, 2), xb,
-                                     jax.nn.one_hot(yb, num_classes), s.mixup)
+                                     jax.nn.one_hot(yb, num_classes), mixup)
         loss = optax.softmax_cross_entropy(student.apply(params, x_mix), t_mix).mean()
       else:
         loss = train.cross_entropy(student.apply(params, xb), yb)  # Eq. 5
