@@ -47,14 +47,16 @@ def main(argv: list[str]) -> None:
   teachers, predict, _ = artefacts.load_teachers(ctx("teachers"))
   targets = generative.layer_statistics(baseline.apply, baseline_params, data.x_train)
 
-  def real_accuracy(x, y, steps=500):  # a width-0.5 student on (x, y), on the real test set
-    model = artefacts.classifier(config, data.num_classes).clone(width=0.5)
-    cfg = train.FitConfig(num_steps=steps, batch_size=128, learning_rate=1e-3)
-    state = train.create_train_state(model, train.optimizer(cfg), jax.random.key(0),
-                                     data.image_shape)
-    step = jax.jit(functools.partial(train.train_step, batch_size=128))
+  # One model, optimizer and jitted step for every student: the step traces once.
+  model = artefacts.classifier(config, data.num_classes).clone(width=0.5)
+  cfg = train.FitConfig(num_steps=500, batch_size=128, learning_rate=1e-3)
+  tx = train.optimizer(cfg)
+  step = jax.jit(functools.partial(train.train_step, batch_size=cfg.batch_size))
+
+  def real_accuracy(x, y):  # a width-0.5 student on (x, y), on the real test set
+    state = train.create_train_state(model, tx, jax.random.key(0), data.image_shape)
     xj, yj = jnp.asarray(x), jnp.asarray(y)
-    for i in range(steps):
+    for i in range(cfg.num_steps):
       state, _ = step(state, jax.random.key(7 + i), xj, yj)
     return train.accuracy(model.apply, state.params, data.x_test, data.y_test)
 
