@@ -19,7 +19,7 @@ STAGES: dict[str, StageSpec] = {
     "queries": StageSpec(queries.run, queries.CONFIG_KEYS,
                          requires=lambda c: ("teachers",) + pool.requires(c),
                          precheck=queries.check),
-    "student": StageSpec(student.run, student.CONFIG_KEYS, requires=("queries", "vae")),
+    "student": StageSpec(student.run, student.CONFIG_KEYS, requires=student.requires),
     "dpdfd": StageSpec(dpdfd.run, dpdfd.CONFIG_KEYS, requires=dpdfd.requires),
     "dpdfd_samples": StageSpec(dpdfd.run_samples, requires=("dpdfd",)),
     "ldp": StageSpec(ldp.run, ldp.CONFIG_KEYS, requires=("baseline",)),

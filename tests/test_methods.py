@@ -100,6 +100,19 @@ def test_every_method_names_registered_stages_in_a_valid_order(npz_file):
     assert set(methods.requirements(name, config)) <= set(order[:i]), name
 
 
+def test_the_vae_is_trained_only_when_the_student_reads_it(npz_file):
+  """Eq. 6 is the student's only reader of the VAE (stages/student.py): with its weights at 0
+  the VAE stage is not planned, with any of them on it is, before the queries' student."""
+  config = tiny_configs.dgd(npz_file)
+  assert "vae" not in methods.plan_stages(config)
+  for weight in ("w_normal", "w_tangent", "w_entropy"):
+    on = tiny_configs.dgd(npz_file)
+    on.student[weight] = 0.1
+    order = methods.plan_stages(on)
+    assert "vae" in order and order.index("vae") < order.index("student"), weight
+  assert methods.plan_stages(config, ("vae",))[-1] == "vae"  # still there when asked for
+
+
 def test_config_slices_include_the_inputs_slices(npz_file):
   config = tiny_configs.dgd(npz_file)
   student = methods.config_keys("student", config)

@@ -24,6 +24,9 @@ post-processing of the released labels: no epsilon.
 ``student_accuracy_noiseless_labels`` is a diagnostic, not a release: the same student trained
 on the teachers' noiseless plurality for the same queried samples (read from the queries
 stage's private vote histograms), so the report shows what the label noise costs.
+
+The VAE stage runs only when Eq. 6 is on (``uses_vae``): with its weights at 0 the student
+never reads the VAE, and training it cost a minute of the quick preset.
 """
 from __future__ import annotations
 
@@ -39,7 +42,18 @@ from dgd_jax.artefacts import classifier, fit_config, load_queries, load_vae, lo
 from dgd_jax.core import Context
 from dgd_jax.models.vae import VAE
 
-CONFIG_KEYS = ("student",)
+# 'vae' stays in the student's key even when unused, so workdirs made before the VAE stage
+# became optional are still this config's.
+CONFIG_KEYS = ("student", "vae")
+
+
+def uses_vae(s) -> bool:
+  """Whether the student block ``s`` turns Eq. 6 on, the only term that reads the VAE."""
+  return s.w_normal > 0 or s.w_tangent > 0 or s.w_entropy > 0
+
+
+def requires(config) -> tuple[str, ...]:
+  return ("queries", "vae") if uses_vae(config.student) else ("queries",)
 
 
 def entropy(logits: jnp.ndarray) -> jnp.ndarray:
@@ -61,7 +75,7 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
   """The jitted semi-supervised step (Eq. 1 = Eq. 5 + Eq. 6) with config block ``s``."""
   num_classes = student.num_classes
   mixup = s.get("mixup", 0.0)  # absent from configs written before the field: off
-  unsupervised = s.w_normal > 0 or s.w_tangent > 0 or s.w_entropy > 0
+  unsupervised = uses_vae(s)
   consistency = s.w_consistency > 0
 
   def decode(z):
@@ -128,7 +142,7 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
 def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray,
                   name: str, checkpoint_dir: str):
   """The student (model, trained parameters) on labelled (x_s, y_s) and unlabelled x_u, with
-  ``vae`` = ``load_vae``'s (model, params) for Eq. 6."""
+  ``vae`` = ``load_vae``'s (model, params) for Eq. 6, or (None, None) when it is off."""
   config = ctx.config
   student = classifier(config, ctx.dataset.num_classes, "student")
   cfg = fit_config(config, "student")
@@ -157,7 +171,7 @@ def run(ctx: Context) -> dict:
   x_pool = pool.load(ctx)  # the synthetic set (DGD) or the public pool (PATE)
   x_s, y_s, x_u, answered = labelled_split(ctx, x_pool)
   x_eval, y_eval = pool.evaluation(ctx)  # the test split (PATE: the part not in the pool)
-  vae = load_vae(ctx, x_pool.shape[1:])
+  vae = load_vae(ctx, x_pool.shape[1:]) if uses_vae(config.student) else (None, None)
   student, params = train_student(ctx, vae, x_s, y_s, x_u, "student", ctx.stage.checkpoint_dir)
   diagnostic = {}
   if config.student.diagnose_noiseless:  # server-side diagnostic (module docstring)
