@@ -28,12 +28,14 @@ VOTES = "votes.npy"  # queries: the teachers' vote histograms: PRIVATE, accounti
 
 # Models and training settings from the config.
 
-def classifier(config, num_classes: int, block: str | None = None) -> Classifier:
+def classifier(config, num_classes: int, block: str | None = None,
+               lowering: str = "im2col") -> Classifier:
   """The paper classifier at the config's width (baseline, teachers and students), or at
-  ``config.<block>.width`` where that block sets one (> 0; e.g. a wider student)."""
+  ``config.<block>.width`` where that block sets one (> 0; e.g. a wider student).
+  ``lowering='conv'`` for a model that is never vmapped (models/classifier.py)."""
   width = (config[block].get("width", 0) if block and block in config else 0)
   return Classifier(num_classes=num_classes, width=width or config.model.width,
-                    hidden=tuple(config.model.hidden))
+                    hidden=tuple(config.model.hidden), lowering=lowering)
 
 
 def fit_config(config, block: str) -> train.FitConfig:
@@ -93,10 +95,10 @@ def _checkpoints(ctx: Context, stage: str) -> str:
   return os.path.join(ctx.stage_path(stage), CHECKPOINTS)
 
 
-def load_classifier(ctx: Context, stage: str):
+def load_classifier(ctx: Context, stage: str, lowering: str = "im2col"):
   """A finished classifier stage's (model, params); ``stage`` also names its config block
-  ('baseline' or 'student')."""
-  model = classifier(ctx.config, ctx.dataset.num_classes, stage)
+  ('baseline' or 'student'); ``lowering`` as ``classifier``'s."""
+  model = classifier(ctx.config, ctx.dataset.num_classes, stage, lowering)
   x = jnp.zeros((1,) + ctx.dataset.image_shape, jnp.float32)
   return model, train.load_params(_checkpoints(ctx, stage),
                                   jax.eval_shape(model.init, jax.random.key(0), x))

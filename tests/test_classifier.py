@@ -53,3 +53,20 @@ def test_classifier_shapes_and_params(image_shape, hidden, width, expected_param
   assert features.shape == (3, hidden[-1] if hidden else side * side * c2)
   np.testing.assert_allclose(model.apply(params, x), logits)
   np.testing.assert_allclose(model.apply(params, x, method=Classifier.backbone), features)
+
+
+def test_both_lowerings_share_parameters_and_compute_the_same_function():
+  """'conv' (lax.conv, for models never vmapped) and 'im2col' read the same parameters and give
+  the same logits and input gradients, so a stage may load a checkpoint under either."""
+  x = jax.random.normal(jax.random.key(0), (5, 28, 28, 1))
+  im2col = Classifier(num_classes=10, width=0.25)
+  conv = Classifier(num_classes=10, width=0.25, lowering="conv")
+  params = im2col.init(jax.random.key(1), x)
+  assert (jax.tree.structure(conv.init(jax.random.key(1), x))
+          == jax.tree.structure(params))
+  np.testing.assert_allclose(conv.apply(params, x), im2col.apply(params, x),
+                             rtol=1e-5, atol=1e-5)
+  grad = lambda m: jax.grad(lambda v: m.apply(params, v).sum())(x)
+  np.testing.assert_allclose(grad(conv), grad(im2col), rtol=1e-4, atol=1e-5)
+  single = conv.apply(params, x[0])  # one image, no batch axis, as im2col allows
+  np.testing.assert_allclose(single, im2col.apply(params, x[0]), rtol=1e-5, atol=1e-5)

@@ -23,6 +23,18 @@ def test_translate_moves_pixels_and_keeps_edges():
   assert augment.translate(jax.random.key(0), x, 0) is x
 
 
+@pytest.mark.parametrize("max_shift", [1, 2, 4])
+def test_translate_is_each_images_crop_of_its_edge_padded_copy(max_shift):
+  """The selection by static slices equals a per-image crop at the drawn offset, exactly."""
+  x = jax.random.normal(jax.random.key(0), (16, 9, 7, 2))
+  key = jax.random.key(5)
+  offsets = np.asarray(jax.random.randint(key, (16, 2), 0, 2 * max_shift + 1))
+  padded = np.pad(np.asarray(x), ((0, 0), (max_shift,) * 2, (max_shift,) * 2, (0, 0)),
+                  mode="edge")
+  expected = np.stack([p[i:i + 9, j:j + 7] for p, (i, j) in zip(padded, offsets)])
+  np.testing.assert_array_equal(augment.translate(key, x, max_shift), expected)
+
+
 def test_flip_and_cutout():
   x = jnp.arange(2 * 4 * 4, dtype=jnp.float32).reshape(2, 4, 4, 1)
   y = augment.flip(jax.random.key(3), x)

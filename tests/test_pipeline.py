@@ -144,6 +144,19 @@ def test_teachers_stage(npz_file, tmp_path):
       result["teacher_accuracy_max"]
   votes = np.load(workdir / "teachers" / "test_votes.npy")
   assert votes.shape == (128, 10) and (votes.sum(axis=1) == 4).all()
+  assert result["eval_size"] == 128  # the teachers method evaluates on the whole test set
+
+
+def test_teachers_eval_size_reads_the_head_of_the_test_set(npz_file, tmp_path):
+  config = teachers_config(npz_file)
+  config.teachers.eval_size = 50
+  report = pipeline.run(config, str(tmp_path / "t"))
+  assert report["stages"]["teachers"]["eval_size"] == 50
+  votes = np.load(tmp_path / "t" / "teachers" / "test_votes.npy")
+  assert votes.shape == (50, 10) and (votes.sum(axis=1) == 4).all()
+  from dgd_jax.configs import dgd as dgd_config_file
+  assert dgd_config_file.get_config("fashion_mnist,cpu").teachers.eval_size == 2000
+  assert dgd_config_file.get_config("fashion_mnist").teachers.eval_size == 0  # paper preset
 
 
 def test_too_many_teachers_is_refused_and_leaves_the_workdir_usable(npz_file, tmp_path):

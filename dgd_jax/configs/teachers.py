@@ -16,4 +16,5 @@ def get_config(arg: str | None = None):
   config.method = "teachers"
   config.num_teachers = 250
   config.teachers = common.teachers_config(preset)
+  config.teachers.eval_size = 0  # evaluating the ensemble is this method's point: all the test set
   return config

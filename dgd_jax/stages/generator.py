@@ -47,7 +47,7 @@ def select_stable(logits: np.ndarray, shifted_logits: np.ndarray, num: int,
 def run(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   g = config.generator
-  baseline, baseline_params = load_classifier(ctx, "baseline")
+  baseline, baseline_params = load_classifier(ctx, "baseline", lowering="conv")
   init_key, train_key, sample_key, student_key = jax.random.split(ctx.key("generator"), 4)
   priors = generative.Priors(w_stats=g.w_stats, w_tv=g.w_tv, jitter=g.jitter, mirror=g.mirror)
   targets = None

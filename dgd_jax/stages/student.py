@@ -144,7 +144,7 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
   """The student (model, trained parameters) on labelled (x_s, y_s) and unlabelled x_u, with
   ``vae`` = ``load_vae``'s (model, params) for Eq. 6, or (None, None) when it is off."""
   config = ctx.config
-  student = classifier(config, ctx.dataset.num_classes, "student")
+  student = classifier(config, ctx.dataset.num_classes, "student", lowering="conv")
   cfg = fit_config(config, "student")
   init_key, train_key = jax.random.split(ctx.key("student"))
   state = train.create_train_state(student, train.optimizer(cfg), init_key, x_s.shape[1:])
