@@ -2,6 +2,9 @@ r"""Benchmarks, printing one JSON line each.
 
   python -m dgd_jax.bench teachers --teachers=250 --batch=32 --conv1=64 --conv2=128
 
+  python -m dgd_jax.bench step --batch=250 --conv1=16 --conv2=32 --steps=50
+
+``step`` times one model's train step under both convolution lowerings (im2col, lax.conv).
 ``teachers`` times the ensemble train step (Adam, the paper CNN) with the same flags as
 the PyTorch peer ``shared/bench/torch_teachers.py``, so the two can run side by side.
 Output: examples_per_second, seconds_per_step, peak resident memory, the model FLOPs per
@@ -19,7 +22,7 @@ import numpy as np
 from absl import app, flags
 
 from dgd_jax import ensemble, parallel, train
-from dgd_jax.models.classifier import Classifier
+from dgd_jax.models.classifier import LOWERINGS, Classifier
 
 _TEACHERS = flags.DEFINE_integer("teachers", 250, "ensemble size")
 _BATCH = flags.DEFINE_integer("batch", 32, "examples per teacher per step")
@@ -94,7 +97,33 @@ def bench_teachers() -> dict:
   }
 
 
-BENCHMARKS = {"teachers": bench_teachers}
+def bench_step() -> dict:
+  """One model's jitted Adam step (not vmapped: the baseline, the student) under each
+  convolution lowering (models/classifier.py), best of 3 timings of ``--steps`` steps."""
+  b = _BATCH.value
+  shape = (_SIZE.value, _SIZE.value, _CHANNELS.value)
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.uniform(-1, 1, (b,) + shape).astype(np.float32))
+  y = jnp.asarray(rng.integers(0, 10, b).astype(np.int32))
+  tx = train.optimizer(train.FitConfig(num_steps=1000))
+  out = {"batch": b, "conv1": _CONV1.value, "conv2": _CONV2.value, "backend": jax.default_backend()}
+  for lowering in LOWERINGS:
+    model = Classifier(channels=(_CONV1.value, _CONV2.value), lowering=lowering)
+    state = train.create_train_state(model, tx, jax.random.key(0), shape)
+    step = jax.jit(train.update)
+    state, _ = step(state, x, y)  # compile + warm-up
+    best = np.inf
+    for _ in range(3):
+      t = time.perf_counter()
+      for _ in range(_STEPS.value):
+        state, metrics = step(state, x, y)
+      jax.block_until_ready(metrics)
+      best = min(best, (time.perf_counter() - t) / _STEPS.value)
+    out[f"{lowering}_ms_per_step"] = 1000 * best
+  return out
+
+
+BENCHMARKS = {"teachers": bench_teachers, "step": bench_step}
 
 
 def main(argv):

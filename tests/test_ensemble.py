@@ -170,6 +170,12 @@ def test_bench_prints_one_json_line():
   result = json.loads(done.stdout.strip().splitlines()[-1])
   assert result["teachers"] == 4 and result["examples_per_second"] > 0
   assert 0 < result["fraction_of_matmul_peak"] < 1.5
+  done = subprocess.run(
+      [sys.executable, "-m", "dgd_jax.bench", "step", "--batch=4", "--steps=1", "--conv1=4",
+       "--conv2=8"], capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  result = json.loads(done.stdout.strip().splitlines()[-1])
+  assert result["im2col_ms_per_step"] > 0 and result["conv_ms_per_step"] > 0
 
 
 def test_bad_partitions_are_refused():
