@@ -6,7 +6,8 @@ step, so each step pays page faults on freshly mapped, zeroed pages: on the 2-co
 development machine the baseline's 1500 steps spent 64 s in the kernel against 72 s of user
 time, and trained in 62 s. Keeping freed memory in the process (a mmap threshold and a trim
 threshold of 2 GiB) trains the same steps in 28 s (README, "Speed"). Results are unchanged:
-only where freed memory goes changes. The price is that the process keeps its peak heap.
+only where freed memory goes changes. The price is that the process keeps its peak heap:
+the quick start's peak resident memory was 2.28 GB with it, 2.22 GB without.
 Set ``DGD_KEEP_FREED_MEMORY=0`` to leave malloc as it is."""
 from __future__ import annotations
 
