@@ -54,8 +54,9 @@ def test_query_sweep_shares_the_unchanged_stages(npz_file, tmp_path):  # Fig. 3
   assert [r["queries"] for r in rows] == [20, 50]
   assert rows[0]["epsilon"] < rows[1]["epsilon"]
   a, b = (tmp_path / "s" / r["workdir"] for r in rows)
-  for stage in ("baseline", "teachers", "generator", "vae"):
+  for stage in ("baseline", "teachers", "generator"):
     assert os.path.realpath(a / stage) == os.path.realpath(b / stage), stage
+  assert not (a / "vae").exists()  # Eq. 6 is off: the student reads no VAE (student.uses_vae)
   for stage in ("queries", "student"):
     assert os.path.realpath(a / stage) != os.path.realpath(b / stage), stage
   for png in ("accuracy.png", "epsilon.png"):
