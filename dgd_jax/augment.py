@@ -20,9 +20,8 @@ def translate(key: jax.Array, x: jnp.ndarray, max_shift: int) -> jnp.ndarray:
   padded = jnp.pad(x, ((0, 0), (max_shift, max_shift), (max_shift, max_shift), (0, 0)),
                    mode="edge")
   offsets = jax.random.randint(key, (n, 2), 0, 2 * max_shift + 1)
-  # Rows, then columns: each image picks one of 2 max_shift + 1 static slices per axis. The
-  # same crop as a per-image dynamic_slice, whose gather (and scatter-add gradient) cost a
-  # third of a DeepInversion step on XLA:CPU.
+  # Rows, then columns: each image picks one of 2 max_shift + 1 static slices per axis: the
+  # same crop as a per-image dynamic_slice, without its gather and scatter-add gradient.
   pick = lambda axis: lambda k: (offsets[:, axis] == k)[:, None, None, None]
   rows = sum(jnp.where(pick(0)(k), padded[:, k:k + h], 0.0) for k in range(2 * max_shift + 1))
   return sum(jnp.where(pick(1)(k), rows[:, :, k:k + w], 0.0) for k in range(2 * max_shift + 1))

@@ -70,3 +70,5 @@ def test_both_lowerings_share_parameters_and_compute_the_same_function():
   np.testing.assert_allclose(grad(conv), grad(im2col), rtol=1e-4, atol=1e-5)
   single = conv.apply(params, x[0])  # one image, no batch axis, as im2col allows
   np.testing.assert_allclose(single, im2col.apply(params, x[0]), rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="lowering='winograd'"):
+    Classifier(num_classes=10, width=0.25, lowering="winograd").init(jax.random.key(1), x)

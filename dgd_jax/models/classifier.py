@@ -9,9 +9,10 @@ The convolutions are written as shifted-window im2col followed by one matmul (``
 'im2col'``, the default): the same math as ``lax.conv`` (a test checks it), but it lowers to a
 plain dot, which XLA runs well on every backend and under ``jax.vmap`` (a vmapped
 ``lax.conv`` becomes a grouped convolution, which is slow on XLA:CPU; see
-shared/REFERENCE.md Section 7). A model that is never vmapped (the baseline, the inversion
-against it, the student) takes ``lowering='conv'``: on XLA:CPU its gradients run 1.9x faster
-than im2col's (README, "Speed"). The parameters are the same under both.
+shared/REFERENCE.md Section 7). A model that is never vmapped may take ``lowering='conv'``:
+on XLA:CPU its steps run faster than im2col's at batch 250 or at width 0.5 and slower at
+small batches and width 0.25 (README, "Speed"), so DeepInversion's view of the baseline and
+the student take it. The parameters are the same under both.
 """
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ class Conv3x3(nn.Module):
     height, width, channels = x.shape[-3:]
     kernel = self.param("kernel", xavier, (3, 3, channels, self.features))
     bias = self.param("bias", nn.initializers.zeros, (self.features,))
+    if self.lowering not in LOWERINGS:
+      raise ValueError(f"lowering={self.lowering!r}; it must be one of {LOWERINGS}.")
     if self.lowering == "conv":
       batch = x.shape[:-3]
       y = jax.lax.conv_general_dilated(x.reshape((-1,) + x.shape[-3:]), kernel, (1, 1), "SAME",
