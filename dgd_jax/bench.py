@@ -106,7 +106,8 @@ def bench_step() -> dict:
   x = jnp.asarray(rng.uniform(-1, 1, (b,) + shape).astype(np.float32))
   y = jnp.asarray(rng.integers(0, 10, b).astype(np.int32))
   tx = train.optimizer(train.FitConfig(num_steps=1000))
-  out = {"batch": b, "conv1": _CONV1.value, "conv2": _CONV2.value, "backend": jax.default_backend()}
+  out = {"batch": b, "conv1": _CONV1.value, "conv2": _CONV2.value,
+         "backend": jax.default_backend()}
   for lowering in LOWERINGS:
     model = Classifier(channels=(_CONV1.value, _CONV2.value), lowering=lowering)
     state = train.create_train_state(model, tx, jax.random.key(0), shape)

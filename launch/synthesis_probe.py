@@ -43,7 +43,9 @@ def main(argv: list[str]) -> None:
     stage = workdir.stage(name, config, methods.config_keys(name, config))
     return Context(config, workdir, stage, lambda: data, {})
 
-  baseline, baseline_params = artefacts.load_classifier(ctx("baseline"), "baseline")
+  # lax.conv, as the generator stage's DeepInversion (models/classifier.py)
+  baseline, baseline_params = artefacts.load_classifier(ctx("baseline"), "baseline",
+                                                        lowering="conv")
   teachers, predict, _ = artefacts.load_teachers(ctx("teachers"))
   targets = generative.layer_statistics(baseline.apply, baseline_params, data.x_train)
 
