@@ -56,6 +56,7 @@ ROWS = (
     Row("dpdfd_eps1", "dpdfd.py:fashion_mnist,cpu,eps1",
         "83.86% (DPDFD Table 1, under the paper's accounting)"),
     Row("dpdfd_ensemble_eps10", "dpdfd.py:fashion_mnist,cpu,ensemble,eps10"),
+    Row("dpdfd_ensemble_eps1", "dpdfd.py:fashion_mnist,cpu,ensemble,eps1"),
     Row("dpsgd_scatternet_eps1", "dpsgd.py:fashion_mnist,eps1"),
     Row("dpsgd_scatternet_eps3", "dpsgd.py:fashion_mnist,eps3", f"89.7% ({TB})"),
     Row("dpsgd_scatternet_eps10", "dpsgd.py:fashion_mnist,eps10"),

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import optax
 from flax.training import train_state
 
-from dgd_jax import generative, train
+from dgd_jax import augment, generative, train
 
 OPERATIONS = ("per_sample", "batch", "clip")  # normalisation readings of Eq. 4, or clipping
 LOSSES = ("dkd", "kd")
@@ -139,6 +139,36 @@ def generator_loss(logits: jnp.ndarray, features: jnp.ndarray, alpha: float, bet
   return terms["one_hot"] + alpha * terms["neg_entropy"] - beta * l2
 
 
+def release_targets(key: jax.Array, x: jnp.ndarray, s_logits: jnp.ndarray,
+                    teacher_logits_fn: Callable[[jnp.ndarray], jnp.ndarray], cfg: StepSettings
+                    ) -> jnp.ndarray:
+  """Algorithm 1 lines 4-9 on the batch ``x``: the DP targets y_s, the step's release.
+  ``teacher_logits_fn(x)`` gives [B, K] logits (one teacher) or [n, B, K] (an ensemble)."""
+  # Line 4's phi_s(D), or zero logits (reference 'uniform': the rows depend on the teachers only)
+  r_logits = s_logits if cfg.reference == "student" else jnp.zeros_like(s_logits)
+  t_logits = jax.lax.stop_gradient(teacher_logits_fn(x))
+  per_teacher = jax.vmap(lambda t: output_gradients(cfg.loss, r_logits, t))
+  g = (per_teacher(t_logits) if t_logits.ndim == 3 else
+       output_gradients(cfg.loss, r_logits, t_logits))  # lines 4-6
+  g_bar = bound(g, cfg.norm_bound, cfg.operation)  # line 7
+  g_tilde = mechanism(key, g_bar, cfg.noise, cfg.norm_bound)  # line 8, Eq. 4
+  return jax.lax.stop_gradient(r_logits - cfg.gamma * g_tilde)  # line 9: DP targets
+
+
+def _learn(state: DpdfdState, x: jnp.ndarray, y_s: jnp.ndarray, student_apply: Callable,
+           batch_size: int) -> tuple[DpdfdState, jnp.ndarray]:
+  """Lines 10-11: the student follows the DP targets; the rows are kept for replay."""
+  l_s, grads = jax.value_and_grad(
+      lambda p: soft_cross_entropy(student_apply(p, x), y_s))(state.params)
+  new_state = state.apply_gradients(grads=grads)
+  if state.released_x is not None:  # keep this step's B released rows for ``replay_step``
+    row = state.step * batch_size
+    new_state = new_state.replace(
+        released_x=jax.lax.dynamic_update_slice_in_dim(state.released_x, x, row, 0),
+        released_y=jax.lax.dynamic_update_slice_in_dim(state.released_y, y_s, row, 0))
+  return new_state, l_s
+
+
 def step(state: DpdfdState, key: jax.Array, teacher_logits_fn: Callable[[jnp.ndarray],
          jnp.ndarray], student_apply: Callable, cfg: StepSettings
          ) -> tuple[DpdfdState, dict]:
@@ -155,22 +185,8 @@ def step(state: DpdfdState, key: jax.Array, teacher_logits_fn: Callable[[jnp.nda
 
   x, batch_stats = generate(gen.params)  # lines 2-3: D = phi_g(z)
   x = jax.lax.stop_gradient(x)
-  s_logits = student_apply(state.params, x)
-  # Line 4's phi_s(D), or zero logits (reference 'uniform': the rows depend on the teachers only)
-  r_logits = s_logits if cfg.reference == "student" else jnp.zeros_like(s_logits)
-  t_logits = jax.lax.stop_gradient(teacher_logits_fn(x))
-  per_teacher = jax.vmap(lambda t: output_gradients(cfg.loss, r_logits, t))
-  g = (per_teacher(t_logits) if t_logits.ndim == 3 else
-       output_gradients(cfg.loss, r_logits, t_logits))  # lines 4-6
-  g_bar = bound(g, cfg.norm_bound, cfg.operation)  # line 7
-  g_tilde = mechanism(noise_key, g_bar, cfg.noise, cfg.norm_bound)  # line 8, Eq. 4
-  y_s = jax.lax.stop_gradient(r_logits - cfg.gamma * g_tilde)  # line 9: DP targets
-
-  def student_loss(params):  # lines 10-11
-    return soft_cross_entropy(student_apply(params, x), y_s)
-
-  l_s, grads = jax.value_and_grad(student_loss)(state.params)
-  new_state = state.apply_gradients(grads=grads)
+  y_s = release_targets(noise_key, x, student_apply(state.params, x), teacher_logits_fn, cfg)
+  new_state, l_s = _learn(state, x, y_s, student_apply, cfg.batch_size)  # lines 10-11
 
   def gen_loss(params):  # lines 12-13: L_S + L_G through D, the student held fixed
     x_g, _ = generate(params)
@@ -180,23 +196,33 @@ def step(state: DpdfdState, key: jax.Array, teacher_logits_fn: Callable[[jnp.nda
 
   l_g, g_grads = jax.value_and_grad(gen_loss)(gen.params)
   gen = gen.apply_gradients(grads=g_grads).replace(batch_stats=batch_stats)
-  new_state = new_state.replace(generator=gen)
-  if state.released_x is not None:  # keep this step's B released rows for ``replay_step``
-    row = state.step * cfg.batch_size
-    new_state = new_state.replace(
-        released_x=jax.lax.dynamic_update_slice_in_dim(state.released_x, x, row, 0),
-        released_y=jax.lax.dynamic_update_slice_in_dim(state.released_y, y_s, row, 0))
-  return new_state, {"loss": l_s, "generator_loss": l_g}
+  return new_state.replace(generator=gen), {"loss": l_s, "generator_loss": l_g}
+
+
+def synthetic_step(state: DpdfdState, key: jax.Array, synthetic: jnp.ndarray,
+                   teacher_logits_fn: Callable[[jnp.ndarray], jnp.ndarray],
+                   student_apply: Callable, cfg: StepSettings) -> tuple[DpdfdState, dict]:
+  """Algorithm 1 on a fixed synthetic set instead of a generator (``dpdfd.inputs=
+  'synthetic'``): step t queries rows [t B, (t + 1) B) of ``synthetic``, so each sample is
+  released once; no generator update."""
+  x = jax.lax.dynamic_slice_in_dim(synthetic, state.step * cfg.batch_size, cfg.batch_size)
+  y_s = release_targets(key, x, student_apply(state.params, x), teacher_logits_fn, cfg)
+  new_state, l_s = _learn(state, x, y_s, student_apply, cfg.batch_size)
+  return new_state, {"loss": l_s}
 
 
 def replay_step(state: train_state.TrainState, key: jax.Array, released_x: jnp.ndarray,
-                released_y: jnp.ndarray, batch_size: int
+                released_y: jnp.ndarray, batch_size: int, mixup: float = 0.0
                 ) -> tuple[train_state.TrainState, dict]:
   """One student step on ``batch_size`` of the rows Algorithm 1 released (drawn uniformly):
-  L_S of line 10 again, on targets already released, so post-processing (issue 18 item 5)."""
+  L_S of line 10 again, on targets already released, so post-processing (issue 18 item 5);
+  with ``mixup`` > 0 on mixed pairs and mixed target distributions (Zhang et al. 2018)."""
   x, y_s = train.sample_batch(key, released_x, released_y, batch_size)
-  loss, grads = jax.value_and_grad(
-      lambda p: soft_cross_entropy(state.apply_fn(p, x), y_s))(state.params)
+  targets = jax.nn.softmax(y_s)
+  if mixup > 0:
+    x, targets = augment.mixup(jax.random.fold_in(key, 1), x, targets, mixup)
+  loss, grads = jax.value_and_grad(lambda p: optax.softmax_cross_entropy(
+      state.apply_fn(p, x), targets).mean())(state.params)
   return state.apply_gradients(grads=grads), {"loss": loss}
 
 

@@ -52,6 +52,20 @@ _DGD_PRIVATE_BASELINE_NOTE = (
     "data and the VAE are post-processing (statistics matching, which reads private data, is "
     "off). The teachers are trained without noise and must never be released.")
 
+_DPDFD_NOTE = (
+    "The epsilon covers the DPDFD student and generator: they see the sensitive model only "
+    "through A_{C,sigma} (DPDFD Eq. 4), so both are post-processing of the noisy releases. The "
+    "sensitive model (the baseline or the teachers) is trained without noise and must never be "
+    "released. Direct training (dpdfd.teacher='private_data', privacy_unit 'label') is LABEL DP "
+    "only: it back-propagates through the private inputs without noise, so its epsilon "
+    "protects the labels, not the examples.")
+_DPDFD_SYNTHETIC_NOTE = (
+    " Here the inputs are not a DPDFD generator's but the generator stage's synthetic set "
+    "(dpdfd.inputs='synthetic'), inverted from the baseline, which is trained on the private "
+    "data without noise (statistics matching also reads the private set's activations): the "
+    "synthetic set, and so the student's inputs, carry no differential-privacy guarantee and "
+    "are NOT covered, as in DGD. The teachers' noisy answers on it are.")
+
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("baseline", ("baseline",), headline_stage="baseline", privacy_note=(
         "Trained on the private training set without noise: no differential-privacy "
@@ -72,19 +86,13 @@ METHODS: dict[str, Method] = {m.name: m for m in (
                "queries. The student's unlabelled pool is assumed public (here: the head of "
                "the test split), and the teachers must never be released."),
            audited=lambda c: ("student",) if c.pool.source == "public" else ()),
-    Method("dpdfd", ("baseline", "teachers", "dpdfd", "dpdfd_samples"),
+    Method("dpdfd", ("baseline", "teachers", "generator", "dpdfd", "dpdfd_samples"),
            headline_stage="dpdfd", privacy_stage="dpdfd", releases=dpdfd.releases,
            covers="{num_steps} DPDFD steps (A_{{C,sigma}} releases)",
            default_stages=lambda c: (("dpdfd",) if c.dpdfd.teacher == "private_data"
-                                     else ("dpdfd_samples",)),
-           privacy_note=(
-               "The epsilon covers the DPDFD student and generator: they see the sensitive "
-               "model only through A_{C,sigma} (DPDFD Eq. 4), so both are post-processing of "
-               "the noisy releases. The sensitive model (the baseline or the teachers) is "
-               "trained without noise and must never be released. Direct training "
-               "(dpdfd.teacher='private_data', privacy_unit 'label') is LABEL DP only: it "
-               "back-propagates through the private inputs without noise, so its epsilon "
-               "protects the labels, not the examples.")),
+                                     or dpdfd.uses_synthetic(c) else ("dpdfd_samples",)),
+           privacy_note=lambda c: _DPDFD_NOTE + (_DPDFD_SYNTHETIC_NOTE
+                                                 if dpdfd.uses_synthetic(c) else "")),
     Method("ldp", ("baseline", "ldp"), headline_stage="ldp", privacy_note=(
         "local_epsilon is the client's local (pure) epsilon per transformed sample "
         "(Algorithm 1). BASE and the robust teacher are trained on the private data without "

@@ -72,6 +72,8 @@ def tiny(npz_file, arg=""):
   if "ensemble" in arg:
     config.num_teachers = 3
     config.teachers.num_steps = 10
+  if "generator" in config:  # the ensemble's synthetic inputs: 160 inverted samples
+    config.generator.update(num_synthetic=160, inversion_steps=3, inversion_batch_size=40)
   return config
 
 
@@ -91,7 +93,7 @@ def test_dpdfd_end_to_end(npz_file, tmp_path):
 
 
 def test_dpdfd_ensemble_replay_and_budget_guard(npz_file, tmp_path):
-  config = tiny(npz_file, ",ensemble,eps1")
+  config = tiny(npz_file, ",ensemble,generator,eps1")
   config.dpdfd.update(replay_epochs=2, reference="uniform")
   report = pipeline.run(config, str(tmp_path / "e"), stages=("dpdfd",))
   assert set(report["stage_seconds"]) == {"teachers", "dpdfd"}
@@ -114,6 +116,53 @@ def test_dpdfd_ensemble_replay_and_budget_guard(npz_file, tmp_path):
   with pytest.raises(ConfigError, match="above the maximum epsilon 10"):
     pipeline.run(config, str(tmp_path / "g"))
   assert not (tmp_path / "g").exists()
+
+
+def test_ensemble_queries_each_synthetic_sample_once(npz_file, tmp_path):
+  config = tiny(npz_file, ",ensemble,eps10")
+  d = config.dpdfd
+  assert (d.inputs, d.reference, config.generator.synthesis) == ("synthetic", "uniform",
+                                                                 "inversion")
+  assert d.num_steps * d.batch_size <= config.generator.num_synthetic  # the preset: 62 x 64
+  d.replay_epochs = 1
+  report = pipeline.run(config, str(tmp_path / "s"))
+  # the default stages: no DPDFD generator, so no samples stage
+  assert set(report["stage_seconds"]) == {"baseline", "teachers", "generator", "dpdfd"}
+  result = report["stages"]["dpdfd"]
+  steps = privacy.DpdfdSteps(result["noise_multiplier"], "multiplier", 1e-3, 16, 10,
+                             num_teachers=3, relation="disjoint_teachers",
+                             teachers_disjoint=True)  # B T = 160 rows, one per sample
+  assert report["epsilon"] == pytest.approx(
+      privacy.PrivacyLedger([steps]).epsilon(1e-5, "pld").epsilon, rel=1e-9)
+  assert report["accountant"] == "pld" and report["epsilon"] <= 10.0
+  assert any("NOT covered" in n for n in report["covers"]["not_covered"])
+  with pytest.raises(ConfigError, match="dpdfd_samples stage samples Algorithm 1"):
+    pipeline.run(config, str(tmp_path / "s"), stages=("dpdfd_samples",))
+  config.dpdfd.num_steps = 11  # 176 rows of a 160-sample set: refused before any release
+  with pytest.raises(ConfigError, match="Lower num_steps to 10"):
+    pipeline.run(config, str(tmp_path / "s2"))
+
+
+def test_synthetic_step_releases_the_rows_in_order(npz_file):
+  from dgd_jax.data import load_private
+  from dgd_jax.stages import dpdfd as stage
+  config = tiny(npz_file, ",ensemble")
+  config.dpdfd.replay_epochs = 1
+  data = load_private(config)
+  student, state, cfg = stage._states(Context(config, None, None, lambda: data, {}), 0.0)
+  state = state.replace(generator=None)
+  synthetic = jax.random.uniform(jax.random.key(3), (160,) + data.image_shape)
+  teacher = lambda x: jnp.stack([jnp.sum(x, (1, 2, 3))[:, None] * jnp.arange(10.0) / 100,
+                                 -jnp.mean(x, (1, 2, 3))[:, None] * jnp.arange(10.0)])
+  step = jax.jit(dpdfd.synthetic_step, static_argnums=(3, 4, 5))
+  for t in range(3):
+    state, _ = step(state, jax.random.key(t), synthetic, teacher, student.apply, cfg)
+  np.testing.assert_array_equal(state.released_x[:48], synthetic[:48])  # rows t B .. (t+1) B
+  g = jnp.stack([dpdfd.output_gradients("kd", jnp.zeros((48, 10)), t)
+                 for t in teacher(synthetic[:48])])
+  expected = -cfg.gamma * jnp.sum(dpdfd.bound(g, cfg.norm_bound, "per_sample"), 0) / (2 * 16)
+  np.testing.assert_allclose(state.released_y[:48], expected, rtol=1e-3, atol=1e-5)
+  assert not np.any(state.released_y[48:])
 
 
 def test_dpdfd_never_reads_private_training_data(npz_file, tmp_path):

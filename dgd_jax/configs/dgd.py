@@ -54,7 +54,33 @@ def get_config(arg: str | None = None):
   config.budget = budget
   config.num_teachers = 250  # DGD IV-A
   config.teachers = common.teachers_config(config.preset)
-  config.generator = ml_collections.ConfigDict(dict(
+  config.generator = generator_config(paper, table1)
+  config.pool = common.pool_config("synthetic")
+  config.vae = common.vae_config(paper)
+  num_queries, max_epsilon = BUDGETS[budget]
+  config.queries = common.queries_config(num_queries, "gnmax" if plus else "lnmax",
+                                         noise_scale=40.0)  # Laplace b = 2/eps0 (DGD IV-A)
+  if not (table1 or plus):  # the plan chosen for the budget (query_plan), at most 10,000
+    config.queries.update(plan="auto", num_queries=10000)
+  config.privacy = common.privacy_config(max_epsilon)
+  config.student = common.student_config()
+  config.student.diagnose_noiseless = True  # report what the label noise costs
+  if not (paper or table1):
+    config.student.width = 0.5  # a wider student than the 0.25 teachers (README ablation)
+  if standard:  # a longer generator schedule measured worse (README ablation): not here
+    config.teachers.num_steps = 600
+    config.student.width = 1.0
+  if not (paper or table1 or private_baseline or generator):
+    inversion(config)
+  if private_baseline:
+    private(config, budget)
+  return config
+
+
+def generator_config(paper: bool, table1: bool = False) -> ml_collections.ConfigDict:
+  """The generator stage: DGD's data-free generator (Eq. 2, with feature-statistics matching
+  unless ``table1``), or DeepInversion with ``INVERSION``."""
+  return ml_collections.ConfigDict(dict(
       rounds=200 if paper else 20,  # DGD IV-A: 200 rounds
       iterations_per_round=120 if paper else 25,  # a round: DAFL's epoch of 120 iterations
       batch_size=512 if paper else 128,  # DAFL's MNIST batch
@@ -82,26 +108,11 @@ def get_config(arg: str | None = None):
       inversion_learning_rate=0.1,
       inversion_batch_size=250,  # samples optimised together: R_feature is a batch statistic
   ))
-  config.pool = common.pool_config("synthetic")
-  config.vae = common.vae_config(paper)
-  num_queries, max_epsilon = BUDGETS[budget]
-  config.queries = common.queries_config(num_queries, "gnmax" if plus else "lnmax",
-                                         noise_scale=40.0)  # Laplace b = 2/eps0 (DGD IV-A)
-  if not (table1 or plus):  # the plan chosen for the budget (query_plan), at most 10,000
-    config.queries.update(plan="auto", num_queries=10000)
-  config.privacy = common.privacy_config(max_epsilon)
-  config.student = common.student_config()
-  config.student.diagnose_noiseless = True  # report what the label noise costs
-  if not (paper or table1):
-    config.student.width = 0.5  # a wider student than the 0.25 teachers (README ablation)
-  if standard:  # a longer generator schedule measured worse (README ablation): not here
-    config.teachers.num_steps = 600
-    config.student.width = 1.0
-  if not (paper or table1 or private_baseline or generator):
-    inversion(config)
-  if private_baseline:
-    private(config, budget)
-  return config
+
+
+# The CPU presets' synthesis (``inversion``): DeepInversion, 4000 samples.
+INVERSION = dict(synthesis="inversion", w_stats=10.0, jitter=1, oversample=1.0,
+                 num_synthetic=4000)
 
 
 def inversion(config) -> None:
@@ -111,8 +122,7 @@ def inversion(config) -> None:
   samples collapse towards class templates; the teachers agree with one another more on them
   (synthetic -> real on their plurality labels: 77.0% against 71.7% at 3000 samples). The
   student mixes its labelled pairs (mixup 0.4), which resists the label noise."""
-  config.generator.update(synthesis="inversion", w_stats=10.0, jitter=1, oversample=1.0,
-                          num_synthetic=4000)
+  config.generator.update(INVERSION)
   config.student.mixup = 0.4
 
 

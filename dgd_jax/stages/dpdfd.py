@@ -35,8 +35,18 @@ TEACHERS = ("baseline", "ensemble", "private_data")  # private_data: Sec. 4.4 di
 REPLAY_CHECKPOINTS = "replay_checkpoints"  # <stage>/replay_checkpoints: the replayed student
 
 
+INPUTS = ("generator", "synthetic")  # Algorithm 1's generator, or the generator stage's set
+
+
 def requires(config) -> tuple[str, ...]:
-  return {"ensemble": ("teachers",), "baseline": ("baseline",)}.get(config.dpdfd.teacher, ())
+  sensitive = {"ensemble": ("teachers",), "baseline": ("baseline",)}.get(config.dpdfd.teacher, ())
+  return sensitive + (("generator",) if uses_synthetic(config) else ())
+
+
+def uses_synthetic(config) -> bool:
+  """Whether the inputs are the generator stage's fixed synthetic set (``dpdfd.inputs``;
+  configs written before the field used Algorithm 1's generator)."""
+  return config.dpdfd.get("inputs", "generator") == "synthetic"
 
 
 # The relation each kind of sensitive model's steps are accounted under (``privacy.dpdfd``).
@@ -77,11 +87,22 @@ def release(config, noise: float, dataset_size: int | None = None) -> privacy.Dp
 def noise_multiplier(config, dataset_size: int | None = None) -> float:
   """``dpdfd.noise``, or the least noise whose plan fits ``privacy.max_epsilon``."""
   d, p = config.dpdfd, config.privacy
+  inputs = d.get("inputs", "generator")
   if (d.operation not in dpdfd.OPERATIONS or d.loss not in dpdfd.LOSSES
-      or d.teacher not in TEACHERS or d.reference not in dpdfd.REFERENCES):
+      or d.teacher not in TEACHERS or d.reference not in dpdfd.REFERENCES
+      or inputs not in INPUTS):
     raise ConfigError(f"config.dpdfd.operation={d.operation!r} / loss={d.loss!r} / "
-                      f"teacher={d.teacher!r} / reference={d.reference!r}; use one of "
-                      f"{dpdfd.OPERATIONS} / {dpdfd.LOSSES} / {TEACHERS} / {dpdfd.REFERENCES}.")
+                      f"teacher={d.teacher!r} / reference={d.reference!r} / inputs={inputs!r}; "
+                      f"use one of {dpdfd.OPERATIONS} / {dpdfd.LOSSES} / {TEACHERS} / "
+                      f"{dpdfd.REFERENCES} / {INPUTS}.")
+  if inputs == "synthetic" and d.teacher == "private_data":
+    raise ConfigError("config.dpdfd.inputs='synthetic' asks for synthetic inputs, but direct "
+                      "training (dpdfd.teacher='private_data') trains on the private examples; "
+                      "set dpdfd.inputs='generator' (unused there).")
+  if inputs == "synthetic" and "generator" not in config:
+    raise ConfigError("config.dpdfd.inputs='synthetic' reads the generator stage's synthetic "
+                      "set, but the config has no 'generator' block: start from "
+                      "dgd_jax/configs/dpdfd.py:<dataset>,ensemble (configs.dpdfd.synthetic).")
   if d.replay_epochs < 0 or (d.replay_epochs and d.teacher == "private_data"):
     raise ConfigError(f"config.dpdfd.replay_epochs={d.replay_epochs}: replay trains on the "
                       "released synthetic rows of a conversion; it must be >= 0, and 0 for "
@@ -147,7 +168,8 @@ def _replay(ctx: Context, state: dpdfd.DpdfdState) -> train_state.TrainState:
   d = ctx.config.dpdfd
   replay = _replay_state(state, d)
   x, y = state.released_x, state.released_y
-  step = jax.jit(lambda s, k: dpdfd.replay_step(s, k, x, y, d.batch_size), donate_argnums=0)
+  step = jax.jit(lambda s, k: dpdfd.replay_step(s, k, x, y, d.batch_size, d.get("mixup", 0.0)),
+                 donate_argnums=0)
   fit = train.FitConfig(num_steps=int(np.ceil(d.replay_epochs * len(x) / d.batch_size)),
                         batch_size=d.batch_size, checkpoint_every=ctx.config.checkpoint_every,
                         log_every=ctx.config.log_every)
@@ -169,6 +191,19 @@ def run(ctx: Context) -> dict:
     state = state.replace(generator=None)
     step = jax.jit(lambda s, k: dpdfd.direct_step(s, k, x, y, student.apply, cfg),
                    donate_argnums=0)
+  elif uses_synthetic(config):  # a fixed synthetic set, each of B T samples queried once
+    teacher_logits, teacher_accuracy = _teacher_logits(ctx)
+    synthetic = artefacts.load_synthetic(ctx)
+    if len(synthetic) < d.batch_size * d.num_steps:
+      raise ConfigError(
+          f"config.dpdfd.num_steps={d.num_steps} x batch_size={d.batch_size} asks for "
+          f"{d.num_steps * d.batch_size} synthetic samples; the generator stage made "
+          f"{len(synthetic)}. Lower num_steps to {len(synthetic) // d.batch_size} or raise "
+          "generator.num_synthetic.")
+    synthetic = jnp.asarray(synthetic[:d.batch_size * d.num_steps])
+    state = state.replace(generator=None)
+    step = jax.jit(lambda s, k: dpdfd.synthetic_step(s, k, synthetic, teacher_logits,
+                                                     student.apply, cfg), donate_argnums=0)
   else:
     teacher_logits, teacher_accuracy = _teacher_logits(ctx)
     step = jax.jit(lambda s, k: dpdfd.step(s, k, teacher_logits, student.apply, cfg),
@@ -201,6 +236,10 @@ def run(ctx: Context) -> dict:
 def run_samples(ctx: Context) -> dict:
   """Writes ``dpdfd.num_synthetic`` samples of the finished DPDFD generator and a grid."""
   config = ctx.config
+  if uses_synthetic(config):
+    raise ConfigError("The dpdfd_samples stage samples Algorithm 1's generator; with "
+                      "dpdfd.inputs='synthetic' there is none (the inputs are "
+                      "generator/synthetic.npy). Run --stages=dpdfd.")
   student, template, _ = _states(ctx, 0.0)
   state = train.restore_state(os.path.join(ctx.stage_path("dpdfd"), artefacts.CHECKPOINTS),
                               template)
