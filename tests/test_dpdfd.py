@@ -111,6 +111,11 @@ def test_dpdfd_ensemble_replay_and_budget_guard(npz_file, tmp_path):
   with pytest.raises(ConfigError, match="replay_epochs=1"):
     pipeline.run(direct, str(tmp_path / "d"))
   assert not (tmp_path / "d").exists()
+  config = tiny(npz_file, ",ensemble,generator")
+  config.dpdfd.self_training = 1  # no replay to self-train after
+  with pytest.raises(ConfigError, match="needs dpdfd.replay_epochs > 0"):
+    pipeline.run(config, str(tmp_path / "t"))
+  assert not (tmp_path / "t").exists()
   config = tiny(npz_file)
   config.dpdfd.noise = 1.0
   with pytest.raises(ConfigError, match="above the maximum epsilon 10"):
@@ -124,7 +129,7 @@ def test_ensemble_queries_each_synthetic_sample_once(npz_file, tmp_path):
   assert (d.inputs, d.reference, config.generator.synthesis) == ("synthetic", "uniform",
                                                                  "inversion")
   assert d.num_steps * d.batch_size <= config.generator.num_synthetic  # the preset: 62 x 64
-  d.replay_epochs = 1
+  d.update(replay_epochs=1, self_training=1)
   report = pipeline.run(config, str(tmp_path / "s"))
   # the default stages: no DPDFD generator, so no samples stage
   assert set(report["stage_seconds"]) == {"baseline", "teachers", "generator", "dpdfd"}
@@ -136,6 +141,9 @@ def test_ensemble_queries_each_synthetic_sample_once(npz_file, tmp_path):
       privacy.PrivacyLedger([steps]).epsilon(1e-5, "pld").epsilon, rel=1e-9)
   assert report["accountant"] == "pld" and report["epsilon"] <= 10.0
   assert any("NOT covered" in n for n in report["covers"]["not_covered"])
+  rounds = result["test_accuracy_by_self_training_round"]  # the replayed, the self-trained
+  assert len(rounds) == 2 and rounds[-1] == result["test_accuracy"]
+  assert (tmp_path / "s" / "dpdfd" / "replay_checkpoints_1" / "10").is_dir()  # 160 / 16
   with pytest.raises(ConfigError, match="dpdfd_samples stage samples Algorithm 1"):
     pipeline.run(config, str(tmp_path / "s"), stages=("dpdfd_samples",))
   config.dpdfd.num_steps = 11  # 176 rows of a 160-sample set: refused before any release

@@ -81,6 +81,9 @@ def get_config(arg: str | None = None):
       # its samples queried once each, in order; issue 18 item 5).
       inputs="generator",
       mixup=0.0,  # > 0: the replay mixes its pairs (mixup, Zhang et al. 2018; post-processing)
+      # > 0 (needs replay): this many rounds of self-training after the replay, each a fresh
+      # student trained on the last one's predictions on the released inputs (post-processing)
+      self_training=0,
   ))
   config.privacy = common.privacy_config(BUDGETS[budget])
   # privacy.dpdfd: whole_batch (one teacher, nothing assumed) | disjoint_teachers (the ensemble,

@@ -103,6 +103,9 @@ def noise_multiplier(config, dataset_size: int | None = None) -> float:
     raise ConfigError("config.dpdfd.inputs='synthetic' reads the generator stage's synthetic "
                       "set, but the config has no 'generator' block: start from "
                       "dgd_jax/configs/dpdfd.py:<dataset>,ensemble (configs.dpdfd.synthetic).")
+  if d.get("self_training", 0) and not d.replay_epochs:
+    raise ConfigError(f"config.dpdfd.self_training={d.self_training} retrains the replayed "
+                      "student on its own predictions; it needs dpdfd.replay_epochs > 0.")
   if d.replay_epochs < 0 or (d.replay_epochs and d.teacher == "private_data"):
     raise ConfigError(f"config.dpdfd.replay_epochs={d.replay_epochs}: replay trains on the "
                       "released synthetic rows of a conversion; it must be >= 0, and 0 for "
@@ -162,20 +165,43 @@ def _replay_state(state: dpdfd.DpdfdState, d) -> train_state.TrainState:
                                        tx=optax.adam(d.learning_rate))
 
 
-def _replay(ctx: Context, state: dpdfd.DpdfdState) -> train_state.TrainState:
-  """The student trained ``dpdfd.replay_epochs`` more epochs on the B T rows its run released
-  (issue 18 item 5: the targets are reused, not queried again, so no extra epsilon)."""
+def _replay_checkpoints(ctx: Context, rounds: int, stage: str = "dpdfd") -> str:
+  """<stage>/replay_checkpoints (the replay), then _1, _2, ... (the self-training rounds)."""
+  return os.path.join(ctx.stage_path(stage),
+                      REPLAY_CHECKPOINTS + (f"_{rounds}" if rounds else ""))
+
+
+def _fit_targets(ctx: Context, state: train_state.TrainState, x: jnp.ndarray, y: jnp.ndarray,
+                 rounds: int) -> train_state.TrainState:
+  """``dpdfd.replay_epochs`` epochs of ``replay_step`` on the rows (x, y)."""
   d = ctx.config.dpdfd
-  replay = _replay_state(state, d)
-  x, y = state.released_x, state.released_y
   step = jax.jit(lambda s, k: dpdfd.replay_step(s, k, x, y, d.batch_size, d.get("mixup", 0.0)),
                  donate_argnums=0)
   fit = train.FitConfig(num_steps=int(np.ceil(d.replay_epochs * len(x) / d.batch_size)),
                         batch_size=d.batch_size, checkpoint_every=ctx.config.checkpoint_every,
                         log_every=ctx.config.log_every)
-  return train.run_steps(replay, step, ctx.key("dpdfd_replay"), fit,
-                         os.path.join(ctx.stage.path, REPLAY_CHECKPOINTS), "dpdfd_replay",
-                         ctx.log)
+  name = f"dpdfd_self_training_{rounds}" if rounds else "dpdfd_replay"
+  return train.run_steps(state, step, ctx.key(name), fit,
+                         _replay_checkpoints(ctx, rounds, ctx.stage.name), name, ctx.log)
+
+
+def _replay(ctx: Context, student, state: dpdfd.DpdfdState) -> list[train_state.TrainState]:
+  """The student trained ``dpdfd.replay_epochs`` more epochs on the B T rows its run released
+  (issue 18 item 5: the targets are reused, not queried again, so no extra epsilon); then,
+  ``dpdfd.self_training`` times, a fresh student trained as long on the last one's
+  predictions on the same inputs (self-training; post-processing, no extra epsilon). Returns
+  the replayed student and each self-trained one."""
+  d = ctx.config.dpdfd
+  x = state.released_x
+  students = [_fit_targets(ctx, _replay_state(state, d), x, state.released_y, 0)]
+  for rounds in range(1, d.get("self_training", 0) + 1):
+    targets = jax.nn.log_softmax(train.logits(student.apply, students[-1].params, x))
+    fresh = train_state.TrainState.create(
+        apply_fn=student.apply, tx=optax.adam(d.learning_rate),
+        params=student.init(ctx.key(f"dpdfd_self_training_init_{rounds}"),
+                            jnp.zeros((1,) + x.shape[1:])))
+    students.append(_fit_targets(ctx, fresh, x, jnp.asarray(targets), rounds))
+  return students
 
 
 def run(ctx: Context) -> dict:
@@ -219,7 +245,10 @@ def run(ctx: Context) -> dict:
   if d.replay_epochs:
     replayed = {"test_accuracy_before_replay": accuracy(state.params),
                 "replay_epochs": d.replay_epochs}
-    state = state.replace(params=_replay(ctx, state).params)
+    students = _replay(ctx, student, state)  # the replayed student, then each self-trained one
+    if len(students) > 1:
+      replayed["test_accuracy_by_self_training_round"] = [accuracy(s.params) for s in students]
+    state = state.replace(params=students[-1].params)
   return {
       # label: direct training protects the labels only (privacy.dpdfd.DIRECT_LABEL_DP).
       "privacy_unit": "label" if d.teacher == "private_data" else "example",
@@ -245,8 +274,8 @@ def run_samples(ctx: Context) -> dict:
                               template)
   d, k = config.dpdfd, ctx.dataset.num_classes
   params = state.params
-  if d.replay_epochs:  # the replayed student, the one the dpdfd stage reports
-    params = train.restore_state(os.path.join(ctx.stage_path("dpdfd"), REPLAY_CHECKPOINTS),
+  if d.replay_epochs:  # the replayed (and self-trained) student, the one the stage reports
+    params = train.restore_state(_replay_checkpoints(ctx, d.get("self_training", 0)),
                                  _replay_state(state, d)).params
   num = d.num_synthetic
   x = generative.generate(state.generator, ctx.key("dpdfd_samples"), num, d.batch_size,
