@@ -45,7 +45,8 @@ def main(path: str, preset: str = "fashion_mnist,cpu") -> None:
 
   def fit(x, y, name, num_steps):
     config.student.num_steps = num_steps
-    model, params = train_student(ctx, vae, x, y, x_u, name, os.path.join(folder, name))
+    model, rounds = train_student(ctx, vae, x, y, x_u, name, os.path.join(folder, name))
+    params = rounds[-1]
     return model, params, train.accuracy(model.apply, params, x_eval, y_eval)
 
   model, params, accuracy = fit(x_s, y_s, "round0", steps)

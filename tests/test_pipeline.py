@@ -334,7 +334,7 @@ def test_dgd_with_every_issue16_lever_end_to_end(fashion_mnist_subset, tmp_path)
                           inversion_batch_size=50)
   config.queries.update(plan="auto", num_queries=60)
   config.student.update(augment=True, mixup=0.4, w_consistency=1.0, threshold=0.5,
-                        unlabelled_batch_size=16, diagnose_noiseless=True)
+                        unlabelled_batch_size=16, diagnose_noiseless=True, self_training=1)
   workdir = tmp_path / "d"
   report = pipeline.run(config, str(workdir))
   q = report["stages"]["queries"]
@@ -356,3 +356,8 @@ def test_dgd_with_every_issue16_lever_end_to_end(fashion_mnist_subset, tmp_path)
   logged = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
   assert any(m["stage"] == "student" and "consistency" in m for m in logged)
   assert any(m["stage"] == "student_noiseless" for m in logged)
+  # one self-training round, for the student and for its noiseless-label twin
+  rounds = report["stages"]["student"]["test_accuracy_by_self_training_round"]
+  assert len(rounds) == 2 and rounds[-1] == report["stages"]["student"]["test_accuracy"]
+  assert {"student_self_training_1", "student_noiseless_self_training_1"} <= {
+      m["stage"] for m in logged}

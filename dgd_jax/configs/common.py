@@ -215,6 +215,9 @@ def student_config() -> ml_collections.ConfigDict:
       threshold=0.95,  # FixMatch's confidence threshold for a pseudo-label
       consistency_augment=True,  # False: no views, plain confident pseudo-labels
       diagnose_noiseless=False,  # also train on the noiseless plurality (a diagnostic)
+      # rounds of self-training: a fresh student trained on the last one's predicted
+      # distributions over the whole pool (post-processing of the released labels, no epsilon)
+      self_training=0,
   ))
 
 

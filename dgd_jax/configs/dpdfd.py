@@ -97,16 +97,18 @@ def get_config(arg: str | None = None):
 
 def synthetic(config, paper: bool) -> None:
   """The ensemble queried once on DGD's DeepInversion set (issue 18): Algorithm 1's generator
-  collapses to one class the teachers agree on (README), the inverted set spans the classes.
-  The T = 62 steps query 3968 of its 4000 samples once each (reference 'uniform': each row a
-  noisy soft vote of the teachers); the student then replays the released rows for 30 epochs,
-  mixed (mixup 0.4), on targets sharpened by gamma (post-processing). PLD calibrates the
-  noise (Gaussian rows: about 7% less noise than RDP for the same epsilon). The synthetic set
-  is inverted from the non-private baseline with statistics of the private set: like DGD's,
-  it is not covered by the epsilon."""
+  collapses to one class the teachers agree on (README); the inverted set spans the classes.
+  8000 inverted samples, each queried once (T = 125 steps of B = 64; reference 'uniform': each
+  row a noisy soft vote of the teachers); the student then replays the released rows for 30
+  epochs, mixed (mixup 0.4), on targets sharpened by gamma (5 B / C), and three rounds of
+  self-training follow (all post-processing). PLD calibrates the noise (Gaussian rows: about
+  7% less noise than RDP for the same epsilon). The synthetic set is inverted from the
+  non-private baseline with statistics of the private set: as in DGD, it is not covered by the
+  epsilon."""
   config.generator = dgd_config.generator_config(paper)
   config.generator.update(dgd_config.INVERSION)
+  config.generator.num_synthetic = 8000
   d = config.dpdfd
-  d.update(inputs="synthetic", reference="uniform", replay_epochs=30, mixup=0.4,
+  d.update(inputs="synthetic", reference="uniform", replay_epochs=30, mixup=0.4, self_training=3,
            num_steps=config.generator.num_synthetic // d.batch_size, gamma=5 * d.gamma)
   config.privacy.accountant = "pld"

@@ -111,10 +111,13 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
           triples.triples(decode, z, k_dir, s.eps_tangent, s.eps_normal, divergence))  # Eq. 4
 
     def loss_fn(params):
+      # y_s: labels [N] (Eq. 5), or target distributions [N, K] (a self-training round)
+      targets = yb if yb.ndim == 2 else jax.nn.one_hot(yb, num_classes)
       if mixup > 0:  # Eq. 5 on mixed pairs (mixup, Zhang et al. 2018)
-        x_mix, t_mix = augment.mixup(jax.random.fold_in(key, 2), xb,
-                                     jax.nn.one_hot(yb, num_classes), mixup)
+        x_mix, t_mix = augment.mixup(jax.random.fold_in(key, 2), xb, targets, mixup)
         loss = optax.softmax_cross_entropy(student.apply(params, x_mix), t_mix).mean()
+      elif yb.ndim == 2:
+        loss = optax.softmax_cross_entropy(student.apply(params, xb), targets).mean()
       else:
         loss = train.cross_entropy(student.apply(params, xb), yb)  # Eq. 5
       terms = {"ce": loss}
@@ -141,18 +144,28 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
 
 def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray,
                   name: str, checkpoint_dir: str):
-  """The student (model, trained parameters) on labelled (x_s, y_s) and unlabelled x_u, with
-  ``vae`` = ``load_vae``'s (model, params) for Eq. 6, or (None, None) when it is off."""
+  """The student trained on labelled (x_s, y_s) and unlabelled x_u, with
+  ``vae`` = ``load_vae``'s (model, params) for Eq. 6, or (None, None) when it is off; then
+  ``student.self_training`` rounds, each a fresh student trained the same way on the last
+  one's predicted distributions over the whole pool (x_s and x_u; post-processing). Returns
+  the model and each round's parameters (the last: the student)."""
   config = ctx.config
   student = classifier(config, ctx.dataset.num_classes, "student", lowering="conv")
   cfg = fit_config(config, "student")
   init_key, train_key = jax.random.split(ctx.key("student"))
-  state = train.create_train_state(student, train.optimizer(cfg), init_key, x_s.shape[1:])
-  step = make_step(student, *vae, jnp.asarray(x_s), jnp.asarray(y_s),
-                   jnp.asarray(x_u), config.student)
-  log = lambda metrics: ctx.workdir.log_metrics(name, metrics)  # its own curve
-  state = train.run_steps(state, step, train_key, cfg, checkpoint_dir, name, log)
-  return student, state.params
+  x_all, params, base_name, base_dir = np.concatenate([x_s, x_u]), [], name, checkpoint_dir
+  for rounds in range(config.student.get("self_training", 0) + 1):
+    if rounds:  # the last student's predictions on the whole pool become the targets
+      x_s, y_s = x_all, np.asarray(jax.nn.softmax(train.logits(student.apply, params[-1],
+                                                               x_all)))
+      name = f"{base_name}_self_training_{rounds}"
+      checkpoint_dir = f"{base_dir}_self_training_{rounds}"
+    state = train.create_train_state(student, train.optimizer(cfg), init_key, x_s.shape[1:])
+    step = make_step(student, *vae, jnp.asarray(x_s), jnp.asarray(y_s),
+                     jnp.asarray(x_u), config.student)
+    log = lambda metrics, name=name: ctx.workdir.log_metrics(name, metrics)  # its own curve
+    params.append(train.run_steps(state, step, train_key, cfg, checkpoint_dir, name, log).params)
+  return student, params
 
 
 def labelled_split(ctx: Context, x_pool: np.ndarray
@@ -172,21 +185,23 @@ def run(ctx: Context) -> dict:
   x_s, y_s, x_u, answered = labelled_split(ctx, x_pool)
   x_eval, y_eval = pool.evaluation(ctx)  # the test split (PATE: the part not in the pool)
   vae = load_vae(ctx, x_pool.shape[1:]) if uses_vae(config.student) else (None, None)
-  student, params = train_student(ctx, vae, x_s, y_s, x_u, "student", ctx.stage.checkpoint_dir)
+  student, rounds = train_student(ctx, vae, x_s, y_s, x_u, "student", ctx.stage.checkpoint_dir)
+  accuracy = lambda params: train.accuracy(student.apply, params, x_eval, y_eval)
   diagnostic = {}
+  if len(rounds) > 1:
+    diagnostic["test_accuracy_by_self_training_round"] = [accuracy(p) for p in rounds]
   if config.student.diagnose_noiseless:  # server-side diagnostic (module docstring)
     plurality = load_votes(ctx).argmax(-1)[answered]
     _, clean = train_student(ctx, vae, x_s, plurality.astype(np.int32), x_u, "student_noiseless",
                              os.path.join(ctx.stage.path, "noiseless_checkpoints"))
-    diagnostic["student_accuracy_noiseless_labels"] = train.accuracy(
-        student.apply, clean, x_eval, y_eval)
+    diagnostic["student_accuracy_noiseless_labels"] = accuracy(clean[-1])
   curve = ctx.workdir.read_metrics("student")
   terms = [k for k in ("loss", "ce", "consistency", "normal", "tangent", "entropy")
            if curve and k in curve[0]]
   plots.line_plot(os.path.join(ctx.stage.path, "training_curve.png"),
                   [m["step"] for m in curve], {k: [m[k] for m in curve] for k in terms},
                   xlabel="step", ylabel="loss term", title="Student training (Eq. 1)")
-  return {**diagnostic, "test_accuracy": train.accuracy(student.apply, params, x_eval, y_eval),
+  return {**diagnostic, "test_accuracy": accuracy(rounds[-1]),
           "num_evaluated": len(y_eval),
           "num_labelled": int(answered.sum()), "num_unlabelled": len(x_u),
           "training_curve_png": "student/training_curve.png"}
