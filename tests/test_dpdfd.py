@@ -129,20 +129,22 @@ def test_ensemble_queries_each_synthetic_sample_once(npz_file, tmp_path):
   assert (d.inputs, d.reference, config.generator.synthesis) == ("synthetic", "uniform",
                                                                  "inversion")
   assert d.num_steps * d.batch_size <= config.generator.num_synthetic  # the preset: 62 x 64
-  d.update(replay_epochs=1, self_training=1)
+  d.update(replay_epochs=1, self_training=1, num_steps=5)  # 80 of the 160 samples queried
   report = pipeline.run(config, str(tmp_path / "s"))
   # the default stages: no DPDFD generator, so no samples stage
   assert set(report["stage_seconds"]) == {"baseline", "teachers", "generator", "dpdfd"}
   result = report["stages"]["dpdfd"]
-  steps = privacy.DpdfdSteps(result["noise_multiplier"], "multiplier", 1e-3, 16, 10,
+  steps = privacy.DpdfdSteps(result["noise_multiplier"], "multiplier", 1e-3, 16, 5,
                              num_teachers=3, relation="disjoint_teachers",
-                             teachers_disjoint=True)  # B T = 160 rows, one per sample
+                             teachers_disjoint=True)  # B T = 80 rows, one per sample
   assert report["epsilon"] == pytest.approx(
       privacy.PrivacyLedger([steps]).epsilon(1e-5, "pld").epsilon, rel=1e-9)
   assert report["accountant"] == "pld" and report["epsilon"] <= 10.0
   assert any("NOT covered" in n for n in report["covers"]["not_covered"])
   rounds = result["test_accuracy_by_self_training_round"]  # the replayed, the self-trained
   assert len(rounds) == 2 and rounds[-1] == result["test_accuracy"]
+  # the replay reads the 80 released rows, self-training all 160 samples (queried or not)
+  assert (tmp_path / "s" / "dpdfd" / "replay_checkpoints" / "5").is_dir()  # 80 / 16
   assert (tmp_path / "s" / "dpdfd" / "replay_checkpoints_1" / "10").is_dir()  # 160 / 16
   with pytest.raises(ConfigError, match="dpdfd_samples stage samples Algorithm 1"):
     pipeline.run(config, str(tmp_path / "s"), stages=("dpdfd_samples",))

@@ -185,15 +185,16 @@ def _fit_targets(ctx: Context, state: train_state.TrainState, x: jnp.ndarray, y:
                          _replay_checkpoints(ctx, rounds, ctx.stage.name), name, ctx.log)
 
 
-def _replay(ctx: Context, student, state: dpdfd.DpdfdState) -> list[train_state.TrainState]:
+def _replay(ctx: Context, student, state: dpdfd.DpdfdState, inputs
+            ) -> list[train_state.TrainState]:
   """The student trained ``dpdfd.replay_epochs`` more epochs on the B T rows its run released
   (issue 18 item 5: the targets are reused, not queried again, so no extra epsilon); then,
   ``dpdfd.self_training`` times, a fresh student trained as long on the last one's
-  predictions on the same inputs (self-training; post-processing, no extra epsilon). Returns
-  the replayed student and each self-trained one."""
+  predictions on ``inputs`` (self-training; post-processing, no extra epsilon). Returns the
+  replayed student and each self-trained one."""
   d = ctx.config.dpdfd
-  x = state.released_x
-  students = [_fit_targets(ctx, _replay_state(state, d), x, state.released_y, 0)]
+  students = [_fit_targets(ctx, _replay_state(state, d), state.released_x, state.released_y, 0)]
+  x = jnp.asarray(inputs)
   for rounds in range(1, d.get("self_training", 0) + 1):
     targets = jax.nn.log_softmax(train.logits(student.apply, students[-1].params, x))
     fresh = train_state.TrainState.create(
@@ -210,7 +211,7 @@ def run(ctx: Context) -> dict:
                                                                  "disjoint_teachers") else None
   sigma = noise_multiplier(config, size)
   student, state, cfg = _states(ctx, sigma)
-  d = config.dpdfd
+  d, self_training_inputs = config.dpdfd, None
   if d.teacher == "private_data":  # Sec. 4.4: no teacher, no generator
     teacher_accuracy = None
     x, y = jnp.asarray(ctx.dataset.x_train), jnp.asarray(ctx.dataset.y_train)
@@ -226,6 +227,7 @@ def run(ctx: Context) -> dict:
           f"{d.num_steps * d.batch_size} synthetic samples; the generator stage made "
           f"{len(synthetic)}. Lower num_steps to {len(synthetic) // d.batch_size} or raise "
           "generator.num_synthetic.")
+    self_training_inputs = synthetic  # all of it, queried or not (_replay)
     synthetic = jnp.asarray(synthetic[:d.batch_size * d.num_steps])
     state = state.replace(generator=None)
     step = jax.jit(lambda s, k: dpdfd.synthetic_step(s, k, synthetic, teacher_logits,
@@ -245,7 +247,8 @@ def run(ctx: Context) -> dict:
   if d.replay_epochs:
     replayed = {"test_accuracy_before_replay": accuracy(state.params),
                 "replay_epochs": d.replay_epochs}
-    students = _replay(ctx, student, state)  # the replayed student, then each self-trained one
+    students = _replay(ctx, student, state, state.released_x if self_training_inputs is None
+                       else self_training_inputs)  # the replayed, then each self-trained
     if len(students) > 1:
       replayed["test_accuracy_by_self_training_round"] = [accuracy(s.params) for s in students]
     state = state.replace(params=students[-1].params)
