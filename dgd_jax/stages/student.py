@@ -18,8 +18,10 @@ augmented view,
 (``consistency_augment=False``: both views are x_j itself, i.e. confident pseudo-labels, Lee 2013)
 and the labelled batch can be augmented (``augment``) or mixed (``mixup`` > 0: Eq. 5 on
 pairs x~ = lam x_i + (1 - lam) x_j with targets lam e_{y_i} + (1 - lam) e_{y_j}, lam ~
-Beta(mixup, mixup); Zhang et al. 2018), which resists the noisy labels. All are
-post-processing of the released labels: no epsilon.
+Beta(mixup, mixup); Zhang et al. 2018), which resists the noisy labels. With
+``self_training`` = R, R fresh students follow, each trained the same way on the last one's
+predicted distributions over the whole pool. All are post-processing of the released labels:
+no epsilon.
 
 ``student_accuracy_noiseless_labels`` is a diagnostic, not a release: the same student trained
 on the teachers' noiseless plurality for the same queried samples (read from the queries
