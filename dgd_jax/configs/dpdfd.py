@@ -107,13 +107,12 @@ def synthetic(config, paper: bool) -> None:
   8000 inverted samples, ``QUERIED`` of them queried once each (at eps 10: T = 32 steps of
   B = 64; reference 'uniform': each row a noisy soft vote of the teachers); the student then
   replays the released rows for 30 epochs, mixed (mixup 0.4), on targets sharpened by gamma
-  (5 B / C), and three rounds of self-training on all 8000 follow (all post-processing). PLD calibrates the noise (Gaussian rows: about
-  7% less noise than RDP for the same epsilon). The synthetic set is inverted from the
-  non-private baseline with statistics of the private set: as in DGD, it is not covered by the
-  epsilon."""
+  (5 B / C), and three rounds of self-training on all 8000 follow (all post-processing). PLD
+  calibrates the noise (Gaussian rows: about 7% less noise than RDP for the same epsilon). The
+  synthetic set is inverted from the non-private baseline with statistics of the private set:
+  as in DGD, it is not covered by the epsilon."""
   config.generator = dgd_config.generator_config(paper)
-  config.generator.update(dgd_config.INVERSION)
-  config.generator.num_synthetic = 8000
+  config.generator.update(dgd_config.INVERSION)  # 8000 samples
   d = config.dpdfd
   d.update(inputs="synthetic", reference="uniform", replay_epochs=30, mixup=0.4, self_training=3,
            num_steps=QUERIED[config.budget] // d.batch_size, gamma=5 * d.gamma)
