@@ -100,6 +100,18 @@ def logits(apply_fn: Callable, params: Any, x: np.ndarray, batch_size: int = 100
   return np.concatenate(out)[:n]
 
 
+def self_training(fit_round: Callable[[np.ndarray, int], Any], apply_fn: Callable, params: Any,
+                  x: np.ndarray, rounds: int) -> list[Any]:
+  """Self-training: ``rounds`` times, a fresh model fitted by ``fit_round(targets, round)``
+  (round 1, 2, ...) to the last model's logits over ``x``, read as distributions. It reads
+  nothing but the earlier model and x, so it is post-processing of whatever taught
+  ``params``. Returns each round's parameters, ``params`` first."""
+  history = [params]
+  for round_ in range(1, rounds + 1):
+    history.append(fit_round(logits(apply_fn, history[-1], x), round_))
+  return history
+
+
 def predict(apply_fn: Callable, params: Any, x: np.ndarray, batch_size: int = 1000
             ) -> np.ndarray:
   """Predicted labels for ``x`` (see ``logits``)."""

@@ -79,3 +79,20 @@ def test_non_finite_loss_raises(npz_file, tmp_path):
   _, state = small_state(cfg)
   with pytest.raises(train.NonFiniteLossError, match="lower the learning rate"):
     train.fit(state, x, y, jax.random.key(0), cfg, str(tmp_path), "nan")
+
+
+def test_self_training_fits_each_round_to_the_last_models_logits():
+  x = np.arange(12, dtype=np.float32).reshape(6, 2)
+  apply_fn = lambda params, xb: xb * params  # a "model" whose parameter scales its input
+  seen = []
+
+  def fit_round(targets, round_):
+    seen.append((round_, np.asarray(targets)))
+    return float(round_ + 1)  # the next model's parameter
+
+  history = train.self_training(fit_round, apply_fn, 1.0, x, 2)
+  assert history == [1.0, 2.0, 3.0]  # the first model's parameters, then each round's
+  assert [r for r, _ in seen] == [1, 2]
+  np.testing.assert_allclose(seen[0][1], x * 1.0)  # round 1 reads the first model's logits
+  np.testing.assert_allclose(seen[1][1], x * 2.0)  # round 2 those of round 1's model
+  assert train.self_training(fit_round, apply_fn, 1.0, x, 0) == [1.0]

@@ -43,10 +43,14 @@ def requires(config) -> tuple[str, ...]:
   return sensitive + (("generator",) if uses_synthetic(config) else ())
 
 
+def inputs(config) -> str:
+  """``dpdfd.inputs``; configs written before the field used Algorithm 1's generator."""
+  return config.dpdfd.get("inputs", "generator")
+
+
 def uses_synthetic(config) -> bool:
-  """Whether the inputs are the generator stage's fixed synthetic set (``dpdfd.inputs``;
-  configs written before the field used Algorithm 1's generator)."""
-  return config.dpdfd.get("inputs", "generator") == "synthetic"
+  """Whether the inputs are the generator stage's fixed synthetic set."""
+  return inputs(config) == "synthetic"
 
 
 # The relation each kind of sensitive model's steps are accounted under (``privacy.dpdfd``).
@@ -86,20 +90,19 @@ def release(config, noise: float, dataset_size: int | None = None) -> privacy.Dp
 
 def noise_multiplier(config, dataset_size: int | None = None) -> float:
   """``dpdfd.noise``, or the least noise whose plan fits ``privacy.max_epsilon``."""
-  d, p = config.dpdfd, config.privacy
-  inputs = d.get("inputs", "generator")
+  d, p, source = config.dpdfd, config.privacy, inputs(config)
   if (d.operation not in dpdfd.OPERATIONS or d.loss not in dpdfd.LOSSES
       or d.teacher not in TEACHERS or d.reference not in dpdfd.REFERENCES
-      or inputs not in INPUTS):
+      or source not in INPUTS):
     raise ConfigError(f"config.dpdfd.operation={d.operation!r} / loss={d.loss!r} / "
-                      f"teacher={d.teacher!r} / reference={d.reference!r} / inputs={inputs!r}; "
+                      f"teacher={d.teacher!r} / reference={d.reference!r} / inputs={source!r}; "
                       f"use one of {dpdfd.OPERATIONS} / {dpdfd.LOSSES} / {TEACHERS} / "
                       f"{dpdfd.REFERENCES} / {INPUTS}.")
-  if inputs == "synthetic" and d.teacher == "private_data":
+  if source == "synthetic" and d.teacher == "private_data":
     raise ConfigError("config.dpdfd.inputs='synthetic' asks for synthetic inputs, but direct "
                       "training (dpdfd.teacher='private_data') trains on the private examples; "
                       "set dpdfd.inputs='generator' (unused there).")
-  if inputs == "synthetic" and "generator" not in config:
+  if source == "synthetic" and "generator" not in config:
     raise ConfigError("config.dpdfd.inputs='synthetic' reads the generator stage's synthetic "
                       "set, but the config has no 'generator' block: start from "
                       "dgd_jax/configs/dpdfd.py:<dataset>,ensemble (configs.dpdfd.synthetic).")
@@ -165,9 +168,9 @@ def _replay_state(state: dpdfd.DpdfdState, d) -> train_state.TrainState:
                                        tx=optax.adam(d.learning_rate))
 
 
-def _replay_checkpoints(ctx: Context, rounds: int, stage: str = "dpdfd") -> str:
-  """<stage>/replay_checkpoints (the replay), then _1, _2, ... (the self-training rounds)."""
-  return os.path.join(ctx.stage_path(stage),
+def _replay_checkpoints(ctx: Context, rounds: int) -> str:
+  """dpdfd/replay_checkpoints (the replay), then _1, _2, ... (the self-training rounds)."""
+  return os.path.join(ctx.stage_path("dpdfd"),
                       REPLAY_CHECKPOINTS + (f"_{rounds}" if rounds else ""))
 
 
@@ -181,28 +184,28 @@ def _fit_targets(ctx: Context, state: train_state.TrainState, x: jnp.ndarray, y:
                         batch_size=d.batch_size, checkpoint_every=ctx.config.checkpoint_every,
                         log_every=ctx.config.log_every)
   name = f"dpdfd_self_training_{rounds}" if rounds else "dpdfd_replay"
-  return train.run_steps(state, step, ctx.key(name), fit,
-                         _replay_checkpoints(ctx, rounds, ctx.stage.name), name, ctx.log)
+  return train.run_steps(state, step, ctx.key(name), fit, _replay_checkpoints(ctx, rounds),
+                         name, ctx.log)
 
 
-def _replay(ctx: Context, student, state: dpdfd.DpdfdState, inputs
-            ) -> list[train_state.TrainState]:
+def _replay(ctx: Context, student, state: dpdfd.DpdfdState, x_self: np.ndarray) -> list:
   """The student trained ``dpdfd.replay_epochs`` more epochs on the B T rows its run released
-  (issue 18 item 5: the targets are reused, not queried again, so no extra epsilon); then,
-  ``dpdfd.self_training`` times, a fresh student trained as long on the last one's
-  predictions on ``inputs`` (self-training; post-processing, no extra epsilon). Returns the
-  replayed student and each self-trained one."""
+  (issue 18 item 5: the targets are reused, not queried again, so no extra epsilon); then
+  ``dpdfd.self_training`` rounds (``train.self_training``) on ``x_self``, each a fresh
+  student trained as long. Returns the parameters of the replayed and each self-trained one."""
   d = ctx.config.dpdfd
-  students = [_fit_targets(ctx, _replay_state(state, d), state.released_x, state.released_y, 0)]
-  x = jnp.asarray(inputs)
-  for rounds in range(1, d.get("self_training", 0) + 1):
-    targets = jax.nn.log_softmax(train.logits(student.apply, students[-1].params, x))
+  replayed = _fit_targets(ctx, _replay_state(state, d), state.released_x, state.released_y, 0)
+  x = jnp.asarray(x_self)
+
+  def fit_round(logits, rounds):  # replay_step reads targets as logits, as the released rows
     fresh = train_state.TrainState.create(
         apply_fn=student.apply, tx=optax.adam(d.learning_rate),
         params=student.init(ctx.key(f"dpdfd_self_training_init_{rounds}"),
                             jnp.zeros((1,) + x.shape[1:])))
-    students.append(_fit_targets(ctx, fresh, x, jnp.asarray(targets), rounds))
-  return students
+    return _fit_targets(ctx, fresh, x, jnp.asarray(logits), rounds).params
+
+  return train.self_training(fit_round, student.apply, replayed.params, x,
+                             d.get("self_training", 0))
 
 
 def run(ctx: Context) -> dict:
@@ -212,14 +215,15 @@ def run(ctx: Context) -> dict:
   sigma = noise_multiplier(config, size)
   student, state, cfg = _states(ctx, sigma)
   d, self_training_inputs = config.dpdfd, None
+  teacher_logits, teacher_accuracy = None, None  # direct training has no teacher
+  if d.teacher != "private_data":
+    teacher_logits, teacher_accuracy = _teacher_logits(ctx)
   if d.teacher == "private_data":  # Sec. 4.4: no teacher, no generator
-    teacher_accuracy = None
     x, y = jnp.asarray(ctx.dataset.x_train), jnp.asarray(ctx.dataset.y_train)
     state = state.replace(generator=None)
     step = jax.jit(lambda s, k: dpdfd.direct_step(s, k, x, y, student.apply, cfg),
                    donate_argnums=0)
   elif uses_synthetic(config):  # a fixed synthetic set, each of B T samples queried once
-    teacher_logits, teacher_accuracy = _teacher_logits(ctx)
     synthetic = artefacts.load_synthetic(ctx)
     if len(synthetic) < d.batch_size * d.num_steps:
       raise ConfigError(
@@ -228,12 +232,11 @@ def run(ctx: Context) -> dict:
           f"{len(synthetic)}. Lower num_steps to {len(synthetic) // d.batch_size} or raise "
           "generator.num_synthetic.")
     self_training_inputs = synthetic  # all of it, queried or not (_replay)
-    synthetic = jnp.asarray(synthetic[:d.batch_size * d.num_steps])
+    queried = jnp.asarray(synthetic[:d.batch_size * d.num_steps])
     state = state.replace(generator=None)
-    step = jax.jit(lambda s, k: dpdfd.synthetic_step(s, k, synthetic, teacher_logits,
+    step = jax.jit(lambda s, k: dpdfd.synthetic_step(s, k, queried, teacher_logits,
                                                      student.apply, cfg), donate_argnums=0)
   else:
-    teacher_logits, teacher_accuracy = _teacher_logits(ctx)
     step = jax.jit(lambda s, k: dpdfd.step(s, k, teacher_logits, student.apply, cfg),
                    donate_argnums=0)
   fit = train.FitConfig(num_steps=d.num_steps, batch_size=cfg.batch_size,
@@ -247,11 +250,11 @@ def run(ctx: Context) -> dict:
   if d.replay_epochs:
     replayed = {"test_accuracy_before_replay": accuracy(state.params),
                 "replay_epochs": d.replay_epochs}
-    students = _replay(ctx, student, state, state.released_x if self_training_inputs is None
-                       else self_training_inputs)  # the replayed, then each self-trained
-    if len(students) > 1:
-      replayed["test_accuracy_by_self_training_round"] = [accuracy(s.params) for s in students]
-    state = state.replace(params=students[-1].params)
+    rounds = _replay(ctx, student, state, state.released_x if self_training_inputs is None
+                     else self_training_inputs)  # the replayed, then each self-trained
+    if len(rounds) > 1:
+      replayed["test_accuracy_by_self_training_round"] = [accuracy(p) for p in rounds]
+    state = state.replace(params=rounds[-1])
   return {
       # label: direct training protects the labels only (privacy.dpdfd.DIRECT_LABEL_DP).
       "privacy_unit": "label" if d.teacher == "private_data" else "example",

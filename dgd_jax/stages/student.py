@@ -155,19 +155,20 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
   student = classifier(config, ctx.dataset.num_classes, "student", lowering="conv")
   cfg = fit_config(config, "student")
   init_key, train_key = jax.random.split(ctx.key("student"))
-  x_all, params, base_name, base_dir = np.concatenate([x_s, x_u]), [], name, checkpoint_dir
-  for rounds in range(config.student.get("self_training", 0) + 1):
-    if rounds:  # the last student's predictions on the whole pool become the targets
-      x_s, y_s = x_all, np.asarray(jax.nn.softmax(train.logits(student.apply, params[-1],
-                                                               x_all)))
-      name = f"{base_name}_self_training_{rounds}"
-      checkpoint_dir = f"{base_dir}_self_training_{rounds}"
-    state = train.create_train_state(student, train.optimizer(cfg), init_key, x_s.shape[1:])
-    step = make_step(student, *vae, jnp.asarray(x_s), jnp.asarray(y_s),
-                     jnp.asarray(x_u), config.student)
-    log = lambda metrics, name=name: ctx.workdir.log_metrics(name, metrics)  # its own curve
-    params.append(train.run_steps(state, step, train_key, cfg, checkpoint_dir, name, log).params)
-  return student, params
+
+  def fit(x, y, name, checkpoint_dir):
+    state = train.create_train_state(student, train.optimizer(cfg), init_key, x.shape[1:])
+    step = make_step(student, *vae, jnp.asarray(x), jnp.asarray(y), jnp.asarray(x_u),
+                     config.student)
+    log = lambda metrics: ctx.workdir.log_metrics(name, metrics)  # its own curve
+    return train.run_steps(state, step, train_key, cfg, checkpoint_dir, name, log).params
+
+  x_all = np.concatenate([x_s, x_u])
+  return student, train.self_training(
+      lambda logits, r: fit(x_all, np.asarray(jax.nn.softmax(logits)),
+                            f"{name}_self_training_{r}", f"{checkpoint_dir}_self_training_{r}"),
+      student.apply, fit(x_s, y_s, name, checkpoint_dir), x_all,
+      config.student.get("self_training", 0))
 
 
 def labelled_split(ctx: Context, x_pool: np.ndarray
