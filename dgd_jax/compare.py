@@ -22,7 +22,7 @@ import sys
 
 from absl import app, flags, logging
 
-from dgd_jax import distributed, pipeline, progress
+from dgd_jax import distributed, host, pipeline, progress
 from dgd_jax.configs.common import with_overrides
 from dgd_jax.errors import ConfigError, UserInputError, WorkdirConflictError
 from dgd_jax.workdir import read_json, write_text
@@ -122,6 +122,7 @@ _COLLECT = flags.DEFINE_bool("collect_only", False, "Train nothing; table the fi
 def main(argv):
   del argv
   progress.setup_cli_logging()
+  host.use_every_core()  # before the first device use (host.py)
   by_name = {r.name: r for r in ROWS}
   try:
     unknown = sorted(set(_ROWS.value or ()) - set(by_name))

@@ -28,6 +28,7 @@ import jax
 import numpy as np
 from absl import logging
 
+from dgd_jax import host
 from dgd_jax.errors import ConfigError, UserInputError
 
 
@@ -109,9 +110,11 @@ def _check_port_free(address: str) -> None:
 
 
 def initialize(topology: Topology, timeout_s: int = 300) -> None:
-  """Starts ``jax.distributed`` for a multi-process ``topology`` (no-op for one process).
-  Must run before any JAX computation. CPU processes talk through gloo collectives."""
+  """Starts ``jax.distributed`` for a multi-process ``topology``; one process gets a CPU
+  device per core instead (``host.use_every_core``). Must run before any JAX computation.
+  CPU processes talk through gloo collectives."""
   if not topology.multiprocess:
+    host.use_every_core()
     return
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   if topology.source == "explicit":

@@ -14,7 +14,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from dgd_jax import distributed, parallel, pipeline
+from dgd_jax import distributed, host, parallel, pipeline
 from dgd_jax.errors import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -158,6 +158,24 @@ def test_single_process_uses_the_most_devices_that_divide():
   assert parallel.mesh_size(250, num_devices=8) == 5
   assert parallel.mesh_size(7, num_devices=8) == 7
   assert parallel.mesh_size(7, num_devices=6) == 1
+
+
+def test_one_process_asks_for_a_cpu_device_per_core(monkeypatch):
+  """host.use_every_core: a device per core unless XLA_FLAGS already sets a count;
+  DGD_CPU_DEVICES overrides the count, and 1 leaves XLA alone."""
+  monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+  monkeypatch.delenv("DGD_CPU_DEVICES", raising=False)
+  assert host.use_every_core() == 3
+  assert os.environ["XLA_FLAGS"] == ("--xla_cpu_enable_fast_math=false "
+                                     "--xla_force_host_platform_device_count=3")
+  assert host.use_every_core() == 0  # a count is set: left as it is
+  monkeypatch.delenv("XLA_FLAGS")
+  monkeypatch.setenv("DGD_CPU_DEVICES", "1")
+  assert host.use_every_core() == 0 and "XLA_FLAGS" not in os.environ
+  monkeypatch.setenv("DGD_CPU_DEVICES", "4")
+  assert host.use_every_core() == 4
+  assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
 
 
 def test_multiprocess_refuses_single_process_stages(monkeypatch):

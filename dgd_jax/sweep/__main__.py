@@ -13,7 +13,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from dgd_jax import progress, sweep
+from dgd_jax import host, progress, sweep
 from dgd_jax.errors import UserInputError
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -35,6 +35,7 @@ flags.mark_flags_as_required(["config", "workdir", "set"])
 def main(argv):
   del argv
   progress.setup_cli_logging()
+  host.use_every_core()  # before the first device use (host.py)
   try:
     axes = [sweep.parse_axis(s, _CONFIG.value) for s in _SET.value]
     sweep.run(_CONFIG.value, _WORKDIR.value, axes, _REUSE.value, _ACCOUNTING_ONLY.value,
