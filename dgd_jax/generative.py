@@ -35,7 +35,6 @@ smaller in natural-log units. alpha = 5, beta = 0.1 (DGD Section III-B).
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Callable
 
 import jax
@@ -204,35 +203,29 @@ def invert(key: jax.Array, num: int, batch_size: int, steps: int, learning_rate:
            baseline_params: Any, priors: Priors, targets=None) -> tuple[np.ndarray, np.ndarray]:
   """``num`` images synthesised by DeepInversion: each batch's pixels, x = tanh(v) in [-1, 1]
   and v ~ N(0, 1) at the start, minimise ``inversion_loss`` for ``steps`` Adam steps, with the
-  target classes dealt in turn (a balanced set). Returns (x, targets). Batches are independent
-  (their own keys and statistics), so each local device optimises one at a time (``pmap``;
-  on CPU one device per core, host.py): the result does not depend on the device count. A
-  Python loop of jitted steps: a conv inside ``lax.scan`` runs ~25x slower on CPU
-  (REFERENCE Sec. 8)."""
+  target classes dealt in turn (a balanced set). Returns (x, targets). A Python loop of jitted
+  steps: a conv inside ``lax.scan`` runs ~25x slower on CPU (REFERENCE Sec. 8)."""
   tx = optax.adam(learning_rate)
   y = jnp.arange(batch_size) % num_classes
 
-  @functools.partial(jax.pmap, in_axes=(0, 0, 0, None))  # one batch per device
-  def step(v, opt_state, batch_key, s):
+  @jax.jit
+  def step(v, opt_state, key):
     loss, grads = jax.value_and_grad(lambda v: inversion_loss(
-        jnp.tanh(v), y, jax.random.fold_in(batch_key, s + 1), baseline_apply, baseline_params,
-        priors, targets))(v)
+        jnp.tanh(v), y, key, baseline_apply, baseline_params, priors, targets))(v)
     updates, opt_state = tx.update(grads, opt_state)
     return optax.apply_updates(v, updates), opt_state, loss
 
   batches = -(-num // batch_size)
-  per_group = jax.local_device_count()
   progress = Progress("inversion batches", batches, examples_per_step=batch_size)
   images = []
-  for first in range(0, batches, per_group):
-    keys = jnp.stack([jax.random.fold_in(key, b)
-                      for b in range(first, min(first + per_group, batches))])
-    v = jax.vmap(lambda k: jax.random.normal(k, (batch_size,) + tuple(image_shape)))(keys)
-    opt_state = jax.vmap(tx.init)(v)
+  for b in range(batches):
+    batch_key = jax.random.fold_in(key, b)
+    v = jax.random.normal(batch_key, (batch_size,) + tuple(image_shape))
+    opt_state = tx.init(v)
     for s in range(steps):
-      v, opt_state, loss = step(v, opt_state, keys, s)
-    images.extend(np.asarray(jnp.tanh(v)))
-    progress.update(first + len(keys), {"loss": float(loss[-1])})
+      v, opt_state, loss = step(v, opt_state, jax.random.fold_in(batch_key, s + 1))
+    images.append(np.asarray(jnp.tanh(v)))
+    progress.update(b + 1, {"loss": float(loss)})
   return np.concatenate(images)[:num], np.resize(np.asarray(y, np.int32), num)
 
 

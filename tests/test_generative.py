@@ -2,10 +2,6 @@
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
-import sys
-import textwrap
 
 import chex
 import jax
@@ -127,38 +123,6 @@ def test_inversion_reaches_its_targets_balanced_in_range_and_deterministic():
                                                (20, 28, 28, 1))))
   assert loss(x) < 0.5 * loss(start), (loss(x), loss(start))
   np.testing.assert_array_equal(generative.invert(*args)[0], x)
-
-
-INVERT_SCRIPT = textwrap.dedent("""
-    import sys
-    import jax, numpy as np
-    from dgd_jax import generative
-    from tests.test_generative import square_images, tiny_baseline
-    baseline, params = tiny_baseline()
-    targets = generative.layer_statistics(baseline.apply, params, square_images(256)[0])
-    priors = generative.Priors(w_stats=1.0, w_tv=0.1, jitter=1)
-    x, _ = generative.invert(jax.random.key(3), 45, 20, 30, 0.1, 10, (28, 28, 1),
-                             baseline.apply, params, priors, targets)
-    np.save(sys.argv[1], x)
-    print("DEVICES", jax.local_device_count())
-""")
-
-
-def test_inversion_does_not_depend_on_the_device_count(tmp_path):
-  """Three batches on one CPU device, and on two (a pair, then the last alone): the same
-  images, since each batch has its own keys and statistics (host.use_every_core)."""
-  images = {}
-  for devices in (1, 2):
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-    out = tmp_path / f"{devices}.npy"
-    done = subprocess.run([sys.executable, "-c", INVERT_SCRIPT, str(out)], env=env,
-                          capture_output=True, text=True, timeout=300,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert f"DEVICES {devices}" in done.stdout, done.stderr[-3000:]
-    images[devices] = np.load(out)
-  assert images[1].shape == (45, 28, 28, 1)
-  np.testing.assert_allclose(images[1], images[2], atol=1e-5)
 
 
 def test_vae_loss_falls_and_traces_once():
