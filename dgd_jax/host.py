@@ -14,11 +14,11 @@ Set ``DGD_KEEP_FREED_MEMORY=0`` to leave malloc as it is.
 
 One host device per core (``use_every_core``, applied by the command-line tools to a
 single-process run before the first device use): XLA:CPU exposes one device by default, and
-one teacher's step or one DeepInversion batch does not keep two cores busy through intra-op
-threads alone. With a device per core the teacher mesh (``parallel.teacher_mesh``) and the
-inversion's batches (``generative.invert``) run on every core at once: 250 quick teachers train
-1.27x faster on the 2-core machine, and single-model steps are unchanged (README, "Speed").
-Set ``DGD_CPU_DEVICES=1`` (or a count of your own) to override."""
+one teacher's step does not keep two cores busy through intra-op threads alone. With a device
+per core the teacher mesh (``parallel.teacher_mesh``) runs a teacher on every core at once:
+the quick preset's 250 teachers trained 1.25x faster on the 2-core machine (README, "Speed"),
+with the same results. Single-model stages stay on one device and are unchanged. Set
+``DGD_CPU_DEVICES=1`` (or a count of your own) to override."""
 from __future__ import annotations
 
 import ctypes
