@@ -331,7 +331,7 @@ def test_dgd_with_every_issue16_lever_end_to_end(fashion_mnist_subset, tmp_path)
   config.teachers.augment = True
   config.generator.update(w_stats=1.0, w_tv=0.1, jitter=1, mirror=True, oversample=1.5,
                           learning_rate=0.02, synthesis="inversion", inversion_steps=3,
-                          inversion_batch_size=50)
+                          inversion_batch_size=50, synthetic_student_steps=7)
   config.queries.update(plan="auto", num_queries=60)
   config.student.update(augment=True, mixup=0.4, w_consistency=1.0, threshold=0.5,
                         unlabelled_batch_size=16, diagnose_noiseless=True, self_training=1)
@@ -346,6 +346,8 @@ def test_dgd_with_every_issue16_lever_end_to_end(fashion_mnist_subset, tmp_path)
   g = report["stages"]["generator"]
   assert g["synthesis"] == "inversion" and g["num_synthetic"] == 256
   assert sum(g["class_histogram"]) == 256
+  # the data-free diagnostic trained its own 7 steps, not the baseline's schedule
+  assert os.listdir(workdir / "generator" / "student_checkpoints") == ["7"]
   for key in ("student_accuracy_noiseless_labels", "label_accuracy_vs_baseline",
               "noisy_label_agreement_with_plurality"):
     assert 0 <= report[key] <= 1, key

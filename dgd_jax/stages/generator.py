@@ -11,6 +11,7 @@ learning rate divided by 10 every 80 rounds; DAFL's epoch is 120 iterations).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -96,6 +97,8 @@ def run(ctx: Context) -> dict:
   # DGD Fig. 4 "data-free" bar: the baseline's architecture and schedule on synthetic data.
   student = classifier(config, data.num_classes)
   student_cfg = fit_config(config, "baseline")
+  if g.get("synthetic_student_steps", 0):  # absent from configs written before the field
+    student_cfg = dataclasses.replace(student_cfg, num_steps=g.synthetic_student_steps)
   s_init, s_train = jax.random.split(student_key)
   s_state = train.create_train_state(student, train.optimizer(student_cfg), s_init,
                                      data.image_shape)
