@@ -122,9 +122,9 @@ _COLLECT = flags.DEFINE_bool("collect_only", False, "Train nothing; table the fi
 def main(argv):
   del argv
   progress.setup_cli_logging()
-  host.use_every_core()  # before the first device use (host.py)
   by_name = {r.name: r for r in ROWS}
   try:
+    host.use_every_core()  # before the first device use (host.py)
     unknown = sorted(set(_ROWS.value or ()) - set(by_name))
     if unknown:
       raise ConfigError(f"--rows names unknown rows {unknown}; known: {sorted(by_name)}.")

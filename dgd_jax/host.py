@@ -26,6 +26,8 @@ import ctypes.util
 import os
 import sys
 
+from dgd_jax.errors import ConfigError
+
 # glibc's mallopt parameters (malloc.h).
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -56,7 +58,11 @@ def use_every_core() -> int:
   flags = os.environ.get("XLA_FLAGS", "")
   if DEVICE_COUNT_FLAG in flags:
     return 0
-  count = int(os.environ.get("DGD_CPU_DEVICES", "0")) or len(os.sched_getaffinity(0))
+  asked = os.environ.get("DGD_CPU_DEVICES", "0")
+  if not asked.isdigit():
+    raise ConfigError(f"DGD_CPU_DEVICES={asked!r}: give a whole number of CPU devices (1: XLA's "
+                     "default single device; unset: one per core).")
+  count = int(asked) or len(os.sched_getaffinity(0))
   if count <= 1:
     return 0
   os.environ["XLA_FLAGS"] = f"{flags} {DEVICE_COUNT_FLAG}={count}".strip()

@@ -176,6 +176,10 @@ def test_one_process_asks_for_a_cpu_device_per_core(monkeypatch):
   monkeypatch.setenv("DGD_CPU_DEVICES", "4")
   assert host.use_every_core() == 4
   assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
+  monkeypatch.delenv("XLA_FLAGS")
+  monkeypatch.setenv("DGD_CPU_DEVICES", "two")
+  with pytest.raises(ValueError, match="DGD_CPU_DEVICES='two': give a whole number"):
+    host.use_every_core()
 
 
 def test_multiprocess_refuses_single_process_stages(monkeypatch):

@@ -94,7 +94,8 @@ def run(ctx: Context) -> dict:
   plots.class_grid(os.path.join(ctx.stage.path, "samples.png"), x_syn, labels,
                    data.num_classes, "Synthetic samples by the baseline's predicted class")
 
-  # DGD Fig. 4 "data-free" bar: the baseline's architecture and schedule on synthetic data.
+  # DGD Fig. 4 "data-free" bar: the baseline's architecture and schedule (or
+  # generator.synthetic_student_steps of it) on synthetic data.
   student = classifier(config, data.num_classes)
   student_cfg = fit_config(config, "baseline")
   if g.get("synthetic_student_steps", 0):  # absent from configs written before the field

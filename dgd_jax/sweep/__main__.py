@@ -35,8 +35,8 @@ flags.mark_flags_as_required(["config", "workdir", "set"])
 def main(argv):
   del argv
   progress.setup_cli_logging()
-  host.use_every_core()  # before the first device use (host.py)
   try:
+    host.use_every_core()  # before the first device use (host.py)
     axes = [sweep.parse_axis(s, _CONFIG.value) for s in _SET.value]
     sweep.run(_CONFIG.value, _WORKDIR.value, axes, _REUSE.value, _ACCOUNTING_ONLY.value,
               _COLUMNS.value)
