@@ -87,9 +87,12 @@ class Method:
   headline_stage: str | None = None
   # The stage whose result holds the method's privacy ledger (None: no DP release).
   privacy_stage: str | None = None
-  # The planned releases (``privacy.Release``): the budget guard and ``sweep
-  # --accounting_only`` account these before anything is trained.
-  releases: Callable[[Config], list] | None = None
+  # The planned releases (``privacy.Release``) stated under a neighbouring relation: the budget
+  # guard and ``sweep --accounting_only`` account these before anything is trained.
+  releases: Callable[[Config, str], list] | None = None
+  # The neighbouring relations the method's epsilon is claimed for (one ledger each; the
+  # headline is the largest): e.g. the teacher partition's (``data.partitions``).
+  neighbours: Callable[[Config], tuple[str, ...]] = lambda config: ("replace_one",)
   # What runs by default (default: the last stage and what it needs).
   default_stages: Callable[[Config], tuple[str, ...]] | None = None
   # The audited models (audit names) whose every input the epsilon covers. The audit's

@@ -14,6 +14,7 @@ features (``models.scattering``) are a fixed transform of each image, so they co
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable, NamedTuple
 
@@ -24,9 +25,9 @@ import optax
 from flax.training import train_state
 from jax_privacy import batch_selection, clipped_grad, clipping, noise_addition
 
-from dgd_jax import privacy, train
+from dgd_jax import privacy, query_plan, train
 from dgd_jax.core import Context
-from dgd_jax.data import load_private
+from dgd_jax.data import config_teachers_changed, load_private
 from dgd_jax.errors import ConfigError
 from dgd_jax.models import dpsgd as models
 from dgd_jax.models import scattering
@@ -51,15 +52,22 @@ def check(config) -> None:
                       "config.privacy.max_epsilon.")
 
 
-def _dataset_size(config) -> int:
-  """N, the private training set's size (the public quantity q = B / N is stated with)."""
-  return len(load_private(config).x_train)
+def public_size(config, read: int | None = None) -> int:
+  """N of the sampling rate q = B / N, a public value: ``config.private_size`` when set (a config
+  value), else the training split's size (``read``, or read from the data), which a catalog
+  dataset publishes. For data of your own, set ``config.private_size`` to make N a config
+  value; under add/remove-one a neighbour is then sampled at the same q."""
+  size = config.get("private_size", 0)
+  if size:
+    return size
+  return read if read is not None else len(load_private(config).x_train)
 
 
 def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpsgdSteps:
-  """The ledger record of the planned DP-SGD steps at noise multiplier ``noise``."""
+  """The ledger record of the planned DP-SGD steps at noise multiplier ``noise`` (q = B / N,
+  N = ``public_size``)."""
   d = config.dpsgd
-  return privacy.DpsgdSteps(noise, d.batch_size, dataset_size or _dataset_size(config),
+  return privacy.DpsgdSteps(noise, d.batch_size, public_size(config, dataset_size),
                             d.num_steps, d.norm_bound, d.sampling)
 
 
@@ -223,45 +231,47 @@ def train_private(ctx: Context, state: train_state.TrainState, model, x: np.ndar
 
 # ---- DGD's private baseline (issue 19 part 2) ----------------------------------------------
 
-def baseline_releases(config, queries: privacy.Release, dataset_size: int | None = None
+def baseline_releases(config, neighbours: str = "replace_one", dataset_size: int | None = None
                       ) -> list[privacy.DpsgdSteps]:
   """The planned DP-SGD record of DGD's baseline when ``config.baseline.dpsgd`` is set (the
-  ``private_baseline`` argument of dgd.py), else []. Replace-one neighbours, so it composes
-  with the teachers' label queries; ``dpsgd.noise=0`` calibrates the noise so that the
-  baseline and the fixed query plan together fit ``privacy.max_epsilon`` (one dp-accounting
-  composition under ``privacy.accountant``, PLD)."""
+  ``private_baseline`` argument of dgd.py), else [], stated under the relation ``neighbours``
+  so that it composes with the teachers' label queries under the same one. ``dpsgd.noise=0``
+  calibrates the noise so that the baseline and the fixed query plan together fit
+  ``privacy.max_epsilon`` under every relation the partition covers (one dp-accounting
+  composition each under ``privacy.accountant``, PLD)."""
   if "dpsgd" not in config.get("baseline", {}):
     return []
   b, d, p = config.baseline, config.baseline.dpsgd, config.privacy
-  if config.pool.source == "train":
-    raise ConfigError("a private baseline (config.baseline.dpsgd) with config.pool.source="
-                      "'train' trains the student on the raw private images, which no "
-                      "epsilon covers: use the generator's pool (pool.source='synthetic').")
   if config.queries.get("plan", "fixed") != "fixed":
     raise ConfigError("a private baseline (config.baseline.dpsgd) shares the budget with the "
                       "label queries: set config.queries.plan='fixed' (the automatic plan "
                       "spends the whole budget on queries).")
-  template = privacy.DpsgdSteps(d.noise or 1.0, d.batch_size, dataset_size or _dataset_size(config),
-                                b.num_steps, d.norm_bound, d.sampling, relation="replace_one")
+  template = privacy.DpsgdSteps(d.noise or 1.0, d.batch_size, public_size(config, dataset_size),
+                                b.num_steps, d.norm_bound, d.sampling, relation=neighbours)
   if d.noise > 0:
     return [template]
   if p.max_epsilon <= 0:
     raise ConfigError("config.baseline.dpsgd.noise=0 asks for the least noise within "
                       "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
-  q = queries
-  return [template.with_noise(_noise_with(
-      (template.batch_size, template.dataset_size, template.steps, template.norm_bound),
-      (q.mechanism, q.noise_parameter, q.count), p.max_epsilon, p.delta, p.accountant))]
+  shape = (template.batch_size, template.dataset_size, template.steps, template.norm_bound)
+  queries = [query_plan.release(config, neighbours=r)
+             for r in config_teachers_changed(config)]
+  return [template.with_noise(max(
+      _noise_with(shape, (q.mechanism, q.noise_parameter, q.count, q.teachers_changed,
+                          q.neighbours), p.max_epsilon, p.delta, p.accountant)
+      for q in queries))]
 
 
 @functools.lru_cache(maxsize=16)
 def _noise_with(steps: tuple, queries: tuple, target: float, delta: float,
                 accountant: str) -> float:
-  """The least baseline noise whose steps, composed with the fixed queries, fit ``target``."""
+  """The least baseline noise whose steps, composed with the fixed queries (under the
+  queries' relation), fit ``target``."""
   batch, size, count, norm = steps
-  template = privacy.DpsgdSteps(1.0, batch, size, count, norm, relation="replace_one")
-  mechanism, noise, num = queries
-  fixed = privacy.MECHANISMS[mechanism](noise, num)
+  mechanism, noise, num, changed, neighbours = queries
+  template = privacy.DpsgdSteps(1.0, batch, size, count, norm, relation=neighbours)
+  fixed = privacy.MECHANISMS[mechanism](noise, num, teachers_changed=changed,
+                                        neighbours=neighbours)
   alone = privacy.epsilon_of(fixed, delta, accountant)
   if not alone < target:
     raise ConfigError(f"the fixed label queries alone ({num} {mechanism}, noise {noise:g}) give "
@@ -271,10 +281,12 @@ def _noise_with(steps: tuple, queries: tuple, target: float, delta: float,
   return privacy.min_noise(template, target, delta, accountant, rtol=1e-4, others=[fixed])
 
 
-def recorded_baseline(results: dict) -> list[privacy.DpsgdSteps]:
+def recorded_baseline(results: dict, neighbours: str | None = None) -> list[privacy.DpsgdSteps]:
   """The DP-SGD record of the baseline that actually ran (the result of
-  ``stages.baseline.run_private``), or []."""
+  ``stages.baseline.run_private``), stated under the relation ``neighbours`` (None: as it
+  ran; the steps are the same under either), or []."""
   r = results.get("baseline", {}).get("release")
   if not r:
     return []
-  return [privacy.DpsgdSteps.from_json(r)]
+  record = privacy.DpsgdSteps.from_json(r)
+  return [dataclasses.replace(record, relation=neighbours) if neighbours else record]

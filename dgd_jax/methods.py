@@ -11,14 +11,15 @@ from dgd_jax.stages import (audit, baseline, dpdfd, dpsgd, generator, ldp, queri
                             teachers, vae)
 
 STAGES: dict[str, StageSpec] = {
-    "baseline": StageSpec(baseline.run, baseline.config_keys),
+    "baseline": StageSpec(baseline.run, baseline.config_keys, precheck=baseline.check),
     "teachers": StageSpec(teachers.run, teachers.CONFIG_KEYS, multiprocess=True),
     "teacher_sweep": StageSpec(teachers.run_sweep, teachers.SWEEP_KEYS, multiprocess=True),
     "generator": StageSpec(generator.run, generator.CONFIG_KEYS, requires=("baseline",)),
     "vae": StageSpec(vae.run, vae.CONFIG_KEYS, requires=pool.requires),
     "queries": StageSpec(queries.run, queries.CONFIG_KEYS,
                          requires=lambda c: ("teachers",) + pool.requires(c),
-                         precheck=queries.check),
+                         # the queries compose a private baseline's steps (baseline.check)
+                         precheck=lambda c: (baseline.check(c), queries.check(c))),
     "student": StageSpec(student.run, student.CONFIG_KEYS, requires=student.requires),
     "dpdfd": StageSpec(dpdfd.run, dpdfd.CONFIG_KEYS, requires=dpdfd.requires),
     "dpdfd_samples": StageSpec(dpdfd.run_samples, requires=("dpdfd",)),
@@ -43,14 +44,15 @@ _DGD_NOTE = (
     "baseline (trained on private data without noise), the generator trained against it (or "
     "the samples inverted from it), the synthetic set and the VAE carry no "
     "differential-privacy guarantee, and the student also learns from the synthetic set: none "
-    "of them is covered.")
+    "of them is covered. " + privacy.FIXED_INPUTS_NOTE)
 _DGD_PRIVATE_BASELINE_NOTE = (
     "End-to-end accounted DGD (private baseline): the baseline is trained with DP-SGD "
     "(replace-one neighbours) and its steps are composed with the teachers' noisy label answers "
     "in one dp-accounting PLD, so the epsilon covers everything the student saw: the generator "
     "trained against the private baseline (or the samples inverted from it), its synthetic "
-    "data and the VAE are post-processing (statistics matching, which reads private data, is "
-    "off). The teachers are trained without noise and must never be released.")
+    "data and the VAE are post-processing (settings that read private data without noise, "
+    "such as statistics matching, are refused). The teachers are trained without noise and "
+    "must never be released. " + privacy.FIXED_INPUTS_NOTE)
 
 _DPDFD_NOTE = (
     "The epsilon covers the DPDFD student and generator: they see the sensitive model only "
@@ -64,7 +66,8 @@ _DPDFD_SYNTHETIC_NOTE = (
     "(dpdfd.inputs='synthetic'), inverted from the baseline, which is trained on the private "
     "data without noise (statistics matching also reads the private set's activations): the "
     "synthetic set, and so the student's inputs, carry no differential-privacy guarantee and "
-    "are NOT covered, as in DGD. The teachers' noisy answers on it are.")
+    "are NOT covered, as in DGD. The teachers' noisy answers on it are. "
+    + privacy.FIXED_INPUTS_NOTE)
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("baseline", ("baseline",), headline_stage="baseline", privacy_note=(
@@ -74,13 +77,13 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("teacher_sweep", ("teacher_sweep",), privacy_note=_TEACHERS_NOTE),
     Method("dgd", ("baseline", "teachers", "generator", "vae", "queries", "student"),
            headline_stage="student", privacy_stage="queries", releases=queries.releases,
-           covers=QUERIES_COVER, privacy_note=lambda c: (
+           neighbours=queries.neighbours, covers=QUERIES_COVER, privacy_note=lambda c: (
                _DGD_PRIVATE_BASELINE_NOTE if "dpsgd" in c.baseline else _DGD_NOTE),
-           audited=lambda c: (("baseline", "student") if "dpsgd" in c.baseline
-                              and not c.generator.w_stats and c.pool.source != "train"
-                              else ())),
+           # baseline.check refuses every private-baseline setting that bypasses the noise
+           audited=lambda c: ("baseline", "student") if "dpsgd" in c.baseline else ()),
     Method("pate", ("teachers", "vae", "queries", "student"), headline_stage="student",
-           privacy_stage="queries", releases=queries.releases, covers=QUERIES_COVER,
+           privacy_stage="queries", releases=queries.releases, neighbours=queries.neighbours,
+           covers=QUERIES_COVER,
            privacy_note=(
                "The epsilon covers the teachers' noisy answers to the student's label "
                "queries. The student's unlabelled pool is assumed public (here: the head of "
@@ -88,6 +91,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            audited=lambda c: ("student",) if c.pool.source == "public" else ()),
     Method("dpdfd", ("baseline", "teachers", "generator", "dpdfd", "dpdfd_samples"),
            headline_stage="dpdfd", privacy_stage="dpdfd", releases=dpdfd.releases,
+           neighbours=dpdfd.neighbours,
            covers="{num_steps} DPDFD steps (A_{{C,sigma}} releases)",
            default_stages=lambda c: (("dpdfd",) if c.dpdfd.teacher == "private_data"
                                      or dpdfd.uses_synthetic(c) else ("dpdfd_samples",)),
@@ -98,7 +102,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
         "(Algorithm 1). BASE and the robust teacher are trained on the private data without "
         "noise: no differential-privacy guarantee for the teacher side.")),
     Method("dpsgd", ("dpsgd",), headline_stage="dpsgd", privacy_stage="dpsgd",
-           releases=dpsgd.releases, privacy_note=(
+           releases=dpsgd.releases, neighbours=dpsgd.neighbours, privacy_note=(
                "The epsilon covers the released model: DP-SGD's every step (a noisy sum of "
                "clipped per-example gradients on a Poisson sample) is accounted, and the model "
                "is their post-processing. Not covered: hyper-parameter tuning on the same "
@@ -147,22 +151,30 @@ def plan_stages(config: Config, stages: tuple[str, ...] | None = None) -> tuple[
   return tuple(n for n in order if n in needed)
 
 
-def planned_ledger(config: Config) -> privacy.PrivacyLedger | None:
-  """The ledger of the method's planned releases; None for a method that releases nothing
-  under differential privacy (its note says what it is)."""
+def planned_ledgers(config: Config) -> dict[str, privacy.PrivacyLedger]:
+  """The ledger of the method's planned releases under each neighbouring relation it claims;
+  {} for a method that releases nothing under differential privacy (its note says what it
+  is)."""
   m = method(config)
-  return privacy.PrivacyLedger(m.releases(config)) if m.releases else None
+  if not m.releases:
+    return {}
+  return {r: privacy.PrivacyLedger(m.releases(config, r)) for r in m.neighbours(config)}
 
 
 def budget_guard(config: Config) -> privacy.EpsilonReport | None:
-  """The data-independent epsilon of the planned releases under ``privacy.accountant`` (a
-  data-dependent headline is guarded by its data-independent counterpart); ConfigError
-  when it exceeds ``privacy.max_epsilon`` (> 0). Runs before anything is trained."""
-  ledger = planned_ledger(config)
-  if ledger is None:
+  """The largest data-independent epsilon of the planned releases, over the claimed
+  relations, under ``privacy.accountant`` (a data-dependent headline is guarded by its
+  data-independent counterpart); ConfigError when any relation's exceeds
+  ``privacy.max_epsilon`` (> 0). Runs before anything is trained."""
+  ledgers = planned_ledgers(config)
+  if not ledgers:
     return None
   p = config.privacy
   accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
   if p.max_epsilon > 0:
-    return ledger.check_budget(p.max_epsilon, p.delta, accountant)
-  return ledger.epsilon(p.delta, accountant, data_dependent=False)
+    reports = [ledger.check_budget(p.max_epsilon, p.delta, accountant)
+               for ledger in ledgers.values()]
+  else:
+    reports = [ledger.epsilon(p.delta, accountant, data_dependent=False)
+               for ledger in ledgers.values()]
+  return max(reports, key=lambda r: r.epsilon)

@@ -25,6 +25,7 @@ import functools
 import numpy as np
 
 from dgd_jax import privacy
+from dgd_jax.data.partitions import config_teachers_changed
 from dgd_jax.errors import ConfigError
 from dgd_jax.privacy.releases import build_release
 
@@ -83,9 +84,10 @@ def expected_label_accuracy(aggregator: str, noise_scale: float, votes: np.ndarr
 
 
 def candidates(num_teachers: int, num_classes: int, target_epsilon: float, delta: float,
-               consensus: float, max_queries: int, accountant: str = "rdp"
-               ) -> list[Candidate]:
-  """Every (aggregator, noise) candidate with its most queries and expected accuracy."""
+               consensus: float, max_queries: int, accountant: str = "rdp",
+               teachers_changed: int = 1) -> list[Candidate]:
+  """Every (aggregator, noise) candidate with its most queries and expected accuracy, when one
+  neighbouring change moves ``teachers_changed`` teachers."""
   if num_teachers < 2:
     raise ConfigError(f"num_teachers={num_teachers}: noisy voting needs at least 2 teachers.")
   votes = assumed_histogram(num_teachers, num_classes, consensus)
@@ -93,7 +95,8 @@ def candidates(num_teachers: int, num_classes: int, target_epsilon: float, delta
   for aggregator in AGGREGATORS:
     for fraction in NOISE_FRACTIONS:
       noise = round(fraction * num_teachers, 3)
-      one = build_release(aggregator, queries=1, noise_scale=noise)
+      one = build_release(aggregator, queries=1, noise_scale=noise,
+                          teachers_changed=teachers_changed)
       q = min(privacy.max_queries(one, target_epsilon, delta, accountant), max_queries)
       if q < 1:
         continue
@@ -105,12 +108,12 @@ def candidates(num_teachers: int, num_classes: int, target_epsilon: float, delta
 
 
 def choose(num_teachers: int, num_classes: int, target_epsilon: float, delta: float,
-           consensus: float, max_queries: int, accountant: str = "rdp"
-           ) -> tuple[Candidate, list[Candidate]]:
+           consensus: float, max_queries: int, accountant: str = "rdp",
+           teachers_changed: int = 1) -> tuple[Candidate, list[Candidate]]:
   """The candidate with the most clean-equivalent labels (module docstring), and all of
   them; ConfigError when no candidate answers a single query within the target."""
   found = candidates(num_teachers, num_classes, target_epsilon, delta, consensus, max_queries,
-                     accountant)
+                     accountant, teachers_changed)
   if not found:
     raise ConfigError(f"no query plan fits epsilon {target_epsilon:g} (delta {delta:g}) with "
                       f"{num_teachers} teachers: even one query at the largest noise exceeds "
@@ -136,8 +139,8 @@ class Settings:
 
 
 @functools.lru_cache(maxsize=32)
-def _choose(n, k, eps, delta, consensus, cap, accountant):
-  best, found = choose(n, k, eps, delta, consensus, cap, accountant)
+def _choose(n, k, eps, delta, consensus, cap, accountant, teachers_changed):
+  best, found = choose(n, k, eps, delta, consensus, cap, accountant, teachers_changed)
   return best, tuple(found)
 
 
@@ -154,19 +157,28 @@ def settings(config) -> Settings:
     raise ConfigError("config.queries.plan='auto' chooses the plan for a target epsilon: set "
                       "config.privacy.max_epsilon > 0.")
   accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
+  # Planned for the claimed relation whose change moves the most teachers (the largest epsilon).
+  worst = max(config_teachers_changed(config).values())
   best, found = _choose(config.num_teachers, q.num_classes, p.max_epsilon, p.delta,
-                        q.assumed_consensus, q.num_queries, accountant)
+                        q.assumed_consensus, q.num_queries, accountant, worst)
   return dataclasses.replace(
       fixed, aggregator=best.aggregator, noise_scale=best.noise_scale,
       num_queries=best.num_queries, chosen=(best.to_json(), [c.to_json() for c in found]))
 
 
-def release(config, votes=None, answered=None) -> privacy.Release:
-  """The ledger record of the planned (or, with votes, the made) label queries."""
+def release(config, votes=None, answered=None, neighbours: str = "replace_one"
+            ) -> privacy.Release:
+  """The ledger record of the planned (or, with votes, the made) label queries, stated under
+  the relation ``neighbours`` (one the partition covers: ``config_teachers_changed``)."""
   q = settings(config)
+  covered = config_teachers_changed(config)
+  if neighbours not in covered:
+    raise ConfigError(f"teachers.partition={config.teachers.get('partition', 'shuffle')!r} "
+                      f"does not cover {neighbours} neighbours; it covers {sorted(covered)}.")
+  teacher = dict(teachers_changed=covered[neighbours], neighbours=neighbours)
   if q.aggregator == "lnmax":
-    return privacy.LNMaxQueries(q.noise_scale, q.num_queries, votes)
+    return privacy.LNMaxQueries(q.noise_scale, q.num_queries, votes, **teacher)
   if q.aggregator == "gnmax":
-    return privacy.GNMaxQueries(q.noise_scale, q.num_queries, votes)
+    return privacy.GNMaxQueries(q.noise_scale, q.num_queries, votes, **teacher)
   return privacy.ConfidentGNMaxQueries(q.threshold, q.sigma1, q.noise_scale, q.num_queries,
-                                       answered, votes)
+                                       answered, votes, **teacher)

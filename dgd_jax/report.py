@@ -6,7 +6,8 @@ import os
 
 from dgd_jax import methods, privacy, query_plan
 from dgd_jax.configs.common import SMOKE_STEPS
-from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING, VOTE_MECHANISMS
+from dgd_jax.errors import ConfigError
+from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING
 from dgd_jax.workdir import plain, write_json, write_text
 
 STATISTICS_NOTE = (
@@ -21,27 +22,26 @@ RAW_POOL_NOTE = (
     "pool.source='train': the student's unlabelled pool is the private training set itself "
     "(a stand-in for public data, DGD Fig. 4 and 7). The student sees those images without "
     "noise, so this run's student has no differential-privacy guarantee for them.")
+RELATION_LABELS = {"replace_one": "replace-one", "add_or_remove_one": "add/remove-one"}
 # Stage results that report.json also shows at its top level.
 TOP_LEVEL = ("generator", "vae", "ldp", "audit")
 
-def neighbours(config, releases: list[dict]) -> str:
-  """The neighbouring datasets the run's epsilon is stated for (issue 18): teacher releases
-  hold for replace-one always, and for add/remove-one only when an example's teacher does not
-  depend on the others (``teachers.partition='stable'``, data/partitions.py)."""
-  # Releases whose sensitivity argument is "one example changes one teacher" (privacy.events).
-  teacher = [r for r in releases if r["mechanism"] in VOTE_MECHANISMS or (
-      r["mechanism"] == "dpdfd" and r.get("relation") == "disjoint_teachers")]
-  if releases and all(r["mechanism"] == "dpsgd" and r.get("relation") == "add_or_remove_one"
-                      for r in releases):
-    return "add/remove-one (DP-SGD on Poisson samples)"
-  if releases and len(teacher) == len(releases):
-    if config.get("teachers", {}).get("partition") == "stable":  # else the shuffle's relation
-      return ("replace-one and add/remove-one, at the same epsilon: the stable partition gives "
-              "each example its teacher independently of the others, so either change moves "
-              "one teacher's shard")
-    return ("replace-one only: the 'shuffle' partition re-deals every shard when an example is "
-            "added or removed (teachers.partition='stable' covers add/remove-one too)")
-  return "replace-one (as each release states; PRIVACY.md)"
+def neighbours(p: dict, accountant: str) -> str:
+  """The neighbouring datasets the run's epsilon holds for, each relation with its epsilon
+  under ``accountant`` and, for teacher releases, how many teachers one change moves, from the
+  privacy stage's ledger JSON (``privacy.relations_json``)."""
+  parts = []
+  for relation, r in p["by_neighbours"].items():
+    eps = {**r["epsilons"], **r["epsilons_data_dependent"]}[accountant]
+    moved = (f", one change moves up to {r['teachers_changed']} teacher(s)"
+             if r["teachers_changed"] else "")
+    parts.append(f"{RELATION_LABELS[relation]} (epsilon {eps:.4g}{moved})")
+  line = "; ".join(parts)
+  if p.get("teachers_changed") and "add_or_remove_one" not in p["by_neighbours"]:
+    line += (". Add/remove-one is not covered: the 'shuffle' partition re-deals every shard "
+             "when an example is added or removed (teachers.partition='stable' covers it, and "
+             "moves 2 teachers under replace-one)")
+  return line
 
 
 def _privacy(config, results: dict) -> dict:
@@ -50,6 +50,11 @@ def _privacy(config, results: dict) -> dict:
   method = methods.method(config)
   stage = results[method.privacy_stage]
   p = stage["privacy"]
+  if "by_neighbours" not in p:
+    raise ConfigError(
+        f"the finished {method.privacy_stage} stage was accounted without a ledger per "
+        "neighbouring relation (an older dgd_jax): remove its folder from the workdir and run "
+        "the same command again; only that stage reruns.")
   independent = p.get("data_independent_epsilons", p["epsilons"])
   accountant = config.privacy.accountant
   data_dependent = accountant in p["data_dependent_accountants"]
@@ -62,6 +67,11 @@ def _privacy(config, results: dict) -> dict:
       "epsilon_is_data_dependent": data_dependent,
       "epsilons": independent,
       "epsilons_data_dependent": {k: p["epsilons"][k] for k in p["data_dependent_accountants"]},
+      # The headline's relation (the largest epsilon), and every claimed relation's epsilon.
+      "epsilon_neighbours": p["neighbours"],
+      "epsilon_by_neighbours": {
+          relation: {**r["epsilons"], **r["epsilons_data_dependent"]}[accountant]
+          for relation, r in p["by_neighbours"].items()},
       # The LDP client's own (local, pure) epsilon per sample it sends, where there is one.
       "ldp_local_epsilon": stage.get("ldp_local_epsilon"),
       "covers": {"covered": stage.get("covered") or method.covers.format(**stage),
@@ -102,9 +112,10 @@ def build(config, results: dict) -> dict:
   }
   if method.privacy_stage in results:
     report.update(_privacy(config, results))
-    report["privacy"] = {k: report[k] for k in ("epsilon", "delta", "accountant")}
+    report["privacy"] = {k: report[k] for k in ("epsilon", "delta", "accountant",
+                                                "epsilon_by_neighbours")}
     report["privacy"]["neighbours"] = neighbours(
-        config, results[method.privacy_stage]["privacy"]["releases"])
+        results[method.privacy_stage]["privacy"], report["accountant"])
     report["privacy"]["note"] = method.note(config)
     unit = results[method.privacy_stage].get("privacy_unit")
     if unit:  # DPDFD: 'label' for direct training (label DP only), else 'example'
@@ -115,18 +126,17 @@ def build(config, results: dict) -> dict:
 
 def replace_one_epsilon(config, report: dict) -> tuple[float, str] | None:
   """The epsilon that bounds the audit's members-against-held-out test, a replace-one test,
-  and what it is: the tightest data-independent epsilon where every release is stated for
-  replace-one neighbours; DP-SGD steps stated for add/remove-one re-accounted as replace-one
-  (PLD, at the run's delta: not 2 x epsilon, whose delta would be (1 + e^eps) delta); None
-  for a ledger mixing those (no check)."""
-  stage = methods.method(config).privacy_stage
-  releases = report["stages"][stage]["privacy"]["releases"]
-  relations = {r.get("relation", "replace_one") for r in releases}
-  if relations == {"replace_one"}:
-    return min(report["epsilons"].values()), "the tightest data-independent epsilon"
-  if {r["mechanism"] for r in releases} == {"dpsgd"}:
+  and what it is: the tightest data-independent epsilon of the releases accounted for
+  replace-one neighbours; DP-SGD steps claimed for add/remove-one only re-accounted as
+  replace-one (PLD, at the run's delta: not 2 x epsilon, whose delta would be
+  (1 + e^eps) delta); None where neither applies (no check)."""
+  p = report["stages"][methods.method(config).privacy_stage]["privacy"]
+  if "replace_one" in p["by_neighbours"]:
+    return (min(p["by_neighbours"]["replace_one"]["epsilons"].values()),
+            "the tightest data-independent epsilon for replace-one neighbours")
+  if {r["mechanism"] for r in p["releases"]} == {"dpsgd"}:
     steps = [dataclasses.replace(privacy.DpsgdSteps.from_json(r), relation="replace_one")
-             for r in releases]
+             for r in p["releases"]]
     return (privacy.PrivacyLedger(steps).epsilon(report["delta"], "pld").epsilon,
             "the same DP-SGD steps accounted for replace-one neighbours (pld)")
   return None
@@ -218,8 +228,7 @@ def _headline(report: dict) -> list[str]:
                  + f"{count}).** Other accountants: {others}.")
     lines.append(f"Covers: {report['covers']['covered']}; what it does not cover is listed "
                  "under Privacy.")
-    if p.get("neighbours"):  # absent from reports made before issue 18's partition
-      lines.append(f"Neighbouring datasets: {p['neighbours']}.")
+    lines.append(f"Neighbouring datasets: {p['neighbours']}.")
   else:
     lines.append("**Privacy: no differential-privacy guarantee** (see Privacy).")
   return [line + "  " for line in lines[:-1]] + lines[-1:] + [""]

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from dgd_jax.data import DatasetError, idx, load_dataset, teacher_partitions, teacher_shards
+from dgd_jax.data import (DatasetError, idx, load_dataset, teacher_partitions, teacher_shards,
+                          teachers_changed)
 from dgd_jax.errors import ConfigError
 
 
@@ -189,6 +190,42 @@ def test_stable_partition_keeps_every_other_example_with_its_teacher():
   shuffled = teacher_shards(x, y, 10, seed=0)
   moved = teacher_shards(x2[:2999], y2[:2999], 10, seed=0)
   assert sum(set(keep[m]) != set(s) for m, s in zip(moved, shuffled)) == 10
+
+
+def _changed_teachers(partition: str, relation: str, trials: int = 20) -> int:
+  """The most teachers (of 250) whose shard changes, as a set of examples, when one example of
+  2,000 is replaced, or one added or removed, over ``trials`` random changes."""
+  rng = np.random.default_rng(1)
+  pool = rng.integers(0, 256, (2000 + trials, 4, 4, 1)).astype(np.uint8)  # distinct examples
+  labels = rng.integers(0, 10, len(pool))
+  ids = np.arange(2000)
+
+  def owners(rows):  # {teacher: the ids of its examples}
+    return [frozenset(rows[s].tolist()) for s in
+            teacher_shards(pool[rows], labels[rows], 250, seed=0, partition=partition)]
+
+  before, worst = owners(ids), 0
+  for t in range(trials):
+    position, new = int(rng.integers(2000)), 2000 + t
+    after = owners({"replace_one": np.where(ids == position, new, ids),
+                    "add_one": np.append(ids, new),
+                    "remove_one": np.delete(ids, position)}[relation])
+    worst = max(worst, sum(a != b for a, b in zip(before, after)))
+  return worst
+
+
+@pytest.mark.parametrize("partition", ["shuffle", "stable"])
+def test_teachers_changed_is_what_one_change_moves(partition):
+  # The accounting scales every teacher-vote sensitivity by TEACHERS_CHANGED (privacy.events):
+  # count what one change of the private set actually moves, under each relation.
+  covered = teachers_changed(partition)
+  assert _changed_teachers(partition, "replace_one") == covered["replace_one"]
+  for one in ("add_one", "remove_one"):
+    moved = _changed_teachers(partition, one)
+    if "add_or_remove_one" in covered:
+      assert moved == covered["add_or_remove_one"]
+    else:  # not claimed: the shuffle re-deals the shards
+      assert moved > 100, moved
 
 
 def test_partition_refusals():

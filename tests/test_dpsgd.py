@@ -25,6 +25,7 @@ from dgd_jax.data import load_dataset
 from dgd_jax.errors import ConfigError
 from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.models import scattering
+from dgd_jax.stages import baseline as baseline_stage
 
 import tiny_configs
 
@@ -368,6 +369,22 @@ def test_budget_guard(fashion_slice, tmp_path):
     methods.budget_guard(config)
 
 
+def test_sampling_rate_is_stated_with_a_public_size(monkeypatch):
+  """q = B / N with N a config value (config.private_size), not read from the private set: a
+  neighbour under add/remove-one is sampled at the same q."""
+  config = dpsgd_config_file.get_config("fashion_mnist,eps3")
+  config.private_size = 20000
+
+  def refuse(_):
+    raise AssertionError("the plan read the private set's size")
+
+  monkeypatch.setattr(dpsgd, "load_private", refuse)
+  record = dpsgd.release(config, 1.0)
+  assert record.dataset_size == 20000
+  assert record.sampling_probability == config.dpsgd.batch_size / 20000
+  assert dpsgd.public_size(config, read=19999) == 20000
+
+
 # ---- issue 19 part 2: DGD with a DP-SGD baseline, one composed epsilon ------------------------
 
 @pytest.mark.slow  # a whole tiny DGD up to the queries: about a minute alone, more when shared
@@ -399,11 +416,21 @@ def test_dgd_private_baseline_composes_baseline_and_queries(npz_file, tmp_path):
   assert "DP-SGD steps" in report["covers"]["covered"]
 
 
-def test_private_baseline_refuses_a_raw_private_pool(npz_file):
-  """A student trained on the raw private images is covered by no epsilon, so the private
-  baseline's composed epsilon would claim what it cannot: refused before anything runs."""
+@pytest.mark.parametrize("field, value, message", [
+    ("generator.w_stats", 0.1, r"generator.w_stats > 0 .*--config.generator.w_stats=0"),
+    ("pool.source", "train", r"pool.source='train' .*--config.pool.source=synthetic"),
+])
+def test_private_baseline_refuses_every_setting_that_bypasses_the_noise(npz_file, tmp_path,
+                                                                        field, value, message):
+  """End-to-end DGD claims an epsilon for everything the student saw: a setting that reads the
+  private set without noise on the way to the student is refused before anything runs, naming
+  the setting and the fix."""
   config = dgd_config_file.get_config(f"npz:{npz_file},cpu,private_baseline")
-  config.pool.source = "train"
-  with pytest.raises(ConfigError, match="pool.source='train'"):
-    methods.budget_guard(config)
-  assert methods.method(config).audited(config) == ()
+  block, name = field.split(".")
+  config[block][name] = value
+  with pytest.raises(ConfigError, match=message):
+    pipeline.run(config, str(tmp_path / "bad"))
+  assert not os.path.exists(tmp_path / "bad")
+  config[block][name] = dgd_config_file.get_config(f"npz:{npz_file},cpu,private_baseline")[
+      block][name]
+  baseline_stage.check(config)  # the preset itself passes

@@ -40,8 +40,9 @@ def test_pate_end_to_end_with_data_dependent_headline(npz_file, tmp_path):
   assert report["epsilons"]["rdp"] > 0  # the data-independent plan beside it
   assert any("public" in note for note in report["covers"]["not_covered"])
   # The default 'shuffle' partition supports replace-one only, and the report says so.
-  assert report["privacy"]["neighbours"].startswith("replace-one only")
-  assert "Neighbouring datasets: replace-one only" in (tmp_path / "p" / "report.md").read_text()
+  assert report["privacy"]["epsilon_by_neighbours"] == {"replace_one": report["epsilon"]}
+  assert "Add/remove-one is not covered" in report["privacy"]["neighbours"]
+  assert "Neighbouring datasets: replace-one (epsilon" in (tmp_path / "p" / "report.md").read_text()
 
 
 def test_pate_plus_least_confident_selection(npz_file, tmp_path):
@@ -52,7 +53,20 @@ def test_pate_plus_least_confident_selection(npz_file, tmp_path):
   report = pipeline.run(config, str(tmp_path / "p"))
   sizes = report["stages"]["teachers"]
   assert sizes["partition"] == "stable" and sizes["dropped_examples"] == 0
-  assert report["privacy"]["neighbours"].startswith("replace-one and add/remove-one")
+  # The stable partition covers add/remove-one (one teacher moved) and replace-one (two): each
+  # relation has its epsilon, the headline is the larger, replace-one's.
+  by = report["privacy"]["epsilon_by_neighbours"]
+  assert set(by) == {"replace_one", "add_or_remove_one"}
+  assert report["epsilon"] == by["replace_one"] > by["add_or_remove_one"]
+  assert report["epsilon_neighbours"] == "replace_one"
+  votes = np.load(tmp_path / "p" / "queries" / VOTES)
+  with np.load(tmp_path / "p" / "queries" / QUERIES) as q:
+    answered = q["answered"]
+  for relation, k in (("replace_one", 2), ("add_or_remove_one", 1)):
+    record = privacy.ConfidentGNMaxQueries(1.0, 1.0, 1.0, 40, answered, votes,
+                                           teachers_changed=k, neighbours=relation)
+    assert by[relation] == pytest.approx(privacy.PrivacyLedger([record]).epsilon(
+        1e-5, "rdp_data_dependent").epsilon, rel=1e-12)
   with np.load(tmp_path / "p" / "queries" / QUERIES) as q:
     indices = q["indices"]
   assert len(indices) == 40 and len(set(indices.tolist())) == 40  # nobody asked twice

@@ -13,6 +13,7 @@ import pytest
 from dp_accounting import pld as dp_pld
 from dp_accounting import rdp as dp_rdp
 
+from scipy import stats
 from scipy.special import log_ndtr, logsumexp
 
 from dgd_jax import privacy
@@ -139,7 +140,7 @@ def test_only_rdp_and_pld_support_the_papers_eps_1_and_10():
     dpdfd.event(100.0, "multiplier", 1e-3, 8, 50)])
 def test_rdp_curve_matches_dp_accounting(event):
   orders = privacy.DEFAULT_RDP_ORDERS
-  accountant = dp_rdp.RdpAccountant(list(orders), events.NEIGHBORING_RELATION)
+  accountant = dp_rdp.RdpAccountant(list(orders), events.NEIGHBOURS["replace_one"])
   accountant.compose(event)
   expected = accountant.get_epsilon_and_optimal_order(DELTA)
   got = conversion.improved_epsilon(orders, events.rdp_curve(event, orders), DELTA)
@@ -174,26 +175,39 @@ def test_laplace_event_is_conservative_for_the_histogram(scale):
     assert a.get_epsilon(DELTA) >= b.get_epsilon(DELTA)
 
 
-def test_report_states_the_neighbouring_relation_each_run_supports():
+def test_report_states_each_claimed_relation_with_its_epsilon():
   from dgd_jax import report  # pylint: disable=g-import-not-at-top
-  from dgd_jax.configs import dgd as dgd_config  # pylint: disable=g-import-not-at-top
-  config = dgd_config.get_config("fashion_mnist,cpu")
-  votes = [{"mechanism": "gnmax"}, {"mechanism": "confident_gnmax"}]
-  assert report.neighbours(config, votes).startswith("replace-one only")
-  config.teachers.partition = "stable"
-  assert report.neighbours(config, votes).startswith("replace-one and add/remove-one")
-  ensemble = [{"mechanism": "dpdfd", "relation": "disjoint_teachers"}]
-  assert report.neighbours(config, ensemble).startswith("replace-one and add/remove-one")
-  # Releases that are not one teacher's vote keep their own relation, whatever the partition.
-  for other in ([{"mechanism": "dpdfd", "relation": "whole_batch"}],
-                [{"mechanism": "dpsgd", "relation": "replace_one"}] + votes):
-    assert report.neighbours(config, other).startswith("replace-one (")
-  dpsgd = [{"mechanism": "dpsgd", "relation": "add_or_remove_one"}]
-  assert report.neighbours(config, dpsgd).startswith("add/remove-one")
+  shuffle = {"replace_one": privacy.PrivacyLedger([privacy.GNMaxQueries(40.0, 300)])}
+  p = privacy.relations_json(shuffle, DELTA, "pld")
+  line = report.neighbours(p, "pld")
+  assert line.startswith("replace-one (epsilon 2.502") and "moves up to 1 teacher" in line
+  assert "Add/remove-one is not covered" in line
+  stable = {"replace_one": privacy.PrivacyLedger([privacy.GNMaxQueries(40.0, 300,
+                                                                       teachers_changed=2)]),
+            "add_or_remove_one": privacy.PrivacyLedger([privacy.GNMaxQueries(
+                40.0, 300, neighbours="add_or_remove_one")])}
+  p = privacy.relations_json(stable, DELTA, "pld")
+  line = report.neighbours(p, "pld")
+  by = p["by_neighbours"]
+  # The headline is the largest relation's ledger: replace-one, two teachers moved.
+  assert p["neighbours"] == "replace_one" and p["teachers_changed"] == 2
+  assert p["epsilons"]["pld"] == by["replace_one"]["epsilons"]["pld"]
+  assert by["replace_one"]["epsilons"]["pld"] > 2 * by["add_or_remove_one"]["epsilons"]["pld"]
+  assert "replace-one (epsilon" in line and "add/remove-one (epsilon" in line
+  assert "not covered" not in line
+  dpsgd = {"add_or_remove_one": privacy.PrivacyLedger([privacy.DpsgdSteps(1.0, 100, 1000, 10)])}
+  line = report.neighbours(privacy.relations_json(dpsgd, DELTA, "rdp"), "rdp")
+  assert line.startswith("add/remove-one (epsilon") and "teacher" not in line
+  with pytest.raises(ConfigError, match="does not apply under replace_one"):
+    privacy.relations_json({"replace_one": privacy.PrivacyLedger([privacy.DpsgdSteps(
+        1.0, 100, 1000, 10, relation="replace_one")])}, DELTA, "rdp")
 
 
-def test_vote_mechanisms_are_accounted_under_replace_one():
-  assert events.NEIGHBORING_RELATION == dp_accounting.NeighboringRelation.REPLACE_ONE
+def test_vote_mechanisms_are_accounted_under_the_records_relation():
+  assert events.NEIGHBOURS["replace_one"] == dp_accounting.NeighboringRelation.REPLACE_ONE
+  assert privacy.GNMaxQueries(40.0, 1).neighboring_relation == events.NEIGHBOURS["replace_one"]
+  assert privacy.GNMaxQueries(40.0, 1, neighbours="add_or_remove_one").neighboring_relation == (
+      dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
   # dgd_jax's partitioner deals shards of permutation(total): replacing the example at a position
   # keeps every shard (one teacher's data changes); adding one re-deals them all.
   shards = partition_indices(1000, 10, seed=0)
@@ -224,7 +238,7 @@ def test_vote_mechanisms_are_accounted_under_replace_one():
   doubled.compose(dp_accounting.GaussianDpEvent(40.0 / math.sqrt(2) / 2), 100)
   assert replace.get_epsilon(DELTA) == pytest.approx(doubled.get_epsilon(DELTA), rel=1e-9)
   note = privacy.PrivacyLedger([privacy.LNMaxQueries(40.0, 27)]).not_covered()
-  assert any("replace-one" in n and "Add/remove-one is not covered" in n for n in note)
+  assert any(n.startswith("Neighbours: replace-one") and "at most 1 teacher" in n for n in note)
 
 
 def test_moments_accountant_is_the_classic_conversion():
@@ -724,9 +738,29 @@ def log_argmax_probabilities(counts, sigma):
   return np.array(out)
 
 
-def test_gnmax_data_dependent_bound_is_at_least_the_exact_renyi_divergence():
-  # For 3-class histograms of a few teachers: max over neighbours d' (one vote moved) of the exact
-  # D_lam(GNMax(d) || GNMax(d')) must not exceed the per-query data-dependent bound.
+def _moved(counts, votes: int) -> list[list[int]]:
+  """Every histogram reached by moving up to ``votes`` votes one at a time."""
+  out, frontier = [], [list(counts)]
+  for _ in range(votes):
+    nxt = []
+    for c in frontier:
+      for a in range(len(c)):
+        for b in range(len(c)):
+          if a != b and c[a] >= 1:
+            m = list(c)
+            m[a] -= 1
+            m[b] += 1
+            nxt.append(m)
+    out += nxt
+    frontier = nxt
+  return out
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_gnmax_data_dependent_bound_is_at_least_the_exact_renyi_divergence(k):
+  # For 3-class histograms of a few teachers: max over neighbours d' (k votes moved: k teachers'
+  # shards changed) of the exact D_lam(GNMax(d) || GNMax(d')) must not exceed the per-query
+  # data-dependent bound for k.
   orders = np.array([1.5, 2.0, 3.0, 5.0, 8.0, 16.0])
   tighter = 0
   for sigma, histograms in ((1.0, [[8, 1, 1], [6, 3, 1], [5, 5, 0], [9, 1, 0], [4, 3, 3]]),
@@ -735,20 +769,78 @@ def test_gnmax_data_dependent_bound_is_at_least_the_exact_renyi_divergence():
     for counts in histograms:
       log_p = log_argmax_probabilities(counts, sigma)
       assert math.exp(logsumexp(log_p)) == pytest.approx(1.0, abs=1e-11)
-      neighbours = []
-      for a in range(3):
-        for b in range(3):
-          if a != b and counts[a] >= 1:
-            moved = list(counts)
-            moved[a] -= 1
-            moved[b] += 1
-            neighbours.append(log_argmax_probabilities(moved, sigma))
+      neighbours = [log_argmax_probabilities(m, sigma) for m in _moved(counts, k)]
       exact = np.array([max(logsumexp(lam * log_p + (1 - lam) * log_q) / (lam - 1)
                             for log_q in neighbours) for lam in orders])
-      bound = pate2018.gnmax_rdp_data_dependent(np.array([counts]), sigma, orders)[0]
+      bound = pate2018.gnmax_rdp_data_dependent(np.array([counts]), sigma, orders, k)[0]
       assert np.all(bound >= exact * (1 + 1e-9) - 1e-12), (sigma, counts, bound, exact)
-      tighter += int(np.sum((bound < orders / sigma ** 2) & (exact > 1e-6)))
+      tighter += int(np.sum((bound < k * k * orders / sigma ** 2) & (exact > 1e-6)))
   assert tighter >= 10  # Theorem 6's branch, not only the data-independent one, is checked
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_threshold_data_dependent_bound_covers_k_moved_votes(k):
+  # The max count moves by up to k when k votes move: the exact Bernoulli divergence against
+  # every such neighbour must not exceed the per-query bound for k.
+  orders = np.array([1.5, 2.0, 4.0, 10.0])
+  for counts in ([150, 50, 50], [200, 30, 20], [120, 100, 30]):
+    def log_bit(c):  # (ln Pr[answered], ln Pr[not]) of the threshold step
+      m = max(c)
+      return (stats.norm.logsf(140.0 - m, scale=20.0), stats.norm.logcdf(140.0 - m, scale=20.0))
+    lp, lnp = log_bit(counts)
+    exact = np.array([max(np.logaddexp(lam * lp + (1 - lam) * lq, lam * lnp + (1 - lam) * lnq)
+                          / (lam - 1) for lq, lnq in map(log_bit, _moved(counts, k)))
+                      for lam in orders])
+    bound = pate2018.threshold_rdp_data_dependent(np.array([counts]), 140.0, 20.0, orders, k)
+    assert np.all(bound[0] >= exact * (1 - 1e-12)), (counts, bound, exact)
+
+
+@pytest.mark.parametrize("queries", [50, 300, 1000])
+def test_each_relation_epsilon_matches_dp_accounting(queries):
+  # GNMax sigma 40 under each partition's claimed relations, from the config (what a run and
+  # the budget guard account), against dp-accounting on the sensitivity of the k teachers one
+  # change moves (tests/test_data.py measures k): histogram L2 sensitivity k sqrt(2).
+  from dgd_jax import methods  # pylint: disable=g-import-not-at-top
+  from dgd_jax.configs import dgd as dgd_config  # pylint: disable=g-import-not-at-top
+  from dgd_jax.data import partitions  # pylint: disable=g-import-not-at-top
+  config = dgd_config.get_config("fashion_mnist,cpu,plus")
+  config.queries.num_queries = queries
+  config.privacy.max_epsilon = 0.0  # no budget: every plan is accounted
+  for partition, covered in partitions.TEACHERS_CHANGED.items():
+    config.teachers.partition = partition
+    ledgers = methods.planned_ledgers(config)
+    assert set(ledgers) == set(covered)
+    for relation, k in covered.items():
+      direct = dp_pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+      direct.compose(dp_accounting.GaussianDpEvent(40.0 / (k * math.sqrt(2))), queries)
+      exact = dp_accounting.get_epsilon_gaussian(40.0 / (k * math.sqrt(2)) / math.sqrt(queries),
+                                                 DELTA, tol=1e-12)
+      got = ledgers[relation].epsilon(DELTA, "pld").epsilon
+      assert got == pytest.approx(exact, rel=1e-9), (partition, relation)
+      assert got <= direct.get_epsilon(DELTA) <= got * 1.001  # PLD is pessimistic
+  # The stable partition's replace-one epsilon is the budget guard's and the headline's.
+  assert methods.budget_guard(config).epsilon == pytest.approx(
+      ledgers["replace_one"].epsilon(DELTA, "rdp").epsilon)
+
+
+def test_dpdfd_disjoint_teachers_epsilon_matches_dp_accounting():
+  # B T = 400 rows of 2kC: k = 2 under replace-one for the stable partition.
+  for k in (1, 2):
+    steps = privacy.DpdfdSteps(100.0, "multiplier", 1.0, 8, 50, num_teachers=250,
+                               relation="disjoint_teachers", teachers_disjoint=True,
+                               teachers_changed=k)
+    exact = dp_accounting.get_epsilon_gaussian(100.0 / (2 * k) / math.sqrt(400), DELTA,
+                                               tol=1e-12)
+    assert privacy.PrivacyLedger([steps]).epsilon(DELTA, "pld").epsilon == pytest.approx(
+        exact, rel=1e-9)
+    assert steps.describe()["l2_sensitivity"] == 2.0 * k
+  # whole_batch assumes nothing about the teachers: k does not enter.
+  whole = privacy.DpdfdSteps(100.0, "multiplier", 1.0, 8, 50, teachers_changed=2,
+                             neighbours="add_or_remove_one")
+  assert whole.teachers_moved() is None and whole.describe()["l2_sensitivity"] == 2.0
+  with pytest.raises(ConfigError, match="replace-one neighbours only"):
+    privacy.DpdfdSteps(100.0, "multiplier", 1.0, 8, 50, relation="direct", dataset_size=1000,
+                       neighbours="add_or_remove_one")
 
 
 # ---- bad input ----------------------------------------------------------------------------------

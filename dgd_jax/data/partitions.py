@@ -1,14 +1,20 @@
-"""Disjoint teacher partitions of the private training set (PATE Section 2.1, DGD III-A).
+"""Disjoint teacher partitions of the private training set (PATE Section 2.1, DGD III-A), and
+how many teachers' shards one neighbouring change of the private set moves under each.
 
 Two partitioners (``teachers.partition``):
 
 * 'shuffle' (default): equal shards of a seeded permutation of the positions. An example's
-  teacher depends on its position and on the dataset size, so only replace-one neighbours
-  keep every other shard: adding or removing one example re-deals them all.
-* 'stable': an example's teacher is a keyed hash of the example itself (its pixels and label,
-  keyed with the seed) modulo n. It does not depend on any other example, so adding, removing
-  or replacing one example changes one teacher's shard: the teacher-vote guarantees then hold
-  for add/remove-one neighbours too. Shard sizes are multinomial, nearly equal for N >> n.
+  teacher depends on its position and on the dataset size. Replacing the example at position
+  k changes one teacher's shard (the one holding k). Adding or removing an example changes
+  the size and re-deals every shard, so add/remove-one neighbours are not covered.
+* 'stable': an example's teacher is a keyed hash H of the example itself (its pixels and label,
+  keyed with the seed) modulo n, independent of every other example. Adding or removing one
+  example changes one teacher's shard. Replacing x by x' takes x out of teacher H(x) and puts
+  x' into teacher H(x'): TWO shards change (one when the hashes collide), so the teacher-vote
+  sensitivities double under replace-one. Shard sizes are multinomial, nearly equal for N >> n.
+
+``TEACHERS_CHANGED`` holds these counts; the privacy records scale their sensitivities by them
+(``privacy.releases``), one ledger per neighbouring relation the partition covers.
 """
 from __future__ import annotations
 
@@ -51,6 +57,23 @@ def teacher_partitions(x: np.ndarray, y: np.ndarray, num_teachers: int, seed: in
 
 
 PARTITIONS = ("shuffle", "stable")
+# For each partition and neighbouring relation it covers, the most teachers whose shards one
+# neighbouring change moves (module docstring); a relation not listed is not covered.
+TEACHERS_CHANGED = {"shuffle": {"replace_one": 1},
+                    "stable": {"replace_one": 2, "add_or_remove_one": 1}}
+
+
+def teachers_changed(partition: str) -> dict[str, int]:
+  """{neighbouring relation: teachers one change moves} for the relations ``partition``
+  covers (``TEACHERS_CHANGED``)."""
+  if partition not in TEACHERS_CHANGED:
+    raise ConfigError(f"teachers.partition={partition!r}; use one of {PARTITIONS}.")
+  return dict(TEACHERS_CHANGED[partition])
+
+
+def config_teachers_changed(config) -> dict[str, int]:
+  """``teachers_changed`` of the run's ``teachers.partition``."""
+  return teachers_changed(config.teachers.get("partition", "shuffle"))
 
 
 def stable_partition(x: np.ndarray, y: np.ndarray, num_teachers: int, seed: int

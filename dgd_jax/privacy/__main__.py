@@ -70,6 +70,15 @@ _NORM_BOUND = flags.DEFINE_float(
 _BATCH_SIZE = flags.DEFINE_integer(
     "batch_size", None, "dpdfd: synthetic batch size B; dpsgd: expected Poisson batch size.")
 _NUM_TEACHERS = flags.DEFINE_integer("num_teachers", 1, "dpdfd: number of teachers n.")
+_TEACHERS_CHANGED = flags.DEFINE_integer(
+    "teachers_changed", 1, "lnmax, gnmax, confident_gnmax and dpdfd's disjoint_teachers: k, how "
+    "many teachers' shards one neighbouring change moves; the sensitivities scale by k. 1 for "
+    "the default 'shuffle' partition under replace-one and the 'stable' one under "
+    "add/remove-one; 2 for the 'stable' partition under replace-one "
+    "(data.partitions.TEACHERS_CHANGED).")
+_NEIGHBOURS = flags.DEFINE_string(
+    "neighbours", None, "The neighbouring relation: 'replace_one' (default for the teacher "
+    "mechanisms and dpdfd) or 'add_or_remove_one' (default for dpsgd).")
 _NOISE_CONVENTION = flags.DEFINE_string(
     "noise_convention", None, "dpdfd (required): 'multiplier' (noise std = sigma * C, Eq. 4) or "
     "'std' (noise std = sigma, Theorem 3's reading).")
@@ -77,8 +86,8 @@ _RELATION = flags.DEFINE_string(
     "dpdfd_relation", dpdfd.DEFAULT_RELATION, "dpdfd: 'whole_batch' (default: nothing assumed "
     "about the teachers; one teacher: B T releases of sensitivity 2C, T of 2C with "
     "--dpdfd_normalization=batch; n teachers: B T of 2nC, or T of 2 sqrt(n) C), "
-    "'disjoint_teachers' (n teachers on disjoint shards, replace-one: B T releases of 2C; needs "
-    "--teachers_disjoint), 'direct' (training on the private data, B of --dataset_size drawn "
+    "'disjoint_teachers' (n teachers on disjoint shards, one change moving --teachers_changed = "
+    "k of them: B T releases of 2kC; needs --teachers_disjoint), 'direct' (training on the private data, B of --dataset_size drawn "
     "without replacement per step: " + dpdfd.DIRECT_LABEL_DP + ") or 'theorem3' ("
     + dpdfd.THEOREM3_CONDITIONS + ").")
 _TEACHERS_DISJOINT = flags.DEFINE_bool(
@@ -128,7 +137,7 @@ def _describe(release: releases.Release) -> str:
     return (f"dpsgd, {release.steps} steps, noise multiplier {release.noise_multiplier:g}, "
             f"Poisson sampling q = {release.batch_size} / {release.dataset_size} = "
             f"{release.sampling_probability:.6g}, clip norm C = {release.norm_bound:g} (noise std "
-            f"{release.noise_std:.6g}), add/remove-one neighbours")
+            f"{release.noise_std:.6g}), {release.relation} neighbours")
   return (f"dpdfd, {release.steps} steps, sigma = {release.noise:g} as {release.noise_convention} "
           f"(noise std {release.noise_std:.6g}), C = {release.norm_bound:g}, "
           f"B = {release.batch_size}, n = {release.num_teachers}, relation {release.relation}, "
@@ -156,7 +165,8 @@ def _plan(mechanism: str) -> tuple[releases.Release, dict]:
                 batch_size=_BATCH_SIZE.value, num_teachers=_NUM_TEACHERS.value,
                 noise_convention=_NOISE_CONVENTION.value, relation=_RELATION.value,
                 normalization=_NORMALIZATION.value, teachers_disjoint=_TEACHERS_DISJOINT.value,
-                dataset_size=_DATASET_SIZE.value, sampling=_SAMPLING.value)
+                dataset_size=_DATASET_SIZE.value, sampling=_SAMPLING.value,
+                teachers_changed=_TEACHERS_CHANGED.value, neighbours=_NEIGHBOURS.value)
   if _TARGET.value is None:
     return releases.build_release(mechanism, **params), {}
   if votes is not None:

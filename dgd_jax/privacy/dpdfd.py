@@ -46,13 +46,14 @@ Relations (``relation``):
     - n teachers, batch (one norm over the [n, B, K] stack, as ``dpdfd.bound`` computes it):
       ||sum_j G_bar_j||_F <= sqrt(n) (sum_j ||G_bar_j||_F^2)^(1/2) < sqrt(n) C (Cauchy-Schwarz):
       **T releases of 2 sqrt(n) C**.
-* ``"disjoint_teachers"`` (Sec. 4.4 ensemble, teachers trained on pairwise disjoint shards,
-  replace-one neighbours: one private example changes one teacher's shard, so only the terms
-  g_bar_ij of that teacher j move, each row by < 2C): **B T releases of sensitivity 2C**. Needs
-  per-sample normalisation (the batch norm couples all teachers, so one teacher moves every
-  term) and teachers known to be disjoint (``teachers_disjoint``, checked on the actual shards by
-  ``shards_disjoint``); refused otherwise. Not valid under add/remove-one with dgd_jax's
-  positional partitioner (adding an example re-deals every shard).
+* ``"disjoint_teachers"`` (Sec. 4.4 ensemble, teachers trained on pairwise disjoint shards): when
+  one neighbouring change moves k teachers' shards (``teachers_changed``,
+  ``data.partitions.TEACHERS_CHANGED``: 1 for the default partition under replace-one, 2 for
+  the stable one under replace-one), only the terms g_bar_ij of those k teachers move, each row
+  by < 2kC: **B T releases of sensitivity 2kC**. Needs per-sample normalisation (the batch norm
+  couples all teachers, so one teacher moves every term) and teachers known to be disjoint
+  (``teachers_disjoint``, checked on the actual shards by ``shards_disjoint``); refused
+  otherwise.
 * ``"direct"`` (Sec. 4.4, "direct training on private data"; ``dpdfd.direct_step``): each step
   draws B of the N private examples uniformly WITHOUT replacement (``sample_batch``), with a key
   that does not depend on the data, and releases the [B, K] noisy rows of those examples'
@@ -123,7 +124,7 @@ def shards_disjoint(shards) -> bool:
 
 def releases(norm_bound: float, batch_size: int, steps: int, num_teachers: int,
              relation: str = DEFAULT_RELATION, normalization: str = DEFAULT_NORMALIZATION,
-             teachers_disjoint: bool = False) -> tuple[int, float]:
+             teachers_disjoint: bool = False, teachers_changed: int = 1) -> tuple[int, float]:
   """(number of Gaussian releases, L2 sensitivity of each) under ``relation`` and
   ``normalization`` (module docstring). For 'direct' these are the T per-step releases, each
   run on a B-of-N subsample (``event`` adds the sampling)."""
@@ -153,7 +154,8 @@ def releases(norm_bound: float, batch_size: int, steps: int, num_teachers: int,
           "relation 'disjoint_teachers' needs per-sample normalisation: batch normalisation "
           "divides every teacher's rows by one norm over all teachers, so one teacher moves them "
           "all. Use normalization 'per_sample' or relation 'whole_batch'.")
-    return b * t, 2.0 * c  # Sec. 4.4: one teacher changes, each row moves by < 2C
+    k = checks.count("teachers_changed", teachers_changed)
+    return b * t, 2.0 * k * c  # Sec. 4.4: k teachers change, each row moves by < 2kC
   if normalization == "batch":
     return t, 2.0 * math.sqrt(n) * c  # ||sum_j G_bar_j||_F < sqrt(n) C (Cauchy-Schwarz)
   return b * t, 2.0 * n * c  # each row: n terms of norm < C, any of which may change
@@ -162,12 +164,12 @@ def releases(norm_bound: float, batch_size: int, steps: int, num_teachers: int,
 def event(noise: float, noise_convention: str, norm_bound: float, batch_size: int, steps: int,
           num_teachers: int = 1, relation: str = DEFAULT_RELATION,
           normalization: str = DEFAULT_NORMALIZATION, teachers_disjoint: bool = False,
-          dataset_size: int | None = None) -> dp_accounting.DpEvent:
+          dataset_size: int | None = None, teachers_changed: int = 1) -> dp_accounting.DpEvent:
   """dp-accounting event of the planned steps: GaussianDpEvent(std / sensitivity) composed over
   the releases; for 'direct', each step's Gaussian on a B-of-N subsample drawn without
   replacement (``SampledWithoutReplacementDpEvent``, replace-one)."""
   count, sensitivity = releases(norm_bound, batch_size, steps, num_teachers, relation,
-                                normalization, teachers_disjoint)
+                                normalization, teachers_disjoint, teachers_changed)
   std = absolute_noise_std(noise, noise_convention, norm_bound)
   if relation != "direct":
     return events.gaussian_event(std, sensitivity, count)

@@ -1,16 +1,17 @@
 """dp-accounting events for dgd_jax's releases, and their per-order RDP curves.
 
-Neighbouring relation of the teacher-vote mechanisms (LNMax, GNMax, Confident-GNMax): REPLACE-ONE.
-Two private datasets of the same size are neighbours when one example is substituted for another.
-dgd_jax's partitioner (``dgd_jax.data.partitions.partition_indices``) shuffles ``range(total)`` with
-a seed and deals equal shards, so the shard of position k depends only on (total, seed): replacing
-the example at position k changes one teacher's training set, hence at most one vote, which moves
-from class a to class b, so two histogram counts change by 1 each (L1 2, L2 sqrt(2)). Adding or
-removing an example changes ``total``, re-deals every shard and can change every teacher: the
-vote-sensitivity argument does NOT hold for add/remove-one neighbours with this partitioner. The
-'stable' partitioner (``teachers.partition='stable'``: a keyed hash of each example picks its
-teacher) makes an example's teacher independent of the other examples, so adding or removing one
-also changes one teacher's shard, one vote moves, and the same events hold for add/remove-one.
+Neighbouring relations of the teacher-vote mechanisms (LNMax, GNMax, Confident-GNMax) and of
+DPDFD's disjoint-teacher steps. Each record states its relation (``neighbours``: 'replace_one',
+one private example substituted, the size fixed; or 'add_or_remove_one') and how many teachers'
+shards one such change can move, k = ``teachers_changed``. k is a property of the partition
+(``dgd_jax.data.partitions.TEACHERS_CHANGED``): the default 'shuffle' partition deals equal shards
+of a seeded permutation of the positions, so replacing the example at position p changes one
+shard (k = 1) while adding or removing one re-deals them all (not covered); the 'stable'
+partition keys each example's teacher on a hash of its content, so adding or removing one
+changes one shard (k = 1) and replacing x by x' changes the shards of H(x) and H(x') (k = 2).
+k changed votes move the histogram by at most 2k in L1 and k sqrt(2) in L2, and its maximum by k:
+each mechanism module scales its sensitivity by k (``pate2017``, ``pate2018``, ``dpdfd``).
+A run accounts one ledger per relation its partition covers (``ledger.relations_json``).
 
 The sensitivity of each release between neighbours is folded into the event's noise multiplier:
 
@@ -20,8 +21,8 @@ The sensitivity of each release between neighbours is folded into the event's no
 How dp-accounting 0.6 treats the relation for these non-subsampled events (checked in the tests):
 
 * ``RdpAccountant`` accepts REPLACE_ONE for Laplace and Gaussian events and ignores the relation for
-  them (the RDP of a shift by the sensitivity): it is built with ``NEIGHBORING_RELATION``
-  (REPLACE_ONE) and gives the same numbers as under ADD_OR_REMOVE_ONE.
+  them (the RDP of a shift by the sensitivity): it is built with the records' relation and gives
+  the same numbers under either.
 * ``PLDAccountant`` refuses LaplaceDpEvent under REPLACE_ONE, and for GaussianDpEvent under
   REPLACE_ONE it reads the noise multiplier per example contribution and doubles the shift (remove
   one contribution, add another). Our multipliers already carry the full shift between replace-one
@@ -30,9 +31,8 @@ How dp-accounting 0.6 treats the relation for these non-subsampled events (check
   adding and removing give the same shift): ``PLD_RELATION``.
 
 For these non-subsampled additive mechanisms the privacy loss depends only on the size of the shift
-between neighbouring outputs, so the numbers equal the ones computed before this relation was made
-explicit; what matters is the sensitivity stated by each mechanism module (see ``pate2017``,
-``pate2018``, ``dpdfd``).
+between neighbouring outputs: what matters is the sensitivity stated by each mechanism module (see
+``pate2017``, ``pate2018``, ``dpdfd``) for the record's k.
 
 ``rdp_curve`` gives the same RDP curves as ``dp_accounting.rdp.RdpAccountant`` (tests check
 agreement) so that the classic conversion and the data-dependent bounds, which dp-accounting does
@@ -49,8 +49,9 @@ import numpy as np
 
 from dgd_jax.privacy import checks
 
-# The dataset relation of the teacher-vote mechanisms (module docstring); RdpAccountant uses it.
-NEIGHBORING_RELATION = dp_accounting.NeighboringRelation.REPLACE_ONE
+# The neighbouring relations a record can be stated under (module docstring), by name.
+NEIGHBOURS = {"replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE,
+              "add_or_remove_one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE}
 # dp-accounting's PLD parametrisation of a shift by the sensitivity (module docstring).
 PLD_RELATION = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 # PLD discretisation: 1e-4 unless a Laplace event's loss range needs more than this many buckets.

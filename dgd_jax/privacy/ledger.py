@@ -1,9 +1,11 @@
 """The privacy ledger: every release of private information is recorded here and turned into
 (epsilon, delta) by every accountant that applies. Host-side NumPy/SciPy/dp-accounting only.
 
-Neighbouring relation: replace-one for the teacher-vote mechanisms (``events`` explains why, and
-why add/remove-one does not hold with dgd_jax's partitioner); DPDFD's default bound holds for any
-two datasets.
+Neighbouring relation: every record states one (``Release.neighbours``) and, where its sensitivity
+rests on the teacher partition, how many teachers one change moves (``teachers_changed``;
+``events`` explains both). A ledger holds records of one relation; a run that claims several
+(the 'stable' partition: add/remove-one and replace-one) accounts one ledger per relation, and
+its headline is the largest (``relations_json``).
 
 Data-independent accountants (a DP guarantee for the plan; every planned release charged):
 
@@ -65,14 +67,26 @@ REALISED_WARNING = (
     "enforced (Feldman & Zrnic 2021), which dgd_jax does not do. The data-independent epsilons "
     "charge every query.")
 
-# The relation the teacher-vote guarantees hold under (events.NEIGHBORING_RELATION).
-VOTE_RELATION_NOTE = (
-    "Neighbours: replace-one (one private example substituted, dataset size fixed), which moves "
-    "one teacher's vote because each example lies in one teacher's shard. Add/remove-one is not "
-    "covered with the default partition (teachers.partition='shuffle'), which re-deals every "
-    "shard when the dataset size changes; teachers.partition='stable' (a keyed hash of each "
-    "example picks its teacher) covers it at the same epsilon. The report's 'Neighbouring "
-    "datasets' line says which holds for the run.")
+# What the vote and per-row sensitivities assume of the queried inputs.
+FIXED_INPUTS_NOTE = (
+    "The sensitivities of the teachers' answers (one changed example moves k teachers' votes or "
+    "rows) hold for fixed queried inputs. Where those inputs are synthetic (DGD; DPDFD with "
+    "dpdfd.inputs='synthetic'), the epsilon is conditional on the synthetic inputs, which are a "
+    "noise-free function of the private data; with private_baseline they are post-processing "
+    "of a DP release and the condition is met.")
+
+RELATION_NAMES = {"replace_one": "replace-one (one private example substituted, the size fixed)",
+                  "add_or_remove_one": "add/remove-one (one private example added or removed)"}
+
+
+def neighbours_note(relation: str, teachers_changed: int | None) -> str:
+  """The relation a ledger is stated for and, for teacher releases, what one change moves."""
+  note = f"Neighbours: {RELATION_NAMES[relation]}."
+  if teachers_changed:
+    note += (f" One such change moves the shards of at most {teachers_changed} teacher(s), so "
+             f"the answers' sensitivities are {teachers_changed} times those of one changed "
+             "vote (data.partitions.TEACHERS_CHANGED).")
+  return note
 
 _DGD_EXCLUSIONS = (
     "Not covered: the teachers; in DGD, the baseline classifier (trained on the private data "
@@ -98,7 +112,7 @@ NOT_COVERED = {
         "gradients, each with its own noise. Relation 'whole_batch' assumes nothing about the "
         "teachers (one teacher: B T releases of 2C, or T of 2C under batch normalisation; n "
         "teachers: B T of 2nC, or T of 2 sqrt(n) C). Relation 'disjoint_teachers' (teachers on "
-        "disjoint shards, replace-one): B T releases of 2C. Relation 'direct' (training on the "
+        "disjoint shards, one change moving k of them): B T releases of 2kC. Relation 'direct' (training on the "
         "private data, B of N drawn without replacement per step, replace-one) is "
         + dpdfd.DIRECT_LABEL_DP + ". Relation 'theorem3' is " + dpdfd.THEOREM3_CONDITIONS + "."),
     "dpsgd": (
@@ -206,12 +220,23 @@ class PrivacyLedger:
     """Whether any record carries private-data-dependent values (votes, realised answers)."""
     return any(r.data_dependent for r in self._releases)
 
+  @property
+  def neighbours(self) -> str:
+    """The one neighbouring relation every mechanism record is stated under."""
+    mechanisms = [r for r in self._releases if not isinstance(r, PureDpRelease)]
+    return _relation(mechanisms).name.lower() if mechanisms else "replace_one"
+
+  @property
+  def teachers_changed(self) -> int | None:
+    """The most teachers one neighbouring change moves among the teacher records (None: no
+    teacher record)."""
+    return max((r.teachers_moved() for r in self._releases if r.teachers_moved()), default=None)
+
   def not_covered(self) -> list[str]:
     """What the epsilons do not cover, for the mechanisms in the ledger."""
     mechanisms = list(dict.fromkeys(r.mechanism for r in self._releases))
     notes = [NOT_COVERED[m] for m in mechanisms]
-    if any(m in VOTE_MECHANISMS for m in mechanisms):
-      notes.append(VOTE_RELATION_NOTE)
+    notes.append(neighbours_note(self.neighbours, self.teachers_changed))
     if any(r.has_votes for r in self._releases):
       notes.append(DATA_DEPENDENT_WARNING)
     if any(r.realised for r in self._releases):
@@ -439,7 +464,9 @@ class PrivacyLedger:
                        if not isinstance(r, PureDpRelease))
       raise ConfigError(
           f"the planned releases ({plan}) give epsilon = {report.epsilon:.6g} "
-          f"({report.accountant}, delta = {delta:g}), above the maximum epsilon {max_epsilon:g}. "
+          f"({report.accountant}, delta = {delta:g}, {self.neighbours} neighbours"
+          + (f", {self.teachers_changed} teacher(s) moved per change" if self.teachers_changed
+             else "") + f"), above the maximum epsilon {max_epsilon:g}. "
           "Fix: fewer queries/steps or more noise; `python -m dgd_jax.privacy ... "
           f"--target_epsilon={max_epsilon:g}` gives the largest number of queries that fits.")
     return report
@@ -455,6 +482,8 @@ class PrivacyLedger:
         "data_dependent_accountants": [name for name, r in reports.items() if r.data_dependent],
         "details": {name: r.to_json() for name, r in reports.items()},
         "releases": [r.describe() for r in self._releases],
+        "neighbours": self.neighbours,
+        "teachers_changed": self.teachers_changed,
         "data_dependent": self.data_dependent,
         "not_covered": self.not_covered(),
     }
@@ -462,3 +491,26 @@ class PrivacyLedger:
       out["data_independent_epsilons"] = {
           name: r.epsilon for name, r in self.epsilons(delta, data_dependent=False).items()}
     return out
+
+
+def relations_json(ledgers: dict[str, PrivacyLedger], delta: float, accountant: str) -> dict:
+  """A stage result's privacy JSON for a run that claims the relations ``ledgers`` holds (one
+  ledger each): the ``to_json`` of the ledger whose epsilon under ``accountant`` is largest
+  (the headline: the guarantee holds for every claimed relation), and under ``by_neighbours``
+  each relation's epsilons and teachers moved."""
+  if not ledgers:
+    raise ConfigError("no neighbouring relation to account: the run claims none.")
+  reports = {}
+  for relation, ledger in ledgers.items():
+    json = ledger.to_json(delta)
+    if accountant not in json["epsilons"]:
+      raise ConfigError(f"accountant {accountant!r} does not apply under {relation} to these "
+                        f"releases: use one of {', '.join(json['epsilons'])}.")
+    reports[relation] = json
+  headline = max(reports, key=lambda r: reports[r]["epsilons"][accountant])
+  return {**reports[headline], "by_neighbours": {
+      relation: {"teachers_changed": json["teachers_changed"],
+                 "epsilons": json.get("data_independent_epsilons", json["epsilons"]),
+                 "epsilons_data_dependent": {k: json["epsilons"][k]
+                                             for k in json["data_dependent_accountants"]}}
+      for relation, json in reports.items()}}

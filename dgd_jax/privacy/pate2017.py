@@ -4,15 +4,12 @@ Mechanism: each query returns ``argmax_j (n_j + Lap(b))`` over the teachers' vot
 PATE 2017 writes the scale as b = 1/gamma; DGD writes b = 2/eps0 (DGD's experiments: b = 40, so
 eps0 = 0.05 per query; PATE's MNIST runs: b = 20, gamma = 0.05, eps = 0.1 per query).
 
-Neighbouring relation: replace-one (``events.NEIGHBORING_RELATION``). Substituting one private
-example changes one teacher's training set (disjoint shards dealt by position, the dataset size
-fixed), hence at most one teacher's vote: that vote moves from class a to class b, so two counts
-change by 1 each. The histogram's L1 sensitivity is 2 and each query is (2/b)-DP = (2 gamma)-DP
-(PATE 2017 App. B Thm. 3). Under add/remove-one this holds only for a partition in which an
-example's teacher does not depend on the other examples, which dgd_jax's partitioner is not (see
-``events``). For dp-accounting (RDP and PLD) a query is
-``LaplaceDpEvent(noise_multiplier = b / 2)``: a one-dimensional Laplace of scale b with a shift of
-2. That is conservative: the full noisy histogram, of which the argmax is a post-processing, is
+Sensitivity: when one neighbouring change of the private set moves k teachers' shards (k =
+``teachers_changed``, ``data.partitions.TEACHERS_CHANGED``: 1 for the default partition under
+replace-one), at most k votes change, each moving from a class to another, so the histogram's
+L1 sensitivity is 2k and each query is (2k/b)-DP = (2 k gamma)-DP (PATE 2017 App. B Thm. 3 has
+k = 1). For dp-accounting (RDP and PLD) a query is ``LaplaceDpEvent(noise_multiplier = b / 2k)``:
+a one-dimensional Laplace of scale b with a shift of 2k. For k = 1 that is conservative: the full noisy histogram, of which the argmax is a post-processing, is
 two Laplace(b) releases shifted by 1 each, whose RDP and PLD are smaller (tests check it).
 """
 from __future__ import annotations
@@ -29,14 +26,18 @@ from dgd_jax.privacy import checks, events
 L1_SENSITIVITY = 2.0
 
 
-def per_query_epsilon(noise_scale: float) -> float:
-  """Pure epsilon of one LNMax query: 2/b = 2 gamma (PATE 2017 App. B Thm. 3; DGD's eps0)."""
-  return L1_SENSITIVITY / checks.positive("noise_scale", noise_scale)
+def per_query_epsilon(noise_scale: float, teachers_changed: int = 1) -> float:
+  """Pure epsilon of one LNMax query: 2k/b = 2 k gamma (PATE 2017 App. B Thm. 3, k = 1: DGD's
+  eps0), k the teachers one neighbouring change moves."""
+  k = checks.count("teachers_changed", teachers_changed)
+  return k * L1_SENSITIVITY / checks.positive("noise_scale", noise_scale)
 
 
-def query_event(noise_scale: float, queries: int = 1) -> dp_accounting.DpEvent:
-  """dp-accounting event of ``queries`` LNMax queries: LaplaceDpEvent(b / 2) per query."""
-  return events.laplace_event(noise_scale, L1_SENSITIVITY, queries)
+def query_event(noise_scale: float, queries: int = 1, teachers_changed: int = 1
+                ) -> dp_accounting.DpEvent:
+  """dp-accounting event of ``queries`` LNMax queries: LaplaceDpEvent(b / 2k) per query."""
+  k = checks.count("teachers_changed", teachers_changed)
+  return events.laplace_event(noise_scale, k * L1_SENSITIVITY, queries)
 
 
 def advanced_composition_epsilon(pure_eps, counts, delta: float) -> float:
@@ -104,20 +105,23 @@ def log_moment_bound(logq, pure_eps: float, moment_orders) -> np.ndarray:
   return np.where(usable, np.minimum(independent, dependent), independent)
 
 
-def log_moments(noise_scale: float, queries: int, moment_orders, votes=None) -> np.ndarray:
+def log_moments(noise_scale: float, queries: int, moment_orders, votes=None,
+                teachers_changed: int = 1) -> np.ndarray:
   """Summed log-moments alpha(l) of ``queries`` LNMax queries (PATE 2017 Thm. 2.1, composability):
-  data-independent (Thm. 3) without ``votes``; data-dependent (Thm. 1 with Lemma 4) with them."""
-  eps = per_query_epsilon(noise_scale)
+  data-independent (Thm. 3) without ``votes``; data-dependent (Thm. 1 with Lemma 4) with them.
+  Thm. 1 holds for any eps-DP mechanism, so k changed teachers enter through eps = 2k/b alone."""
+  eps = per_query_epsilon(noise_scale, teachers_changed)
   if votes is None:
     logq = np.zeros(1)  # q = 1: only the data-independent terms apply
     return checks.count("queries", queries) * log_moment_bound(logq, eps, moment_orders)[0]
   return np.sum(log_moment_bound(log_q(votes, noise_scale), eps, moment_orders), axis=0)
 
 
-def rdp_data_dependent(votes, noise_scale: float, orders) -> np.ndarray:
+def rdp_data_dependent(votes, noise_scale: float, orders, teachers_changed: int = 1
+                       ) -> np.ndarray:
   """Data-dependent RDP curve (summed over queries) at Renyi orders lam = l + 1: the per-query
   minimum of the exact Laplace RDP of ``query_event`` and PATE 2017 Thm. 1 as alpha(l) / l."""
   lam = checks.orders("orders", orders, minimum=1.0)
-  eps = per_query_epsilon(noise_scale)
+  eps = per_query_epsilon(noise_scale, teachers_changed)
   bound = log_moment_bound(log_q(votes, noise_scale), eps, lam - 1.0) / (lam - 1.0)
   return np.sum(np.minimum(bound, events.laplace_rdp(eps, lam)[None, :]), axis=0)

@@ -26,9 +26,17 @@ class Release:
   mechanism: ClassVar[str]
   noise_field: ClassVar[str]  # the parameter ``with_noise`` sets (calibration)
   count_field: ClassVar[str]  # the parameter ``with_count`` sets (calibration)
-  # The neighbouring relation the record's event is stated under (``events``).
-  neighboring_relation: ClassVar = dp_accounting.NeighboringRelation.REPLACE_ONE
   votes = None
+  neighbours = "replace_one"  # the neighbouring relation the event is stated under (events)
+
+  @property
+  def neighboring_relation(self) -> dp_accounting.NeighboringRelation:
+    return events.NEIGHBOURS[self.neighbours]
+
+  def teachers_moved(self) -> int | None:
+    """How many teachers' shards one neighbouring change moves, where the record's sensitivity
+    rests on that (None elsewhere)."""
+    return None
 
   @property
   def count(self) -> int:
@@ -102,7 +110,26 @@ class Release:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class LNMaxQueries(Release):
+class TeacherRelease(Release):
+  """A record whose sensitivity rests on "one neighbouring change of the private set moves k
+  teachers' shards": ``teachers_changed`` = k (``data.partitions.TEACHERS_CHANGED``) under the
+  relation ``neighbours`` ('replace_one' or 'add_or_remove_one'); the mechanism modules scale
+  their sensitivities by k (``events``)."""
+
+  teachers_changed: int = dataclasses.field(default=1, kw_only=True)
+  neighbours: str = dataclasses.field(default="replace_one", kw_only=True)
+
+  def _check_neighbours(self) -> None:
+    object.__setattr__(self, "teachers_changed",
+                       checks.count("teachers_changed", self.teachers_changed))
+    checks.choice("neighbours", self.neighbours, tuple(events.NEIGHBOURS))
+
+  def teachers_moved(self) -> int | None:
+    return self.teachers_changed
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LNMaxQueries(TeacherRelease):
   """``queries`` LNMax label queries with Laplace scale ``noise_scale`` = b = 1/gamma = 2/eps0."""
 
   noise_scale: float
@@ -114,28 +141,31 @@ class LNMaxQueries(Release):
   count_field: ClassVar[str] = "queries"
 
   def __post_init__(self):
+    self._check_neighbours()
     self._check_queries("noise_scale (Laplace b)")
 
   @property
   def eps0(self) -> float:
-    """Per-query pure epsilon 2/b."""
-    return pate2017.per_query_epsilon(self.noise_scale)
+    """Per-query pure epsilon 2k/b."""
+    return pate2017.per_query_epsilon(self.noise_scale, self.teachers_changed)
 
   def event(self) -> dp_accounting.DpEvent:
-    return pate2017.query_event(self.noise_scale, self.queries)
+    return pate2017.query_event(self.noise_scale, self.queries, self.teachers_changed)
 
   def log_moments(self, moment_orders, data_dependent: bool = True) -> np.ndarray:
     votes = self.votes if data_dependent else None
-    return pate2017.log_moments(self.noise_scale, self.queries, moment_orders, votes)
+    return pate2017.log_moments(self.noise_scale, self.queries, moment_orders, votes,
+                                self.teachers_changed)
 
   def rdp_data_dependent(self, orders) -> np.ndarray:
     if self.votes is None:
       return self.rdp(orders)
-    return pate2017.rdp_data_dependent(self.votes, self.noise_scale, orders)
+    return pate2017.rdp_data_dependent(self.votes, self.noise_scale, orders,
+                                       self.teachers_changed)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class GNMaxQueries(Release):
+class GNMaxQueries(TeacherRelease):
   """``queries`` GNMax label queries with Gaussian std ``sigma`` on each count."""
 
   sigma: float
@@ -147,19 +177,21 @@ class GNMaxQueries(Release):
   count_field: ClassVar[str] = "queries"
 
   def __post_init__(self):
+    self._check_neighbours()
     self._check_queries("sigma (GNMax noise)")
 
   def event(self) -> dp_accounting.DpEvent:
-    return pate2018.gnmax_event(self.sigma, self.queries)
+    return pate2018.gnmax_event(self.sigma, self.queries, self.teachers_changed)
 
   def rdp_data_dependent(self, orders) -> np.ndarray:
     if self.votes is None:
       return self.rdp(orders)
-    return np.sum(pate2018.gnmax_rdp_data_dependent(self.votes, self.sigma, orders), axis=0)
+    return np.sum(pate2018.gnmax_rdp_data_dependent(self.votes, self.sigma, orders,
+                                                    self.teachers_changed), axis=0)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ConfidentGNMaxQueries(Release):
+class ConfidentGNMaxQueries(TeacherRelease):
   """``queries`` Confident-GNMax queries: a noisy threshold check (std ``sigma1``) on every query,
   a GNMax answer (std ``sigma2``) on the answered ones.
 
@@ -183,6 +215,7 @@ class ConfidentGNMaxQueries(Release):
   count_field: ClassVar[str] = "queries"
 
   def __post_init__(self):
+    self._check_neighbours()
     object.__setattr__(self, "threshold", float(self.threshold))
     if not np.isfinite(self.threshold):
       raise ConfigError(f"threshold={self.threshold} must be a finite number of votes.")
@@ -225,18 +258,21 @@ class ConfidentGNMaxQueries(Release):
 
   def event(self) -> dp_accounting.DpEvent:
     # Every query: the threshold check and the GNMax answer (answered or not: data-independent).
-    return dp_accounting.ComposedDpEvent([pate2018.threshold_event(self.sigma1, self.queries),
-                                          pate2018.gnmax_event(self.sigma2, self.queries)])
+    k = self.teachers_changed
+    return dp_accounting.ComposedDpEvent([pate2018.threshold_event(self.sigma1, self.queries, k),
+                                          pate2018.gnmax_event(self.sigma2, self.queries, k)])
 
   def _per_query_rdp(self, orders) -> tuple[np.ndarray, np.ndarray]:
     """(threshold-step RDP, GNMax RDP) per query, shape [queries, orders]: data-dependent with
     votes, data-independent without."""
     lam = checks.orders("orders", orders, minimum=1.0)
+    k = self.teachers_changed
     if self.votes is None:
-      return (np.tile(pate2018.threshold_rdp(self.sigma1, lam), (self.queries, 1)),
-              np.tile(pate2018.gnmax_rdp(self.sigma2, lam), (self.queries, 1)))
-    return (pate2018.threshold_rdp_data_dependent(self.votes, self.threshold, self.sigma1, lam),
-            pate2018.gnmax_rdp_data_dependent(self.votes, self.sigma2, lam))
+      return (np.tile(pate2018.threshold_rdp(self.sigma1, lam, k), (self.queries, 1)),
+              np.tile(pate2018.gnmax_rdp(self.sigma2, lam, k), (self.queries, 1)))
+    return (pate2018.threshold_rdp_data_dependent(self.votes, self.threshold, self.sigma1, lam,
+                                                  k),
+            pate2018.gnmax_rdp_data_dependent(self.votes, self.sigma2, lam, k))
 
   def rdp_data_dependent(self, orders) -> np.ndarray:
     if self.votes is None:
@@ -254,7 +290,7 @@ class ConfidentGNMaxQueries(Release):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class DpdfdSteps(Release):
+class DpdfdSteps(TeacherRelease):
   """``steps`` DPDFD training steps (Algorithm 1) with noise ``noise`` in ``noise_convention``
   ('multiplier': std = noise * C, Eq. 4; 'std': std = noise, Fig. 1 / Theorem 3).
 
@@ -263,7 +299,8 @@ class DpdfdSteps(Release):
   B T of 2nC for n teachers); 'disjoint_teachers' (n teachers on disjoint shards, replace-one:
   B T releases of 2C; needs ``teachers_disjoint``); 'direct' (label DP only: T Gaussian steps of
   2C, each on B of ``dataset_size`` examples drawn without replacement); 'theorem3' (the paper's
-  claim, ``dpdfd.THEOREM3_CONDITIONS``)."""
+  claim, ``dpdfd.THEOREM3_CONDITIONS``). ``teachers_changed`` scales 'disjoint_teachers' only;
+  'whole_batch' holds under either relation, 'direct' and 'theorem3' under replace-one."""
 
   noise: float
   noise_convention: str
@@ -281,21 +318,28 @@ class DpdfdSteps(Release):
   count_field: ClassVar[str] = "steps"
 
   def __post_init__(self):
+    self._check_neighbours()
+    if self.neighbours != "replace_one" and self.relation in ("direct", "theorem3"):
+      raise ConfigError(f"DPDFD relation {self.relation!r} is stated for replace-one neighbours "
+                        f"only; got neighbours={self.neighbours!r}.")
     self.event()  # validates every field
 
   @property
   def noise_std(self) -> float:
     return dpdfd.absolute_noise_std(self.noise, self.noise_convention, self.norm_bound)
 
+  def teachers_moved(self) -> int | None:
+    return self.teachers_changed if self.relation == "disjoint_teachers" else None
+
   def event(self) -> dp_accounting.DpEvent:
     return dpdfd.event(self.noise, self.noise_convention, self.norm_bound, self.batch_size,
                        self.steps, self.num_teachers, self.relation, self.normalization,
-                       self.teachers_disjoint, self.dataset_size)
+                       self.teachers_disjoint, self.dataset_size, self.teachers_changed)
 
   def describe(self) -> dict:
     count, sensitivity = dpdfd.releases(self.norm_bound, self.batch_size, self.steps,
                                         self.num_teachers, self.relation, self.normalization,
-                                        self.teachers_disjoint)
+                                        self.teachers_disjoint, self.teachers_changed)
     out = {**super().describe(), "noise_std": self.noise_std, "gaussian_releases": count,
            "l2_sensitivity": sensitivity}
     if self.relation == "direct":
@@ -307,8 +351,6 @@ class DpdfdSteps(Release):
 
 # Batch selections a DP-SGD record can be accounted for; anything else is refused.
 DPSGD_SAMPLINGS = ("poisson",)
-DPSGD_RELATIONS = {"add_or_remove_one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-                   "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -340,8 +382,8 @@ class DpsgdSteps(Release):
   count_field: ClassVar[str] = "steps"
 
   @property
-  def neighboring_relation(self) -> dp_accounting.NeighboringRelation:
-    return DPSGD_RELATIONS[self.relation]
+  def neighbours(self) -> str:
+    return self.relation
 
   def __post_init__(self):
     object.__setattr__(self, "noise_multiplier",
@@ -358,8 +400,7 @@ class DpsgdSteps(Release):
       raise ConfigError(f"sampling={self.sampling!r}: the DP-SGD accountant here supports "
                         f"{DPSGD_SAMPLINGS} only (Poisson sampling, PoissonSampledDpEvent); use "
                         "--sampling=poisson.")
-    if self.relation not in DPSGD_RELATIONS:
-      raise ConfigError(f"relation={self.relation!r}: use one of {tuple(DPSGD_RELATIONS)}.")
+    checks.choice("relation", self.relation, tuple(events.NEIGHBOURS))
 
   @classmethod
   def from_json(cls, r: dict) -> "DpsgdSteps":
@@ -446,33 +487,38 @@ def build_release(mechanism: str, *, queries: int | None, noise_scale: float | N
                   relation: str = dpdfd.DEFAULT_RELATION,
                   normalization: str = dpdfd.DEFAULT_NORMALIZATION,
                   teachers_disjoint: bool = False, dataset_size: int | None = None,
-                  sampling: str = "poisson") -> Release:
+                  sampling: str = "poisson", teachers_changed: int = 1,
+                  neighbours: str | None = None) -> Release:
   """One release record from planner-style parameters (``noise_scale`` is Laplace b for lnmax,
   the Gaussian sigma for gnmax, DPDFD's sigma for dpdfd and the noise multiplier for dpsgd;
-  ``queries`` is DPDFD's and DP-SGD's steps T)."""
+  ``queries`` is DPDFD's and DP-SGD's steps T; ``teachers_changed`` and ``neighbours`` as in
+  ``TeacherRelease``; ``neighbours`` None: the record's default, replace-one for the teacher
+  records and add/remove-one for DP-SGD)."""
+  teacher = dict(teachers_changed=teachers_changed, neighbours=neighbours or "replace_one")
   checks.choice("mechanism", mechanism, tuple(MECHANISMS))
   if votes is not None:
     votes = checks.votes(votes, queries)
     queries = votes.shape[0]
   if mechanism == "lnmax":
     _need(mechanism, noise_scale=noise_scale, queries=queries)
-    return LNMaxQueries(noise_scale, queries, votes)
+    return LNMaxQueries(noise_scale, queries, votes, **teacher)
   if mechanism == "gnmax":
     _need(mechanism, noise_scale=noise_scale, queries=queries)
-    return GNMaxQueries(noise_scale, queries, votes)
+    return GNMaxQueries(noise_scale, queries, votes, **teacher)
   if mechanism == "confident_gnmax":
     _need(mechanism, threshold=threshold, sigma1=sigma1, sigma2=sigma2, queries=queries)
-    return ConfidentGNMaxQueries(threshold, sigma1, sigma2, queries, answered, votes)
+    return ConfidentGNMaxQueries(threshold, sigma1, sigma2, queries, answered, votes, **teacher)
   if votes is not None:
     raise ConfigError(f"{mechanism} has no vote histograms: drop --votes.")
   if mechanism == "dpsgd":
     _need(mechanism, noise_scale=noise_scale, steps=queries, batch_size=batch_size,
           dataset_size=dataset_size)
     return DpsgdSteps(noise_scale, batch_size, dataset_size, queries,
-                      norm_bound=1.0 if norm_bound is None else norm_bound, sampling=sampling)
+                      norm_bound=1.0 if norm_bound is None else norm_bound, sampling=sampling,
+                      relation=neighbours or "add_or_remove_one")
   _need(mechanism, noise_scale=noise_scale, queries=queries, norm_bound=norm_bound,
         batch_size=batch_size, noise_convention=noise_convention)
   if relation == "direct":
     _need(mechanism, dataset_size=dataset_size)
   return DpdfdSteps(noise_scale, noise_convention, norm_bound, batch_size, queries, num_teachers,
-                    relation, normalization, teachers_disjoint, dataset_size)
+                    relation, normalization, teachers_disjoint, dataset_size, **teacher)

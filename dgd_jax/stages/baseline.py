@@ -8,9 +8,10 @@ import time
 
 import jax
 
-from dgd_jax import dpsgd, query_plan, train
+from dgd_jax import dpsgd, train
 from dgd_jax.artefacts import classifier, fit_config
 from dgd_jax.core import Context
+from dgd_jax.errors import ConfigError
 
 
 def config_keys(config) -> tuple[str, ...]:
@@ -19,8 +20,34 @@ def config_keys(config) -> tuple[str, ...]:
   depends on both: a run at another epsilon or query plan must not reuse it."""
   b = config.baseline
   if "dpsgd" in b and not b.dpsgd.noise:
-    return ("baseline", "privacy", "queries")
+    # A 'stable' partition adds add/remove-one to the relations the noise must fit.
+    stable = config.get("teachers", {}).get("partition") == "stable"
+    return ("baseline", "privacy", "queries") + (("teachers",) if stable else ())
   return ("baseline",)
+
+
+# What reads the private data without noise and would reach a private baseline's student.
+_NOT_PRIVATE = (
+    (lambda c: c.get("generator", {}).get("w_stats", 0) > 0,
+     "config.generator.w_stats > 0 matches the private set's activation statistics, computed "
+     "without noise", "set --config.generator.w_stats=0"),
+    (lambda c: c.get("pool", {}).get("source") == "train",
+     "config.pool.source='train' trains the student on the raw private images",
+     "use the generator's pool, --config.pool.source=synthetic"),
+)
+
+
+def check(config) -> None:
+  """A private baseline (``config.baseline.dpsgd``) promises an epsilon that covers everything
+  the student saw: refuses, before anything trains, every setting that lets private data reach
+  the student without noise, naming it and the fix."""
+  if "dpsgd" not in config.get("baseline", {}):
+    return
+  for reads_private, what, fix in _NOT_PRIVATE:
+    if reads_private(config):
+      raise ConfigError(f"a private baseline (config.baseline.dpsgd, end-to-end DGD) is "
+                        f"accounted end to end, but {what}, which no epsilon covers: {fix}, or "
+                        "drop private_baseline.")
 
 
 def run(ctx: Context) -> dict:
@@ -50,7 +77,7 @@ def run_private(ctx: Context) -> dict:
   per-example gradients, Gaussian noise, Adam on the noisy mean (post-processing), the
   baseline block's schedule."""
   config, data = ctx.config, ctx.dataset
-  [record] = dpsgd.baseline_releases(config, query_plan.release(config), len(data.x_train))
+  [record] = dpsgd.baseline_releases(config, dataset_size=len(data.x_train))
   model = classifier(config, data.num_classes)
   init_key, train_key = jax.random.split(ctx.key("baseline"))
   noise_key, batch_key = jax.random.split(train_key)

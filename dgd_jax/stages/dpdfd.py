@@ -21,7 +21,7 @@ from flax.training import train_state
 from dgd_jax import artefacts, dpdfd, ensemble, generative, plots, privacy, train
 from dgd_jax.artefacts import SYNTHETIC, classifier
 from dgd_jax.core import Context
-from dgd_jax.data import config_shards, load_private
+from dgd_jax.data import config_shards, config_teachers_changed, load_private
 from dgd_jax.errors import ConfigError
 from dgd_jax.models.generator import Generator
 from dgd_jax.privacy import dpdfd as dpdfd_privacy
@@ -65,27 +65,43 @@ def _dataset_size(config) -> int:
   return len(load_private(config).x_train)
 
 
-def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpdfdSteps:
-  """The ledger record of the planned DPDFD steps at noise multiplier ``noise``. The ensemble's
-  'disjoint_teachers' relation is granted only when the teachers stage's shards
-  (``data.config_shards``) are checked pairwise disjoint."""
+def neighbours(config) -> tuple[str, ...]:
+  """The neighbouring relations the steps are claimed for: 'whole_batch' assumes nothing about
+  the teachers (both); 'disjoint_teachers' those the teacher partition covers; 'direct' and
+  'theorem3' replace-one (``privacy.dpdfd``)."""
+  relation = config.privacy.relation
+  if relation == "disjoint_teachers":
+    return tuple(config_teachers_changed(config))
+  if relation == "whole_batch":
+    return ("replace_one", "add_or_remove_one")
+  return ("replace_one",)
+
+
+def release(config, noise: float, dataset_size: int | None = None,
+            neighbours: str = "replace_one") -> privacy.DpdfdSteps:
+  """The ledger record of the planned DPDFD steps at noise multiplier ``noise``, stated under
+  the relation ``neighbours``. The ensemble's 'disjoint_teachers' relation is granted only when
+  the teachers stage's shards (``data.config_shards``) are checked pairwise disjoint, at the
+  number of teachers one change moves under the partition."""
   d, relation = config.dpdfd, config.privacy.relation
   if relation not in RELATIONS.get(d.teacher, ()):
     raise ConfigError(
         f"config.privacy.relation={relation!r} does not describe what dpdfd.teacher="
         f"{d.teacher!r} releases; use one of {RELATIONS.get(d.teacher)} (privacy.dpdfd).")
   n = config.num_teachers if d.teacher == "ensemble" else 1
-  disjoint = False
+  disjoint, changed = False, 1
   if relation == "disjoint_teachers" or relation == "direct":
     dataset_size = dataset_size or _dataset_size(config)
   if relation == "disjoint_teachers":
     data = load_private(config)
     disjoint = dpdfd_privacy.shards_disjoint(config_shards(config, data.x_train, data.y_train))
+    changed = config_teachers_changed(config)[neighbours]
   return privacy.DpdfdSteps(noise, "multiplier", d.norm_bound, d.batch_size, d.num_steps,
                             num_teachers=n, relation=relation,
                             normalization="batch" if d.operation == "batch" else "per_sample",
                             teachers_disjoint=disjoint,
-                            dataset_size=dataset_size if relation == "direct" else None)
+                            dataset_size=dataset_size if relation == "direct" else None,
+                            teachers_changed=changed, neighbours=neighbours)
 
 
 def noise_multiplier(config, dataset_size: int | None = None) -> float:
@@ -119,16 +135,16 @@ def noise_multiplier(config, dataset_size: int | None = None) -> float:
   if p.max_epsilon <= 0:
     raise ConfigError("config.dpdfd.noise=0 asks for the least noise within "
                       "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
-  return privacy.min_noise(release(config, 1.0, dataset_size), p.max_epsilon, p.delta,
-                           p.accountant)
+  return max(privacy.min_noise(release(config, 1.0, dataset_size, r), p.max_epsilon, p.delta,
+                               p.accountant) for r in neighbours(config))
 
 
-def releases(config) -> list[privacy.Release]:
-  """The planned DPDFD steps, what the budget guard and ``sweep --accounting_only`` account
-  before anything is trained."""
+def releases(config, neighbours: str = "replace_one") -> list[privacy.Release]:
+  """The planned DPDFD steps under the relation ``neighbours``, what the budget guard and
+  ``sweep --accounting_only`` account before anything is trained."""
   size = (_dataset_size(config) if config.privacy.relation in ("direct", "disjoint_teachers")
           else None)
-  return [release(config, noise_multiplier(config, size), size)]
+  return [release(config, noise_multiplier(config, size), size, neighbours)]
 
 
 def _teacher_logits(ctx: Context):
@@ -243,7 +259,8 @@ def run(ctx: Context) -> dict:
                         checkpoint_every=config.checkpoint_every, log_every=config.log_every)
   state = train.run_steps(state, step, ctx.key("dpdfd"), fit, ctx.stage.checkpoint_dir,
                           "dpdfd", ctx.log)
-  ledger = privacy.PrivacyLedger([release(config, sigma, size)])
+  ledgers = {r: privacy.PrivacyLedger([release(config, sigma, size, r)])
+             for r in neighbours(config)}
   test = ctx.dataset
   accuracy = lambda params: train.accuracy(student.apply, params, test.x_test, test.y_test)
   replayed = {}
@@ -264,7 +281,7 @@ def run(ctx: Context) -> dict:
       "noise_multiplier": sigma,
       "noise_std": sigma * cfg.norm_bound,
       "num_steps": d.num_steps,
-      "privacy": ledger.to_json(config.privacy.delta),
+      "privacy": privacy.relations_json(ledgers, config.privacy.delta, config.privacy.accountant),
   }
 
 

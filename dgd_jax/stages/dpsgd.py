@@ -4,6 +4,7 @@ the private set, accounted by the ledger's ``DpsgdSteps`` record, the reference 
 is compared with at equal epsilon."""
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import jax
@@ -22,17 +23,24 @@ def check(config) -> None:
   dpsgd.check(config)
 
 
-def releases(config) -> list[privacy.Release]:
+def neighbours(config) -> tuple[str, ...]:
+  """DP-SGD's relation: add/remove-one (one example in or out of the Poisson samples)."""
+  del config
+  return ("add_or_remove_one",)
+
+
+def releases(config, neighbours: str = "add_or_remove_one") -> list[privacy.Release]:
   """The planned DP-SGD steps, what the budget guard and ``sweep --accounting_only`` account
   before anything is trained."""
-  return [dpsgd.release(config, dpsgd.noise_multiplier(config))]
+  return [dataclasses.replace(dpsgd.release(config, dpsgd.noise_multiplier(config)),
+                              relation=neighbours)]
 
 
 def run(ctx: Context) -> dict:
   """Trains (or resumes) the DP-SGD model; returns its test accuracy, the noise and the ledger."""
   config, data = ctx.config, ctx.dataset
   d, p = config.dpsgd, config.privacy
-  n = len(data.x_train)
+  n = dpsgd.public_size(config, len(data.x_train))
   record = dpsgd.release(config, dpsgd.noise_multiplier(config, n), n)
   ledger = privacy.PrivacyLedger([record])
   if p.max_epsilon > 0:
@@ -76,5 +84,5 @@ def run(ctx: Context) -> dict:
       "train_seconds": train_seconds,
       "privacy_unit": "example",
       "covered": covered,
-      "privacy": ledger.to_json(p.delta),
+      "privacy": privacy.relations_json({record.relation: ledger}, p.delta, p.accountant),
   }

@@ -20,18 +20,23 @@ from dgd_jax import aggregation, artefacts, dpsgd, ensemble, ldp, pool, privacy,
 from dgd_jax.artefacts import QUERIES, VOTES, classifier, fit_config
 from dgd_jax.query_plan import release, settings
 from dgd_jax.core import Context
+from dgd_jax.data import config_teachers_changed
 from dgd_jax.errors import ConfigError
 from dgd_jax.workdir import save_array, save_arrays
 
 CONFIG_KEYS = ("pool", "queries", "privacy")
 
 
-def releases(config) -> list[privacy.Release]:
+def neighbours(config) -> tuple[str, ...]:
+  """The neighbouring relations the run's teacher partition covers (each has its ledger)."""
+  return tuple(config_teachers_changed(config))
+
+
+def releases(config, neighbours: str = "replace_one") -> list[privacy.Release]:
   """The planned label queries, and the DP-SGD steps of DGD's private baseline where it has
-  one: what the budget guard and ``sweep --accounting_only`` account before anything is
-  trained."""
-  queries = release(config)
-  return [*dpsgd.baseline_releases(config, queries), queries]
+  one, under the relation ``neighbours``: what the budget guard and ``sweep
+  --accounting_only`` account before anything is trained."""
+  return [*dpsgd.baseline_releases(config, neighbours), release(config, neighbours=neighbours)]
 
 
 def check(config) -> None:
@@ -82,12 +87,15 @@ def selector_probabilities(ctx: Context, x: np.ndarray, y: np.ndarray, x_pool: n
 
 def run(ctx: Context) -> dict:
   config = ctx.config
+  p = config.privacy
   # A private baseline's DP-SGD steps, as they ran (the stage may be reused), compose with
-  # the queries in one ledger.
-  baseline = dpsgd.recorded_baseline(ctx.results)
-  if baseline and config.privacy.max_epsilon > 0:
-    privacy.PrivacyLedger([*baseline, release(config)]).check_budget(
-        config.privacy.max_epsilon, config.privacy.delta, config.privacy.accountant)
+  # the queries in one ledger per relation.
+  baseline = {r: dpsgd.recorded_baseline(ctx.results, r) for r in neighbours(config)}
+  steps = dpsgd.recorded_baseline(ctx.results)
+  if steps and p.max_epsilon > 0:
+    for r in neighbours(config):
+      privacy.PrivacyLedger([*baseline[r], release(config, neighbours=r)]).check_budget(
+          p.max_epsilon, p.delta, p.accountant)
   x_pool = pool.load(ctx)
   q = settings(config)
   num = q.num_queries
@@ -134,14 +142,15 @@ def run(ctx: Context) -> dict:
   save_arrays(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
               answered=answered)
   save_array(os.path.join(ctx.stage.path, VOTES), votes)
-  ledger = privacy.PrivacyLedger([*baseline, release(config, votes, answered)])
+  ledgers = {r: privacy.PrivacyLedger([*baseline[r], release(config, votes, answered, r)])
+             for r in neighbours(config)}
   plurality = np.argmax(votes, -1)
   local = {}
   if client == "ldp":  # the client side's own guarantee, per sample it sends
     local = {"ldp_local_epsilon": privacy.ldp_local_epsilon(
         config.ldp.sigma, int(np.prod(x_pool.shape[1:])), config.ldp.mu)}
-  if baseline:
-    local["covered"] = (f"the private baseline's {baseline[0].steps} DP-SGD steps and the "
+  if steps:
+    local["covered"] = (f"the private baseline's {steps[0].steps} DP-SGD steps and the "
                         f"{q.aggregator} answers to {num} label queries, composed (everything "
                         "the student saw derives from these)")
   if config.pool.source == "synthetic":  # the baseline's labels of the queried samples
@@ -158,5 +167,5 @@ def run(ctx: Context) -> dict:
       "answered": int(answered.sum()),
       "noisy_label_agreement_with_plurality": float(
           np.mean(labels[answered] == plurality[answered])),
-      "privacy": ledger.to_json(config.privacy.delta),
+      "privacy": privacy.relations_json(ledgers, p.delta, p.accountant),
   }

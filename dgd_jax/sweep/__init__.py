@@ -14,8 +14,9 @@ stage's slice share one copy of it (e.g. the teachers of a query sweep are train
 ``--reuse`` (repeatable) adds the finished stages of existing workdirs to that cache where
 their slices match (read only: they are never rewritten). ``--accounting_only`` trains
 nothing: it tabulates the planned (data-independent) epsilon of the method's releases
-(``Method.releases``: label queries, DPDFD steps, ...) under every accountant; a method
-with no differential-privacy release gets epsilon = inf.
+(``Method.releases``: label queries, DPDFD steps, ...) under every accountant, for the
+claimed neighbouring relation with the largest epsilon, and a column ``epsilon[<relation>]``
+per claimed relation; a method with no differential-privacy release gets epsilon = inf.
 
 Writes ``<workdir>/sweep.csv``, ``accuracy.png`` / ``epsilon.png`` and ``sweep.md``.
 """
@@ -108,14 +109,22 @@ def _link_stages(config, workdir: str, point: str, reuse: Sequence[str]) -> None
       os.symlink(os.path.abspath(shared), link)
 
 
-def planned_epsilons(config) -> dict[str, float]:
-  """The data-independent epsilon of the method's planned releases under every accountant;
-  ``{'epsilon': inf}`` for a method with no differential-privacy release."""
-  ledger = methods.planned_ledger(config)
-  if ledger is None:
+def planned_epsilons(config) -> dict[str, float | str]:
+  """The data-independent epsilon of the method's planned releases under every accountant for
+  the claimed relation with the largest one (named in ``neighbours``), and one column per
+  claimed relation, ``epsilon[<relation>]``, under ``privacy.accountant``; ``{'epsilon':
+  inf}`` for a method with no differential-privacy release."""
+  ledgers = methods.planned_ledgers(config)
+  if not ledgers:
     return {"epsilon": float("inf")}
-  return {k: r.epsilon for k, r in
-          ledger.epsilons(config.privacy.delta, data_dependent=False).items()}
+  p = config.privacy
+  accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
+  by_relation = {r: {k: e.epsilon for k, e in
+                     ledger.epsilons(p.delta, data_dependent=False).items()}
+                 for r, ledger in ledgers.items()}
+  headline = max(by_relation, key=lambda r: by_relation[r][accountant])
+  return {**by_relation[headline], "neighbours": headline,
+          **{f"epsilon[{r}]": e[accountant] for r, e in by_relation.items()}}
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
