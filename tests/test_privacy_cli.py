@@ -50,6 +50,8 @@ RUNS = {
     "no_query_fits": ["--mechanism=lnmax", "--noise_scale=1", "--target_epsilon=0.5"],
     "answered_with_target": CONFIDENT + ["--answered=600", "--target_epsilon=5"],
     "fractional_votes": ["--mechanism=lnmax", "--noise_scale=20", "--votes={fractional}"],
+    "stable_replace_one": ["--mechanism=gnmax", "--noise_scale=40", "--queries=300",
+                           "--teachers_changed=2", "--json"],
 }
 
 
@@ -308,3 +310,13 @@ def test_votes_file_accepts_whole_counts_of_any_numeric_type(tmp_path, dtype):
   votes = checks.votes_file(str(tmp_path / "votes.npy"))
   assert votes.dtype == np.float64 and not votes.flags.writeable
   np.testing.assert_array_equal(votes, GOOD_VOTES)
+
+
+def test_teachers_changed_scales_the_sensitivity(runs):
+  # The stable partition under replace-one: two teachers moved per change.
+  out = ok_json(runs["stable_replace_one"])
+  expected = privacy.PrivacyLedger([privacy.GNMaxQueries(40.0, 300, teachers_changed=2)])
+  assert out["epsilons"]["pld"] == pytest.approx(expected.epsilon(1e-5, "pld").epsilon,
+                                                 rel=1e-12)
+  assert out["teachers_changed"] == 2 and out["neighbours"] == "replace_one"
+  assert any("at most 2 teacher" in n for n in out["not_covered"])

@@ -137,7 +137,8 @@ def teachers_config(preset: str) -> ml_collections.ConfigDict:
       end_learning_rate=0.0,
       augment=False,  # random shift/mirror of each minibatch (stages/teachers.py)
       # 'shuffle': equal shards of a seeded permutation (replace-one only); 'stable': a keyed
-      # hash of each example picks its teacher (add/remove-one too; data/partitions.py)
+      # hash of each example picks its teacher (add/remove-one too, and two teachers per
+      # replaced example: data/partitions.py)
       partition="shuffle",
       chunk=0,  # teachers per vmapped chunk; 0 = backend default (ensemble.AUTO_CHUNK)
       noise_scales=(20.0, 40.0),  # Laplace scales b at which ensemble accuracy is reported
