@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dgd_jax import augment, generative, query_plan
+from dgd_jax import augment, generative, propagation, query_plan
 from dgd_jax.errors import ConfigError
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.stages import student
@@ -168,3 +168,42 @@ def test_quick_preset_halves_the_inversion_and_standard_keeps_it():
   # eps 1 keeps the quick cuts; the generator variant is untouched by them
   assert dgd.get_config("fashion_mnist,cpu,eps1").generator.inversion_steps == 100
   assert dgd.get_config("fashion_mnist,cpu,generator").generator.synthesis == "generator"
+
+
+def test_label_propagation_spreads_labels_along_the_graph():
+  # Two tight clusters on the unit circle, one label each: every member gets its cluster's.
+  rng = np.random.default_rng(0)
+  angles = np.concatenate([rng.normal(0.0, 0.05, 60), rng.normal(np.pi / 2, 0.05, 60)])
+  f = np.stack([np.cos(angles), np.sin(angles)], 1).astype(np.float32)
+  truth = np.repeat([0, 1], 60)
+  idx, sim = propagation.knn_graph(f, 5)
+  brute = np.argsort(-(f @ f.T), axis=1)[:, 1:6]
+  np.testing.assert_allclose(np.sort(sim, 1), np.sort(np.take_along_axis(f @ f.T, brute, 1), 1),
+                             atol=1e-6)
+  p, reached = propagation.propagate(f, np.array([3, 70]), np.array([0, 1]), 3, neighbours=20)
+  assert p.shape == (120, 3) and np.allclose(p.sum(1), 1.0) and reached.all()
+  np.testing.assert_array_equal(p.argmax(1), truth)
+  # Class mass normalisation: ten labels of class 0 against one of class 1 do not flood it.
+  many = np.concatenate([np.arange(10), [70]])
+  p, _ = propagation.propagate(f, many, np.array([0] * 10 + [1]), 3, neighbours=20)
+  np.testing.assert_array_equal(p.argmax(1), truth)
+  # A cluster no label reaches (no edge across: the clusters are orthogonal) is flagged, and
+  # its rows are uniform, not class 0.
+  p, reached = propagation.propagate(f, np.array([3]), np.array([1]), 3, neighbours=20)
+  np.testing.assert_array_equal(reached, truth == 0)
+  assert np.allclose(p[~reached], 1 / 3) and (p[reached].argmax(1) == 1).all()
+
+
+def test_representative_queries_cover_the_clusters():
+  rng = np.random.default_rng(0)
+  centres = rng.normal(size=(4, 8))
+  f = np.concatenate([c + 0.01 * rng.normal(size=(50, 8)) for c in centres]).astype(np.float32)
+  f /= np.linalg.norm(f, axis=1, keepdims=True)
+  chosen = propagation.representative(f, 4, jax.random.key(0))
+  assert len(set(chosen.tolist())) == 4 and sorted(set(chosen // 50)) == [0, 1, 2, 3]
+  again = propagation.representative(f, 4, jax.random.key(0))
+  np.testing.assert_array_equal(chosen, again)  # deterministic per key
+  # The features: unit rows, whitened onto the leading components of the pool.
+  images = rng.uniform(-1, 1, (64, 28, 28, 1)).astype(np.float32)
+  z = propagation.features(images, dims=10)
+  assert z.shape == (64, 10) and np.allclose(np.linalg.norm(z, axis=1), 1.0, atol=1e-5)

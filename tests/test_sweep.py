@@ -95,3 +95,26 @@ def test_sweep_refuses_a_point_over_budget_before_training(npz_file, tmp_path):
   with pytest.raises(ConfigError, match="above the maximum epsilon 5"):
     run_sweep(config, tmp_path / "s", "queries.num_queries=20,3000")
   assert not (tmp_path / "s").exists()
+
+
+def test_boolean_axis_and_string_fields_leave_the_accuracy_plot_alone(tmp_path):
+  # The accuracy plot draws test_accuracy and the asked --columns only: not the axis values
+  # (here booleans) or text fields such as the accountant.
+  rows = [{"teachers.augment": flag, "test_accuracy": acc, "accountant": "rdp",
+           "workdir": f"augment={flag}"} for flag, acc in ((True, 0.5), (False, 0.6))]
+  sweep._write(str(tmp_path), [(("teachers.augment",), [(True,), (False,)])], rows, False)
+  assert (tmp_path / "accuracy.png").exists() and (tmp_path / "sweep.csv").exists()
+  assert "| teachers.augment | test_accuracy | accountant | workdir |" in (
+      tmp_path / "sweep.md").read_text()
+
+
+def test_accounting_sweep_has_a_column_per_claimed_relation(npz_file, tmp_path):
+  rows = run_sweep(tiny_configs.dgd(npz_file), tmp_path / "s", "teachers.partition=shuffle,stable",
+                   accounting_only=True)
+  shuffle, stable = rows
+  assert "epsilon[add_or_remove_one]" not in shuffle  # the shuffle does not cover it
+  assert shuffle["neighbours"] == stable["neighbours"] == "replace_one"
+  # The stable partition: add/remove-one as the shuffle's replace-one (one teacher moved),
+  # replace-one with two teachers moved, which is the headline (every accountant's column).
+  assert stable["epsilon[add_or_remove_one]"] == pytest.approx(shuffle["epsilon[replace_one]"])
+  assert stable["epsilon[replace_one]"] == stable["rdp"] > 1.9 * shuffle["rdp"]

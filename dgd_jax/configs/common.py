@@ -175,7 +175,9 @@ def queries_config(num_queries: int, aggregator: str, noise_scale: float
       noise_scale=noise_scale,  # the Laplace scale b, or the Gaussian sigma (sigma2)
       threshold=0.0,  # Confident-GNMax only
       sigma1=0.0,  # Confident-GNMax only
-      selection="random",  # random | least_confident (PATE App. C.2)
+      # random | least_confident (PATE App. C.2) | representative (k-means centres of the
+      # pool in ScatterNet space: propagation.representative)
+      selection="random",
       first_round=0,  # least_confident: random queries that train the selecting student
       client="",  # "ldp": the client transforms its queries first (LDP Algorithm 1)
       plan="fixed",  # fixed: the fields above; auto: query_plan.choose for max_epsilon
@@ -216,6 +218,10 @@ def student_config() -> ml_collections.ConfigDict:
       threshold=0.95,  # FixMatch's confidence threshold for a pseudo-label
       consistency_augment=True,  # False: no views, plain confident pseudo-labels
       diagnose_noiseless=False,  # also train on the noiseless plurality (a diagnostic)
+      # > 0: the released labels spread over the whole pool by label propagation on the
+      # k-NN graph (this many neighbours) of ScatterNet features; the student learns the
+      # propagated distributions of every pool sample (propagation.propagate)
+      propagation=0,
       # rounds of self-training: a fresh student trained on the last one's predicted
       # distributions over the whole pool (post-processing of the released labels, no epsilon)
       self_training=0,

@@ -16,7 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import aggregation, artefacts, dpsgd, ensemble, ldp, pool, privacy, train
+from dgd_jax import (aggregation, artefacts, dpsgd, ensemble, ldp, pool, privacy, propagation,
+                     train)
 from dgd_jax.artefacts import QUERIES, VOTES, classifier, fit_config
 from dgd_jax.query_plan import release, settings
 from dgd_jax.core import Context
@@ -25,6 +26,7 @@ from dgd_jax.errors import ConfigError
 from dgd_jax.workdir import save_array, save_arrays
 
 CONFIG_KEYS = ("pool", "queries", "privacy")
+SELECTIONS = ("random", "least_confident", "representative")
 
 
 def neighbours(config) -> tuple[str, ...]:
@@ -42,9 +44,8 @@ def releases(config, neighbours: str = "replace_one") -> list[privacy.Release]:
 def check(config) -> None:
   """Refuses query settings no run can use, before anything is trained."""
   q = settings(config)
-  if q.selection not in ("random", "least_confident"):
-    raise ConfigError(f"config.queries.selection={q.selection!r}; use 'random' or "
-                      "'least_confident'.")
+  if q.selection not in SELECTIONS:
+    raise ConfigError(f"config.queries.selection={q.selection!r}; use one of {SELECTIONS}.")
   client = config.queries.get("client", "")
   if client not in ("", "ldp") or (client == "ldp" and "ldp" not in config):
     raise ConfigError(f"config.queries.client={client!r}: use '' (the pool as is) or 'ldp' "
@@ -124,9 +125,12 @@ def run(ctx: Context) -> dict:
     agg = aggregate(config, key, votes)
     return votes, np.asarray(agg.labels), np.asarray(agg.answered)
 
-  first = num if q.selection == "random" else q.first_round
-  indices = np.sort(np.asarray(jax.random.choice(select_key, len(x_pool), (first,),
-                                                 replace=False)))
+  first = q.first_round if q.selection == "least_confident" else num
+  if q.selection == "representative":  # public information only: the pool's features
+    indices = propagation.representative(propagation.features(x_pool), num, select_key)
+  else:
+    indices = np.sort(np.asarray(jax.random.choice(select_key, len(x_pool), (first,),
+                                                   replace=False)))
   votes, labels, answered = ask(indices, noise_key, 0)
   if q.selection == "least_confident":  # PATE App. C.2: a student picks the second round
     if not answered.any():

@@ -20,8 +20,11 @@ and the labelled batch can be augmented (``augment``) or mixed (``mixup`` > 0: E
 pairs x~ = lam x_i + (1 - lam) x_j with targets lam e_{y_i} + (1 - lam) e_{y_j}, lam ~
 Beta(mixup, mixup); Zhang et al. 2018), which resists the noisy labels. With
 ``self_training`` = R, R fresh students follow, each trained the same way on the last one's
-predicted distributions over the whole pool. All are post-processing of the released labels:
-no epsilon.
+predicted distributions over the whole pool. With ``propagation`` = k the first student
+learns the whole pool instead, each sample labelled with the likeliest class after the
+released labels spread to it by label propagation on the k-NN graph of the pool's ScatterNet
+features (``propagation.propagate``, Zhou et al. 2004; the hard label beat the distribution by
+5.7 points on the 8,000-image, 50-teacher preset: RESULTS.md). All are post-processing of the released labels: no epsilon.
 
 ``student_accuracy_noiseless_labels`` is a diagnostic, not a release: the same student trained
 on the teachers' noiseless plurality for the same queried samples (read from the queries
@@ -39,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dgd_jax import augment, plots, pool, train, triples
+from dgd_jax import augment, plots, pool, propagation, train, triples
 from dgd_jax.artefacts import classifier, fit_config, load_queries, load_vae, load_votes
 from dgd_jax.core import Context
 from dgd_jax.models.vae import VAE
@@ -145,10 +148,12 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
 
 
 def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray,
-                  name: str, checkpoint_dir: str):
+                  name: str, checkpoint_dir: str, pool_features: np.ndarray | None = None):
   """The student trained on labelled (x_s, y_s) and unlabelled x_u, with
-  ``vae`` = ``load_vae``'s (model, params) for Eq. 6, or (None, None) when it is off; then
-  ``student.self_training`` rounds, each a fresh student trained the same way on the last
+  ``vae`` = ``load_vae``'s (model, params) for Eq. 6, or (None, None) when it is off; with
+  ``student.propagation`` on, on the whole pool instead, each sample's target the released
+  labels propagated to it over ``pool_features`` (``propagation.features`` of x_s then x_u);
+  then ``student.self_training`` rounds, each a fresh student trained the same way on the last
   one's predicted distributions over the whole pool (x_s and x_u; post-processing). Returns
   the model and each round's parameters (the last: the student)."""
   config = ctx.config
@@ -164,10 +169,16 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
     return train.run_steps(state, step, train_key, cfg, checkpoint_dir, name, log).params
 
   x_all = np.concatenate([x_s, x_u])
+  neighbours = config.student.get("propagation", 0)
+  first = (x_s, y_s)
+  if neighbours:  # Zhou et al. 2004 over the pool: each sample reached, its likeliest label
+    p, reached = propagation.propagate(pool_features, np.arange(len(x_s)), y_s,
+                                       ctx.dataset.num_classes, neighbours)
+    first = (x_all[reached], p[reached].argmax(-1).astype(np.int32))
   return student, train.self_training(
       lambda logits, r: fit(x_all, np.asarray(jax.nn.softmax(logits)),
                             f"{name}_self_training_{r}", f"{checkpoint_dir}_self_training_{r}"),
-      student.apply, fit(x_s, y_s, name, checkpoint_dir), x_all,
+      student.apply, fit(*first, name, checkpoint_dir), x_all,
       config.student.get("self_training", 0))
 
 
@@ -188,7 +199,10 @@ def run(ctx: Context) -> dict:
   x_s, y_s, x_u, answered = labelled_split(ctx, x_pool)
   x_eval, y_eval = pool.evaluation(ctx)  # the test split (PATE: the part not in the pool)
   vae = load_vae(ctx, x_pool.shape[1:]) if uses_vae(config.student) else (None, None)
-  student, rounds = train_student(ctx, vae, x_s, y_s, x_u, "student", ctx.stage.checkpoint_dir)
+  features = (propagation.features(np.concatenate([x_s, x_u]))
+              if config.student.get("propagation", 0) else None)
+  student, rounds = train_student(ctx, vae, x_s, y_s, x_u, "student", ctx.stage.checkpoint_dir,
+                                  features)
   accuracy = lambda params: train.accuracy(student.apply, params, x_eval, y_eval)
   diagnostic = {}
   if len(rounds) > 1:
@@ -196,7 +210,7 @@ def run(ctx: Context) -> dict:
   if config.student.diagnose_noiseless:  # server-side diagnostic (module docstring)
     plurality = load_votes(ctx).argmax(-1)[answered]
     _, clean = train_student(ctx, vae, x_s, plurality.astype(np.int32), x_u, "student_noiseless",
-                             os.path.join(ctx.stage.path, "noiseless_checkpoints"))
+                             os.path.join(ctx.stage.path, "noiseless_checkpoints"), features)
     diagnostic["student_accuracy_noiseless_labels"] = accuracy(clean[-1])
   curve = ctx.workdir.read_metrics("student")
   terms = [k for k in ("loss", "ce", "consistency", "normal", "tangent", "entropy")

@@ -162,8 +162,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
 
 def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only: bool,
            columns: Sequence[str] = ()) -> None:
-  columns = list(dict.fromkeys(k for r in rows for k in r))
-  write_csv(os.path.join(workdir, "sweep.csv"), rows, columns)
+  table = list(dict.fromkeys(k for r in rows for k in r))  # every field of every row
+  write_csv(os.path.join(workdir, "sweep.csv"), rows, table)
   x_name = axes[0][0][0]
   rest = [n for names, _ in axes[1:] for n in names]
   xs = list(dict.fromkeys(r[x_name] for r in rows))
@@ -176,8 +176,8 @@ def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only
     return out
 
   pictures = []
-  if accounting_only and any(k in privacy.ACCOUNTANTS for k in columns):
-    accountants = [k for k in columns if k in privacy.ACCOUNTANTS]
+  if accounting_only and any(k in privacy.ACCOUNTANTS for k in table):
+    accountants = [k for k in table if k in privacy.ACCOUNTANTS]
     by_accountant = {a: [r[a] for r in rows] for a in accountants} if not rest else {
         f"{a} ({label})": ys for a in accountants for label, ys in series(a).items()}
     plots.line_plot(os.path.join(workdir, "epsilon.png"), xs, by_accountant, xlabel=x_name,
@@ -193,7 +193,7 @@ def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only
                     xlabel=x_name, ylabel="epsilon (headline accountant)", title="Epsilon")
     pictures += ["accuracy.png", "epsilon.png"]
   fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)
-  lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-  lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
+  lines = ["| " + " | ".join(table) + " |", "|" + "---|" * len(table)]
+  lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in table) + " |" for r in rows]
   lines += [""] + [f"![{p}]({p})" for p in pictures]
   write_text(os.path.join(workdir, "sweep.md"), "\n".join(lines) + "\n")
