@@ -215,7 +215,7 @@ def replay_step(state: train_state.TrainState, key: jax.Array, released_x: jnp.n
                 released_y: jnp.ndarray, batch_size: int, mixup: float = 0.0
                 ) -> tuple[train_state.TrainState, dict]:
   """One student step on ``batch_size`` of the rows Algorithm 1 released (drawn uniformly):
-  L_S of line 10 again, on targets already released, so post-processing (issue 18 item 5);
+  L_S of line 10 again, on targets already released, so post-processing;
   with ``mixup`` > 0 on mixed pairs and mixed target distributions (Zhang et al. 2018)."""
   x, y_s = train.sample_batch(key, released_x, released_y, batch_size)
   targets = jax.nn.softmax(y_s)

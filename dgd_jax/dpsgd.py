@@ -229,7 +229,7 @@ def train_private(ctx: Context, state: train_state.TrainState, model, x: np.ndar
       noise_key, fit, ctx.stage.checkpoint_dir, name, ctx.log)
 
 
-# ---- DGD's private baseline (issue 19 part 2) ----------------------------------------------
+# ---- DGD's private baseline -----------------------------------------------------------------
 
 def baseline_releases(config, neighbours: str = "replace_one", dataset_size: int | None = None
                       ) -> list[privacy.DpsgdSteps]:

@@ -1,4 +1,4 @@
-"""Memory planning for the teacher ensemble, before anything is allocated (issue 20).
+"""Memory planning for the teacher ensemble, before anything is allocated.
 
 The ensemble's programs (``ensemble.make_train_step``, ``ensemble.make_predict_fn``) hold,
 on each device, the state of all its teachers and their training examples, and run its

@@ -96,7 +96,7 @@ def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
   generator's learning-rate decay every round, logging and checkpoints every step, DGD's
   synthetic set cut to SMOKE_SYNTHETIC, PATE's public pool to its queries plus
   SMOKE_TEST_SIZE, and the test split to SMOKE_TEST_SIZE examples after that pool, so that
-  every code path runs at the preset's shapes in minutes (issue 20). Idempotent."""
+  every code path runs at the preset's shapes in minutes. Idempotent."""
   if not config.get("smoke", False):
     return config
   config = copy.deepcopy(config)

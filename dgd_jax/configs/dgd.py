@@ -33,7 +33,7 @@ from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.configs import common
 
 BUDGETS = {"eps10": (1300, 10.0), "eps1": (27, 1.0), "eps3": (300, 3.0)}  # queries, epsilon
-# private_baseline (issue 19 part 2): the fixed GNMax sigma 40 queries per budget; the
+# private_baseline: the fixed GNMax sigma 40 queries per budget; the
 # baseline's DP-SGD noise is calibrated to fill the rest of the budget.
 PRIVATE_BASELINE_QUERIES = {"eps10": 1000, "eps3": 300, "eps1": 50}
 # Extra arguments: 'standard' (the 45-minute CPU preset), 'table1' (the paper's own method:
@@ -118,20 +118,20 @@ def generator_config(paper: bool, table1: bool = False) -> ml_collections.Config
   ))
 
 
-# The CPU presets' synthesis (``inversion``): DeepInversion, 8000 samples (4000 until
-# 2026-11-24: the quick student 74.25% -> 77.16% on the same teachers, README).
+# The CPU presets' synthesis (``inversion``): DeepInversion, 8000 samples (more samples than
+# 4000 gave the quick student about 3 points on the same teachers: README ablation).
 INVERSION = dict(synthesis="inversion", w_stats=10.0, jitter=1, oversample=1.0,
                  num_synthetic=8000)
 
 
-# The quick preset's cuts (issue 16: 10 minutes on 2 cores): 100 inversion steps at twice the
-# learning rate (quick student 76.77% against 77.16% at 200 steps of 0.1, and 75.54% at 100
-# of 0.1; README) and a 500-step data-free diagnostic instead of the baseline's 1500.
+# The quick preset's cuts (a 10-minute run on 2 cores): 100 inversion steps at twice the
+# learning rate (within half a point of 200 steps at 0.1: README ablation) and a 500-step
+# data-free diagnostic instead of the baseline's 1500.
 QUICK = dict(inversion_steps=100, inversion_learning_rate=0.2, synthetic_student_steps=500)
 
 
 def inversion(config) -> None:
-  """The CPU presets' synthesis and student (issue 16; README ablation): DeepInversion against
+  """The CPU presets' synthesis and student (README ablation): DeepInversion against
   the baseline (generative.invert: statistics matching w 10, jitter 1, 200 Adam steps per
   batch) makes 8000 samples, each optimised on its own, instead of DGD's generator, whose
   samples collapse towards class templates; the teachers agree with one another more on them
@@ -142,7 +142,7 @@ def inversion(config) -> None:
 
 
 def private(config, budget: str) -> None:
-  """End-to-end accounted DGD (issue 19 part 2): the baseline the generator inverts is trained
+  """End-to-end accounted DGD: the baseline the generator inverts is trained
   with DP-SGD (stages.baseline.run_private: 300 Poisson batches of expected 1024, clip 1,
   Adam on the noisy mean), its steps composed with a fixed GNMax plan under dp-accounting's PLD
   (replace-one, as the votes). Statistics matching reads private activations without noise:

@@ -79,11 +79,11 @@ def get_config(arg: str | None = None):
       # logits, so each released row is a noisy soft vote of the teacher(s) (dpdfd.REFERENCES)
       reference="student",
       # > 0: afterwards, the student trains this many epochs more on all B T released rows
-      # (issue 18 item 5: post-processing, no extra epsilon); keeps B T inputs in memory.
+      # (post-processing, no extra epsilon); keeps B T inputs in memory.
       replay_epochs=0,
       # Where the inputs D come from: 'generator' (Algorithm 1's, trained alongside) or
       # 'synthetic' (the generator stage's fixed set, DeepInversion of the baseline: B T of
-      # its samples queried once each, in order; issue 18 item 5).
+      # its samples queried once each, in order).
       inputs="generator",
       mixup=0.0,  # > 0: the replay mixes its pairs (mixup, Zhang et al. 2018; post-processing)
       # > 0 (needs replay): this many rounds of self-training after the replay, each a fresh
@@ -102,7 +102,7 @@ def get_config(arg: str | None = None):
 
 
 def synthetic(config, paper: bool) -> None:
-  """The ensemble queried once on DGD's DeepInversion set (issue 18): Algorithm 1's generator
+  """The ensemble queried once on DGD's DeepInversion set: Algorithm 1's generator
   collapses to one class the teachers agree on (README); the inverted set spans the classes.
   8000 inverted samples, ``QUERIED`` of them queried once each (at eps 10: T = 32 steps of
   B = 64; reference 'uniform': each row a noisy soft vote of the teachers); the student then

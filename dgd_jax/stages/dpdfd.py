@@ -206,7 +206,7 @@ def _fit_targets(ctx: Context, state: train_state.TrainState, x: jnp.ndarray, y:
 
 def _replay(ctx: Context, student, state: dpdfd.DpdfdState, x_self: np.ndarray) -> list:
   """The student trained ``dpdfd.replay_epochs`` more epochs on the B T rows its run released
-  (issue 18 item 5: the targets are reused, not queried again, so no extra epsilon); then
+  (the targets are reused, not queried again, so no extra epsilon); then
   ``dpdfd.self_training`` rounds (``train.self_training``) on ``x_self``, each a fresh
   student trained as long. Returns the parameters of the replayed and each self-trained one."""
   d = ctx.config.dpdfd
