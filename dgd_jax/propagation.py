@@ -22,6 +22,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy import sparse
 
 from dgd_jax.models import scattering
 
@@ -34,11 +35,15 @@ def features(images: np.ndarray, dims: int = 50, scales: int = 2, orientations: 
   nothing private or trained enters). On the quick preset's synthetic pool the 10-NN graph of
   the whitened 50 components agrees with the classes more than the raw coefficients' (RESULTS.md,
   DGD ablation)."""
-  f = np.asarray(scattering.features(images, scales, orientations), np.float64)
+  f = np.asarray(scattering.features(images, scales, orientations), np.float32)
   f = f.reshape(len(f), -1)
   f = f - f.mean(0)
-  u, _, _ = np.linalg.svd(f, full_matrices=False)
-  z = u[:, :min(dims, u.shape[1])]  # whitened: every component at unit variance
+  if len(f) <= f.shape[1]:  # few samples: the thin SVD of f itself
+    z = np.linalg.svd(f.astype(np.float64), full_matrices=False)[0][:, :dims]
+  else:  # many: the eigenvectors of the D x D scatter matrix (ascending order)
+    values, vectors = np.linalg.eigh((f.T @ f).astype(np.float64))
+    top = slice(len(values) - 1, max(len(values) - 1 - dims, -1), -1)
+    z = (f @ vectors[:, top].astype(np.float32)) / np.sqrt(np.maximum(values[top], 1e-12))
   return (z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
 
@@ -114,22 +119,16 @@ def propagate(f: np.ndarray, labelled: np.ndarray, labels: np.ndarray, num_class
   the uniform distribution."""
   n = len(f)
   idx, sim = knn_graph(f, neighbours)
-  w = np.zeros((n, n), np.float32)  # dense: pools of a few 10,000 rows fit in memory
-  rows = np.repeat(np.arange(n), neighbours)
-  w[rows, idx.ravel()] = np.maximum(sim.ravel(), 0.0)
-  w = np.maximum(w, w.T)  # symmetric
-  d = w.sum(1)
-  inv = 1.0 / np.sqrt(np.maximum(d, 1e-12))
-  s = jnp.asarray(w * inv[:, None] * inv[None, :])  # D^-1/2 W D^-1/2
-  y = np.zeros((n, num_classes), np.float32)
+  w = sparse.csr_matrix((np.maximum(sim.ravel(), 0.0), (np.repeat(np.arange(n), neighbours),
+                                                        idx.ravel())), shape=(n, n))
+  w = w.maximum(w.T)  # symmetric
+  inv = 1.0 / np.sqrt(np.maximum(np.asarray(w.sum(1)).ravel(), 1e-12))
+  s = sparse.diags(inv) @ w @ sparse.diags(inv)  # D^-1/2 W D^-1/2
+  y = np.zeros((n, num_classes))
   y[labelled, labels] = 1.0
-  y = jnp.asarray(y)
-
-  def step(fr, _):
-    return alpha * (s @ fr) + (1.0 - alpha) * y, None  # Zhou et al. 2004, Eq. (1)
-
-  out, _ = jax.lax.scan(step, y, None, length=iterations)
-  out = np.asarray(out, np.float64)
+  out = y
+  for _ in range(iterations):
+    out = alpha * (s @ out) + (1.0 - alpha) * y  # Zhou et al. 2004, Eq. (1)
   out = out / np.maximum(out.sum(0, keepdims=True), 1e-300)  # class mass normalisation
   total = out.sum(1, keepdims=True)
   uniform = np.full(num_classes, 1.0 / num_classes)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dgd_jax import augment, generative, propagation, query_plan
+from dgd_jax.configs import dgd as dgd_config
 from dgd_jax.errors import ConfigError
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.stages import student
@@ -207,3 +208,12 @@ def test_representative_queries_cover_the_clusters():
   images = rng.uniform(-1, 1, (64, 28, 28, 1)).astype(np.float32)
   z = propagation.features(images, dims=10)
   assert z.shape == (64, 10) and np.allclose(np.linalg.norm(z, axis=1), 1.0, atol=1e-5)
+
+
+def test_propagation_runs_only_for_few_labels():
+  config = dgd_config.get_config("fashion_mnist,cpu")
+  config.student.propagation = 10
+  assert student.propagates(config, 114, 8000)  # a small ensemble's plan
+  assert not student.propagates(config, 2852, 8000)  # the quick preset's: a third labelled
+  config.student.propagation = 0
+  assert not student.propagates(config, 114, 8000)

@@ -218,9 +218,9 @@ def student_config() -> ml_collections.ConfigDict:
       threshold=0.95,  # FixMatch's confidence threshold for a pseudo-label
       consistency_augment=True,  # False: no views, plain confident pseudo-labels
       diagnose_noiseless=False,  # also train on the noiseless plurality (a diagnostic)
-      # > 0: the released labels spread over the whole pool by label propagation on the
-      # k-NN graph (this many neighbours) of ScatterNet features; the student learns the
-      # propagated distributions of every pool sample (propagation.propagate)
+      # > 0: while the released labels cover at most 5% of the pool, they are spread over it
+      # by label propagation on the k-NN graph (this many neighbours) of ScatterNet features,
+      # and the student learns every pool sample's likeliest label (stages/student.py)
       propagation=0,
       # rounds of self-training: a fresh student trained on the last one's predicted
       # distributions over the whole pool (post-processing of the released labels, no epsilon)
