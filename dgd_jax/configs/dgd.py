@@ -136,9 +136,12 @@ def inversion(config) -> None:
   batch) makes 8000 samples, each optimised on its own, instead of DGD's generator, whose
   samples collapse towards class templates; the teachers agree with one another more on them
   (synthetic -> real on their plurality labels: 77.0% against 71.7% at 3000 samples). The
-  student mixes its labelled pairs (mixup 0.4), which resists the label noise."""
+  student mixes its labelled pairs (mixup 0.4), which resists the label noise, and, when the
+  labels cover at most 5% of the pool (eps 1, small ensembles), learns the whole pool labelled
+  by label propagation (stages/student.py; RESULTS.md)."""
   config.generator.update(INVERSION)
   config.student.mixup = 0.4
+  config.student.propagation = 10
 
 
 def private(config, budget: str) -> None:
