@@ -7,7 +7,7 @@ import os
 from dgd_jax import methods, privacy, query_plan
 from dgd_jax.configs.common import SMOKE_STEPS
 from dgd_jax.errors import ConfigError
-from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING
+from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING, RELATION_NAMES
 from dgd_jax.workdir import plain, write_json, write_text
 
 STATISTICS_NOTE = (
@@ -22,7 +22,6 @@ RAW_POOL_NOTE = (
     "pool.source='train': the student's unlabelled pool is the private training set itself "
     "(a stand-in for public data, DGD Fig. 4 and 7). The student sees those images without "
     "noise, so this run's student has no differential-privacy guarantee for them.")
-RELATION_LABELS = {"replace_one": "replace-one", "add_or_remove_one": "add/remove-one"}
 # Stage results that report.json also shows at its top level.
 TOP_LEVEL = ("generator", "vae", "ldp", "audit")
 
@@ -35,7 +34,8 @@ def neighbours(p: dict, accountant: str) -> str:
     eps = {**r["epsilons"], **r["epsilons_data_dependent"]}[accountant]
     moved = (f", one change moves up to {r['teachers_changed']} teacher(s)"
              if r["teachers_changed"] else "")
-    parts.append(f"{RELATION_LABELS[relation]} (epsilon {eps:.4g}{moved})")
+    name = RELATION_NAMES[relation].split(" (")[0]  # "replace-one", "add/remove-one"
+    parts.append(f"{name} (epsilon {eps:.4g}{moved})")
   line = "; ".join(parts)
   if p.get("teachers_changed") and "add_or_remove_one" not in p["by_neighbours"]:
     line += (". Add/remove-one is not covered: the 'shuffle' partition re-deals every shard "
