@@ -162,9 +162,9 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
 def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray,
                   name: str, checkpoint_dir: str, pool_features: np.ndarray | None = None):
   """The student trained on labelled (x_s, y_s) and unlabelled x_u, with
-  ``vae`` = ``load_vae``'s (model, params) for Eq. 6, or (None, None) when it is off; with
-  ``student.propagation`` on, on the whole pool instead, each sample's target the released
-  labels propagated to it over ``pool_features`` (``propagation.features`` of x_s then x_u);
+  ``vae`` = ``load_vae``'s (model, params) for Eq. 6, or (None, None) when it is off; given
+  ``pool_features`` (``propagation.features`` of x_s then x_u, when ``propagates``), on the
+  whole pool instead, each sample's target the released labels propagated to it;
   then ``student.self_training`` rounds, each a fresh student trained the same way on the last
   one's predicted distributions over the whole pool (x_s and x_u; post-processing). Returns
   the model and each round's parameters (the last: the student)."""
@@ -182,8 +182,8 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
 
   x_all = np.concatenate([x_s, x_u])
   first = (x_s, y_s)
-  if propagates(config, len(x_s), len(x_all)):  # Zhou et al. 2004: each reached sample,
-    p, reached = propagation.propagate(          # its likeliest label
+  if pool_features is not None:  # Zhou et al. 2004: each reached sample, its likeliest label
+    p, reached = propagation.propagate(
         pool_features, np.arange(len(x_s)), y_s, ctx.dataset.num_classes,
         config.student.propagation)
     first = (x_all[reached], p[reached].argmax(-1).astype(np.int32))
