@@ -71,12 +71,6 @@ def moments_to_rdp(moment_orders, log_moments) -> tuple[np.ndarray, np.ndarray]:
   return moment_orders + 1.0, np.asarray(log_moments, dtype=np.float64) / moment_orders
 
 
-def rdp_to_moments(orders, rdp) -> tuple[np.ndarray, np.ndarray]:
-  """Renyi (orders lam, rdp) -> (moment orders lam - 1, alpha = (lam - 1) * rdp)."""
-  orders = checks.orders("orders", orders, minimum=1.0)
-  return orders - 1.0, (orders - 1.0) * np.asarray(rdp, dtype=np.float64)
-
-
 def moments_epsilon(moment_orders, log_moments, delta: float) -> tuple[float, float]:
   """(epsilon, optimal moment order l) of the moments accountant:
   eps = min_l (alpha(l) + ln(1/delta)) / l  (PATE 2017 Thm. 2.2), via ``classic_epsilon``."""

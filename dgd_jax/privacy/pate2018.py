@@ -135,12 +135,6 @@ def gnmax_rdp_data_dependent(votes, sigma: float, orders, teachers_changed: int 
   return np.array(rows)
 
 
-def log_pr_answered(votes, threshold: float, sigma1: float) -> np.ndarray:
-  """ln Pr[max_j n_j + N(0, sigma1^2) >= threshold], one per query."""
-  votes = checks.votes(votes)
-  return stats.norm.logsf(threshold - votes.max(axis=1), scale=checks.positive("sigma1", sigma1))
-
-
 def threshold_rdp_data_dependent(votes, threshold: float, sigma1: float, orders,
                                  teachers_changed: int = 1) -> np.ndarray:
   """Per-query exact data-dependent RDP of the threshold bit, shape [queries, orders]:
