@@ -52,7 +52,6 @@ def get_config(arg: str | None = None):
   if standard:
     config.preset = "standard"
   config.method = "dgd"
-  config.budget = budget
   config.num_teachers = 250  # DGD IV-A
   config.teachers = common.teachers_config(config.preset)
   config.generator = generator_config(paper, table1)
