@@ -121,6 +121,63 @@ def test_npz_missing_arrays_and_count_mismatch(tmp_path):
     load_dataset(f"npz:{path}")
 
 
+def _npz_with(tmp_path, **bad) -> str:
+  """A small valid npz dataset (float pixels, float labels) with the arrays in ``bad``
+  replacing its own."""
+  arrays = dict(x_train=np.full((6, 4, 4), 10.0), y_train=np.arange(6.0) % 3,
+                x_test=np.full((3, 4, 4), 200.0), y_test=np.arange(3.0))
+  arrays.update(bad)
+  path = str(tmp_path / "data.npz")
+  np.savez(path, **arrays)
+  return path
+
+
+def test_npz_float_pixels_in_range_load(tmp_path):
+  d = load_dataset(f"npz:{_npz_with(tmp_path)}")
+  assert d.num_classes == 3 and d.y_train.tolist() == [0, 1, 2, 0, 1, 2]
+  np.testing.assert_allclose(d.x_test, 200.0 / 127.5 - 1.0, rtol=1e-6)
+
+
+def _with(a, index, value):
+  a = np.array(a)
+  a[index] = value
+  return a
+
+
+@pytest.mark.parametrize("array, index, value, message", [
+    ("x_train", (4, 2, 1), np.nan, r"x_train\[4, 2, 1\] is nan: pixels must be finite. Fix or "
+     r"drop image 4 of x_train"),
+    ("x_test", (1, 0, 3), np.inf, r"x_test\[1, 0, 3\] is inf: pixels must be finite"),
+    ("x_train", (2, 3, 3), 256.0, r"x_train\[2, 3, 3\] is 256.0, outside 0..255 \(x_train "
+     r"spans \[10.0, 256.0\]\)"),
+    ("x_test", (0, 0, 0), -1.0, r"x_test\[0, 0, 0\] is -1.0, outside 0..255"),
+    ("y_train", (5,), np.nan, r"y_train\[5\] is nan: labels must be integers 0..K-1. Fix or drop "
+     r"example 5 of y_train"),
+    ("y_test", (2,), -1.0, r"y_test\[2\] is -1.0: labels must be integers"),
+    ("y_train", (3,), 1.5, r"y_train\[3\] is 1.5: labels must be integers"),
+])
+def test_npz_bad_values_name_the_array_and_index(tmp_path, array, index, value, message):
+  """Non-finite or out-of-range pixels and bad labels are refused when the set is loaded, with
+  the array, the first bad index and the fix; not trained on until the loss is NaN."""
+  clean = dict(x_train=np.full((6, 4, 4), 10.0), y_train=np.arange(6.0) % 3,
+               x_test=np.full((3, 4, 4), 200.0), y_test=np.arange(3.0))
+  path = _npz_with(tmp_path, **{array: _with(clean[array], index, value)})
+  with pytest.raises(DatasetError, match=message):
+    load_dataset(f"npz:{path}")
+
+
+def test_bad_values_are_counted_and_labels_checked_against_a_stated_k():
+  from dgd_jax.data import loaders  # pylint: disable=g-import-not-at-top
+  x = np.zeros((3, 2, 2), np.float32)
+  x[1, 0, 0] = x[2, 1, 1] = np.nan
+  with pytest.raises(DatasetError, match=r"x_train\[1, 0, 0\] is nan \(and 1 more like it\)"):
+    loaders.check_pixels("d", "x_train", x)
+  with pytest.raises(DatasetError, match=r"d: y_test\[2\] is 10: labels must be integers 0..9"):
+    loaders.check_labels("d", "y_test", np.array([0, 9, 10], np.uint8), num_classes=10)
+  loaders.check_labels("d", "y_test", np.array([0, 9, 10], np.uint8), num_classes=None)
+  loaders.check_pixels("d", "x_train", np.full((2, 2, 2), 255, np.uint8))
+
+
 def test_builtin_manual_dir_without_files(tmp_path):
   empty = tmp_path / "empty"
   empty.mkdir()

@@ -64,12 +64,56 @@ def to_float(images: np.ndarray) -> np.ndarray:
   return images.astype(np.float32) / 127.5 - 1.0
 
 
+def _first_bad(name: str, key: str, a: np.ndarray, bad: np.ndarray) -> tuple[int, str]:
+  """(example index, '<name>: key[i, j, ...] is <value> (and n more like it)') of the first
+  True entry of ``bad``."""
+  first = tuple(int(i) for i in np.argwhere(bad)[0])
+  more = int(bad.sum()) - 1
+  return first[0], (f"{name}: {key}[{', '.join(map(str, first))}] is {a[first]}"
+                    + (f" (and {more} more like it)" if more else ""))
+
+
+def check_pixels(name: str, key: str, x: np.ndarray) -> None:
+  """Refuses images with non-finite pixels or pixels outside 0..255, naming the array and the
+  first bad index: such data would otherwise train until the loss turns NaN."""
+  if x.dtype == np.uint8:
+    return
+  if not np.issubdtype(x.dtype, np.number):
+    raise DatasetError(f"{name}: {key} has dtype {x.dtype}; store images as uint8 0..255.")
+  if np.issubdtype(x.dtype, np.inexact) and not np.isfinite(x).all():
+    i, where = _first_bad(name, key, x, ~np.isfinite(x))
+    raise DatasetError(f"{where}: pixels must be finite. Fix or drop image {i} of {key}; "
+                       "store images as uint8 0..255.")
+  bad = (x < 0) | (x > 255)
+  if bad.any():
+    i, where = _first_bad(name, key, x, bad)
+    raise DatasetError(f"{where}, outside 0..255 ({key} spans [{x.min()}, {x.max()}]). Store "
+                       "images as uint8 0..255 (data in [0, 1]: multiply by 255).")
+
+
+def check_labels(name: str, key: str, y: np.ndarray, num_classes: int | None) -> None:
+  """Refuses labels that are not integers in [0, K), K = ``num_classes`` where the dataset
+  states it, naming the array and the first bad index."""
+  if not np.issubdtype(y.dtype, np.number):
+    raise DatasetError(f"{name}: {key} has dtype {y.dtype}; labels must be integers 0..K-1.")
+  with np.errstate(invalid="ignore"):
+    bad = ~np.isfinite(y) | (y != np.round(y)) | (y < 0)
+    if num_classes:
+      bad |= y >= num_classes
+  if bad.any():
+    i, where = _first_bad(name, key, y, bad)
+    classes = f"0..{num_classes - 1}" if num_classes else "0..K-1"
+    raise DatasetError(f"{where}: labels must be integers {classes}. Fix or drop example {i} "
+                       f"of {key}.")
+
+
 def _make(name: str, x_train, y_train, x_test, y_test, num_classes: int | None = None) -> Dataset:
   """Validates raw uint8 arrays and converts them to a ``Dataset``."""
   arrays = {"x_train": np.asarray(x_train), "y_train": np.asarray(y_train),
             "x_test": np.asarray(x_test), "y_test": np.asarray(y_test)}
   for split in ("train", "test"):
     x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+    check_pixels(name, f"x_{split}", x)  # indices as stored, before a channel axis is added
     if x.ndim == 3:
       x = arrays[f"x_{split}"] = x[..., None]
     if x.ndim != 4:
@@ -82,9 +126,9 @@ def _make(name: str, x_train, y_train, x_test, y_test, num_classes: int | None =
     raise DatasetError(f"{name}: train images {arrays['x_train'].shape[1:]} and test images "
                        f"{arrays['x_test'].shape[1:]} differ in shape.")
   labels = np.concatenate([arrays["y_train"], arrays["y_test"]])
-  if labels.size and (labels.min() < 0 or not np.all(labels == np.round(labels))):
-    raise DatasetError(f"{name}: labels must be integers 0..K-1.")
-  k = num_classes or int(labels.max()) + 1
+  for k in ("y_train", "y_test"):
+    check_labels(name, k, arrays[k], num_classes)
+  k = num_classes or (int(labels.max()) + 1 if labels.size else 0)
   return Dataset(name, to_float(arrays["x_train"]), arrays["y_train"].astype(np.int32),
                  to_float(arrays["x_test"]), arrays["y_test"].astype(np.int32), k)
 
@@ -113,11 +157,6 @@ def _load_npz(path: str) -> Dataset:
       raise DatasetError(f"npz:{path} lacks arrays {missing}; it needs x_train, y_train, "
                          "x_test, y_test.")
     arrays = {k: f[k] for k in ("x_train", "y_train", "x_test", "y_test")}
-  for k in ("x_train", "x_test"):
-    a = arrays[k]
-    if a.dtype != np.uint8 and (a.min() < 0 or a.max() > 255):
-      raise DatasetError(f"npz:{path}: {k} values span [{a.min()}, {a.max()}]; store images "
-                         "as uint8 0..255.")
   return _make(f"npz:{path}", **arrays)
 
 
