@@ -12,7 +12,7 @@ import numpy as np
 import optax
 from absl import logging
 
-from dgd_jax import distributed, dpsgd, ensemble, generative, memory, parallel, train
+from dgd_jax import distributed, dpsgd_plan, ensemble, generative, memory, parallel, train
 from dgd_jax.core import Context
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.models.generator import Generator
@@ -108,8 +108,8 @@ def load_dpsgd(ctx: Context):
   """A finished DP-SGD stage's released model: (model, params, inputs), ``inputs(images)``
   what the model reads (ScatterNet features, data-independent, or the images)."""
   config = ctx.config
-  model = dpsgd.model_of(config, ctx.dataset.num_classes)
-  inputs = lambda images: dpsgd.inputs(config, images)
+  model = dpsgd_plan.model_of(config, ctx.dataset.num_classes)
+  inputs = lambda images: dpsgd_plan.inputs(config, images)
   params = train.load_params(_checkpoints(ctx, "dpsgd"), jax.eval_shape(
       model.init, jax.random.key(0), inputs(ctx.dataset.x_train[:1])))
   return model, params, inputs

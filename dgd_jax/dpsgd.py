@@ -4,7 +4,8 @@ private baseline: the model is trained on the private set with per-example clipp
 (``jax_privacy.noise_addition.gaussian_privatizer``) and Poisson batch selection
 (``jax_privacy.batch_selection.CyclicPoissonSampling``), accounted by the ledger's
 ``DpsgdSteps`` record: the batch selection is built from that record, so the sampling the
-trainer performs is the sampling the accountant composes.
+trainer performs is the sampling the accountant composes. Config-free: what a config makes of
+it (the model, the planned record, the calibrated noise) is ``dpsgd_plan``.
 
 Each step releases sum_i clip_C(g_i) + N(0, sigma^2 C^2 I) over a Poisson sample (add/remove-one
 sensitivity C); dividing by the public expected batch size q N, momentum and the model are
@@ -14,7 +15,6 @@ features (``models.scattering``) are a fixed transform of each image, so they co
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, Callable, NamedTuple
 
@@ -25,81 +25,9 @@ import optax
 from flax.training import train_state
 from jax_privacy import batch_selection, clipped_grad, clipping, noise_addition
 
-from dgd_jax import privacy, query_plan, train
-from dgd_jax.core import Context
-from dgd_jax.data import config_teachers_changed, load_private
+from dgd_jax import privacy, train
 from dgd_jax.errors import ConfigError
-from dgd_jax.models import dpsgd as models
-from dgd_jax.models import scattering
-
-def check(config) -> None:
-  """ConfigError naming the field and the fix for values DP-SGD cannot use."""
-  d = config.dpsgd
-  if d.model not in models.MODELS:
-    raise ConfigError(f"config.dpsgd.model={d.model!r}; use one of {tuple(models.MODELS)}.")
-  for name in ("num_steps", "batch_size", "microbatch_size"):
-    if d[name] < 1:
-      raise ConfigError(f"config.dpsgd.{name}={d[name]}; it must be >= 1.")
-  if not d.norm_bound > 0:
-    raise ConfigError(f"config.dpsgd.norm_bound={d.norm_bound}: the clip norm C must be > 0 "
-                      "(it is the sensitivity of each step's gradient sum).")
-  if not d.learning_rate > 0:
-    raise ConfigError(f"config.dpsgd.learning_rate={d.learning_rate}; it must be > 0.")
-  if not 0 <= d.momentum < 1:
-    raise ConfigError(f"config.dpsgd.momentum={d.momentum}; it must be in [0, 1).")
-  if d.noise < 0:
-    raise ConfigError(f"config.dpsgd.noise={d.noise}; it must be > 0, or 0 to calibrate it to "
-                      "config.privacy.max_epsilon.")
-
-
-def public_size(config, read: int | None = None) -> int:
-  """N of the sampling rate q = B / N, a public value: ``config.private_size`` when set (a config
-  value), else the training split's size (``read``, or read from the data), which a catalog
-  dataset publishes. For data of your own, set ``config.private_size`` to make N a config
-  value; under add/remove-one a neighbour is then sampled at the same q."""
-  size = config.get("private_size", 0)
-  if size:
-    return size
-  return read if read is not None else len(load_private(config).x_train)
-
-
-def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpsgdSteps:
-  """The ledger record of the planned DP-SGD steps at noise multiplier ``noise`` (q = B / N,
-  N = ``public_size``)."""
-  d = config.dpsgd
-  return privacy.DpsgdSteps(noise, d.batch_size, public_size(config, dataset_size),
-                            d.num_steps, d.norm_bound, d.sampling)
-
-
-def noise_multiplier(config, dataset_size: int | None = None) -> float:
-  """``dpsgd.noise``, or the least noise whose plan fits ``privacy.max_epsilon`` (target epsilon
-  in, noise multiplier out: jax-privacy's calibration, confirmed by the ledger)."""
-  check(config)
-  d, p = config.dpsgd, config.privacy
-  if d.noise > 0:
-    return d.noise
-  if p.max_epsilon <= 0:
-    raise ConfigError("config.dpsgd.noise=0 asks for the least noise within "
-                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
-  return privacy.dpsgd_noise_multiplier(release(config, 1.0, dataset_size), p.max_epsilon,
-                                        p.delta, p.accountant)
-
-
-def inputs(config, images: np.ndarray) -> np.ndarray:
-  """What the model reads: ScatterNet coefficients (data-independent) or the images."""
-  d = config.dpsgd
-  if d.model not in models.SCATTERING:
-    return images
-  return scattering.features(images, d.scattering_scales, d.scattering_orientations)
-
-
-def model_of(config, num_classes: int):
-  d = config.dpsgd
-  if d.model in models.SCATTERING:
-    return models.MODELS[d.model](num_classes=num_classes, groups=d.groups,
-                                  norm_affine=d.norm_affine)
-  return models.MODELS[d.model](num_classes=num_classes)
-
+from dgd_jax.models import dpsgd as dpsgd_models
 
 def dpsgd_step(state: train_state.TrainState, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray,
                idx: jnp.ndarray, *, grad_fn, noise_std: float, expected_batch: float):
@@ -166,7 +94,7 @@ def linear_clipped_grad(groups: int, l2_clip_norm: float) -> ClippedGrad:
   matmul instead of B outer products. Same output and sensitivity C as ``clipped_grad(...,
   return_values=True, return_grad_norms=True)`` on ``_loss``."""
   finite = lambda a: jnp.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)  # as clip_pytree
-  norm = models.group_norm_module(groups, affine=False)
+  norm = dpsgd_models.group_norm_module(groups, affine=False)
 
   @jax.jit
   def inputs(x):  # z_i for every example
@@ -191,7 +119,7 @@ def clipped_grad_of(model, norm_bound: float, microbatch_size: int) -> ClippedGr
   """The clipped per-example gradient sum DP-SGD trains ``model`` with: jax-privacy's
   ``clipped_grad`` of the cross-entropy on the examples as they are, or its closed form for
   ScatterNet + linear with a non-affine group norm (``linear_clipped_grad``)."""
-  if isinstance(model, models.ScatterLinear) and not model.norm_affine:
+  if isinstance(model, dpsgd_models.ScatterLinear) and not model.norm_affine:
     return linear_clipped_grad(model.groups, norm_bound)
   return ClippedGrad(clipped_grad(_loss(model.apply), l2_clip_norm=norm_bound,
                                   batch_argnums=(1, 2), microbatch_size=microbatch_size,
@@ -208,11 +136,12 @@ def batches(record: privacy.DpsgdSteps, num_examples: int, seed: int, multiple: 
           for b in strategy.batch_iterator(num_examples, rng=np.random.default_rng(seed))]
 
 
-def train_private(ctx: Context, state: train_state.TrainState, model, x: np.ndarray,
-                  y: np.ndarray, record: privacy.DpsgdSteps, microbatch_size: int,
-                  fit: train.FitConfig, noise_key: jax.Array, batch_key: jax.Array, name: str):
+def train_private(state: train_state.TrainState, model, x: np.ndarray, y: np.ndarray,
+                  record: privacy.DpsgdSteps, microbatch_size: int, fit: train.FitConfig,
+                  noise_key: jax.Array, batch_key: jax.Array, checkpoint_dir: str, name: str,
+                  log: Callable[[dict], None] | None = None):
   """``record.steps`` DP-SGD steps of ``state`` (``model``'s parameters) on (x, y) with the
-  record's batch selection, clip norm and noise (resumable from the stage's checkpoints)."""
+  record's batch selection, clip norm and noise (resumable from ``checkpoint_dir``)."""
   grad_fn, inputs = clipped_grad_of(model, record.norm_bound, microbatch_size)
   # The sum's sensitivity under the record's relation is what the record charges.
   stated = grad_fn.sensitivity(record.neighboring_relation)
@@ -226,67 +155,6 @@ def train_private(ctx: Context, state: train_state.TrainState, model, x: np.ndar
   x_dev, y_dev = inputs(jnp.asarray(x)), jnp.asarray(y)  # what grad_fn reads, once
   return train.run_steps(
       state, lambda s, k: step(s, k, x_dev, y_dev, jnp.asarray(indices[int(s.step)])),
-      noise_key, fit, ctx.stage.checkpoint_dir, name, ctx.log)
+      noise_key, fit, checkpoint_dir, name, log)
 
 
-# ---- DGD's private baseline -----------------------------------------------------------------
-
-def baseline_releases(config, neighbours: str = "replace_one", dataset_size: int | None = None
-                      ) -> list[privacy.DpsgdSteps]:
-  """The planned DP-SGD record of DGD's baseline when ``config.baseline.dpsgd`` is set (the
-  ``private_baseline`` argument of dgd.py), else [], stated under the relation ``neighbours``
-  so that it composes with the teachers' label queries under the same one. ``dpsgd.noise=0``
-  calibrates the noise so that the baseline and the fixed query plan together fit
-  ``privacy.max_epsilon`` under every relation the partition covers (one dp-accounting
-  composition each under ``privacy.accountant``, PLD)."""
-  if "dpsgd" not in config.get("baseline", {}):
-    return []
-  b, d, p = config.baseline, config.baseline.dpsgd, config.privacy
-  if config.queries.get("plan", "fixed") != "fixed":
-    raise ConfigError("a private baseline (config.baseline.dpsgd) shares the budget with the "
-                      "label queries: set config.queries.plan='fixed' (the automatic plan "
-                      "spends the whole budget on queries).")
-  template = privacy.DpsgdSteps(d.noise or 1.0, d.batch_size, public_size(config, dataset_size),
-                                b.num_steps, d.norm_bound, d.sampling, relation=neighbours)
-  if d.noise > 0:
-    return [template]
-  if p.max_epsilon <= 0:
-    raise ConfigError("config.baseline.dpsgd.noise=0 asks for the least noise within "
-                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
-  shape = (template.batch_size, template.dataset_size, template.steps, template.norm_bound)
-  queries = [query_plan.release(config, neighbours=r)
-             for r in config_teachers_changed(config)]
-  return [template.with_noise(max(
-      _noise_with(shape, (q.mechanism, q.noise_parameter, q.count, q.teachers_changed,
-                          q.neighbours), p.max_epsilon, p.delta, p.accountant)
-      for q in queries))]
-
-
-@functools.lru_cache(maxsize=16)
-def _noise_with(steps: tuple, queries: tuple, target: float, delta: float,
-                accountant: str) -> float:
-  """The least baseline noise whose steps, composed with the fixed queries (under the
-  queries' relation), fit ``target``."""
-  batch, size, count, norm = steps
-  mechanism, noise, num, changed, neighbours = queries
-  template = privacy.DpsgdSteps(1.0, batch, size, count, norm, relation=neighbours)
-  fixed = privacy.MECHANISMS[mechanism](noise, num, teachers_changed=changed,
-                                        neighbours=neighbours)
-  alone = privacy.epsilon_of(fixed, delta, accountant)
-  if not alone < target:
-    raise ConfigError(f"the fixed label queries alone ({num} {mechanism}, noise {noise:g}) give "
-                      f"epsilon {alone:.4g} ({accountant}), leaving nothing of "
-                      f"privacy.max_epsilon={target:g} for the private baseline: fewer "
-                      "queries (config.queries.num_queries) or more noise.")
-  return privacy.min_noise(template, target, delta, accountant, rtol=1e-4, others=[fixed])
-
-
-def recorded_baseline(results: dict, neighbours: str | None = None) -> list[privacy.DpsgdSteps]:
-  """The DP-SGD record of the baseline that actually ran (the result of
-  ``stages.baseline.run_private``), stated under the relation ``neighbours`` (None: as it
-  ran; the steps are the same under either), or []."""
-  r = results.get("baseline", {}).get("release")
-  if not r:
-    return []
-  record = privacy.DpsgdSteps.from_json(r)
-  return [dataclasses.replace(record, relation=neighbours) if neighbours else record]

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import dpsgd, privacy
+from dgd_jax import dpsgd, dpsgd_plan, privacy
 from dgd_jax.configs import dpsgd as dpsgd_configs
 from dgd_jax.data import load_private
 
@@ -38,8 +38,8 @@ def features(path: str) -> dict:
     data = load_private(config)
     arrays = {"y_train": data.y_train, "y_test": data.y_test}
     for name, images in (("train", data.x_train), ("test", data.x_test)):
-      arrays[f"x_{name}"] = dpsgd.inputs(config, images)
-      arrays[f"mirror_{name}"] = dpsgd.inputs(config, images[:, :, ::-1])
+      arrays[f"x_{name}"] = dpsgd_plan.inputs(config, images)
+      arrays[f"mirror_{name}"] = dpsgd_plan.inputs(config, images[:, :, ::-1])
     np.savez(path, **arrays)
   with np.load(path) as f:
     return dict(f)

@@ -18,7 +18,7 @@ from jax_privacy import accounting as jp_accounting
 from jax_privacy import batch_selection
 
 from dgd_jax.audit.__main__ import audit_run
-from dgd_jax import dpsgd, methods, pipeline, privacy
+from dgd_jax import dpsgd, dpsgd_plan, methods, pipeline, privacy
 from dgd_jax.configs import dgd as dgd_config_file
 from dgd_jax.configs import dpsgd as dpsgd_config_file
 from dgd_jax.data import load_dataset
@@ -378,11 +378,11 @@ def test_sampling_rate_is_stated_with_a_public_size(monkeypatch):
   def refuse(_):
     raise AssertionError("the plan read the private set's size")
 
-  monkeypatch.setattr(dpsgd, "load_private", refuse)
-  record = dpsgd.release(config, 1.0)
+  monkeypatch.setattr(dpsgd_plan, "load_private", refuse)
+  record = dpsgd_plan.release(config, 1.0)
   assert record.dataset_size == 20000
   assert record.sampling_probability == config.dpsgd.batch_size / 20000
-  assert dpsgd.public_size(config, read=19999) == 20000
+  assert dpsgd_plan.public_size(config, read=19999) == 20000
 
 
 # ---- issue 19 part 2: DGD with a DP-SGD baseline, one composed epsilon ------------------------

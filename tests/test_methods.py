@@ -1,7 +1,7 @@
-"""The registry (methods.py) and the layering it stands on: stages import the layer below
-(core, artefacts), never each other or the pipeline; no import cycle; every stage takes a
-typed Context; planning works for every method; a new method is one record plus its own
-module."""
+"""The registry (methods.py) and the layering it stands on: every module imports only its own
+layer or lower ones of docs/ARCHITECTURE.md's layer table, stages never each other; no import
+cycle; every stage takes a typed Context; planning works for every method; a new method is one
+record plus its own module."""
 from __future__ import annotations
 
 import ast
@@ -51,6 +51,59 @@ def _imports(path: str, modules: dict[str, str]) -> set[str]:
         full = f"{node.module}.{a.name}"
         out.add(full if full in modules else node.module)
   return {m for m in out if m in modules}
+
+
+ARCHITECTURE = os.path.join(os.path.dirname(PACKAGE), "docs", "ARCHITECTURE.md")
+
+
+def _layers() -> list[tuple[str, list[str]]]:
+  """docs/ARCHITECTURE.md's layer table, top layer first: (layer, module patterns), a pattern
+  being a module under dgd_jax ('train') or a package and everything in it ('privacy.*')."""
+  text = open(ARCHITECTURE).read()
+  table = text[text.index("<!-- layers -->"):text.index("<!-- /layers -->")]
+  rows = [line.strip().strip("|").split("|") for line in table.splitlines()
+          if line.startswith("| ") and not line.startswith("| layer")]
+  return [(layer.strip(), [m.strip(" `") for m in modules.split(",")])
+          for layer, modules in rows]
+
+
+def _layer_of(modules: dict[str, str]) -> dict[str, int]:
+  """Each module's layer (0 the bottom); an exact name outranks a package pattern."""
+  layers = _layers()
+  depth = {}
+  for height, (_, patterns) in enumerate(reversed(layers)):
+    for p in patterns:
+      depth[p] = height
+  out = {}
+  for name in modules:
+    short = name.removeprefix("dgd_jax").lstrip(".") or "dgd_jax"
+    matches = [p for p in depth if p == short or (p.endswith(".*") and
+               (short == p[:-2] or short.startswith(p[:-1])))]
+    exact = [p for p in matches if p == short]
+    assert len(exact or matches) == 1, f"{name}: listed {exact or matches or 'nowhere'} in " \
+                                       "docs/ARCHITECTURE.md's layer table"
+    out[name] = depth[(exact or matches)[0]]
+  return out
+
+
+def test_the_layer_table_lists_every_module_once_and_nothing_else():
+  modules = _modules()
+  layer_of = _layer_of(modules)
+  assert set(layer_of) == set(modules)
+  shorts = {n.removeprefix("dgd_jax").lstrip(".") or "dgd_jax" for n in modules}
+  for _, patterns in _layers():
+    for p in patterns:  # no stale entry
+      assert p in shorts or (p.endswith(".*") and p[:-2] in shorts), p
+
+
+def test_each_module_imports_only_its_own_layer_or_lower_ones():
+  modules = _modules()
+  layer_of = _layer_of(modules)
+  names = [layer for layer, _ in reversed(_layers())]
+  bad = [f"{name} ({names[layer_of[name]]}) imports {m} ({names[layer_of[m]]})"
+         for name, path in modules.items() for m in sorted(_imports(path, modules))
+         if layer_of[m] > layer_of[name]]
+  assert not bad, "\n".join(bad)
 
 
 def test_stages_import_neither_each_other_nor_the_pipeline():

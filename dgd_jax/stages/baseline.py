@@ -8,7 +8,7 @@ import time
 
 import jax
 
-from dgd_jax import dpsgd, train
+from dgd_jax import dpsgd, dpsgd_plan, train
 from dgd_jax.artefacts import classifier, fit_config
 from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError
@@ -77,16 +77,16 @@ def run_private(ctx: Context) -> dict:
   per-example gradients, Gaussian noise, Adam on the noisy mean (post-processing), the
   baseline block's schedule."""
   config, data = ctx.config, ctx.dataset
-  [record] = dpsgd.baseline_releases(config, dataset_size=len(data.x_train))
+  [record] = dpsgd_plan.baseline_releases(config, dataset_size=len(data.x_train))
   model = classifier(config, data.num_classes)
   init_key, train_key = jax.random.split(ctx.key("baseline"))
   noise_key, batch_key = jax.random.split(train_key)
   cfg = fit_config(config, "baseline")
   state = train.create_train_state(model, train.optimizer(cfg), init_key, data.image_shape)
   t0 = time.perf_counter()
-  state = dpsgd.train_private(ctx, state, model, data.x_train, data.y_train, record,
+  state = dpsgd.train_private(state, model, data.x_train, data.y_train, record,
                               config.baseline.dpsgd.microbatch_size, cfg, noise_key, batch_key,
-                              "baseline")
+                              ctx.stage.checkpoint_dir, "baseline", ctx.log)
   return {
       "test_accuracy": train.accuracy(model.apply, state.params, data.x_test, data.y_test),
       "num_params": sum(x.size for x in jax.tree.leaves(state.params)),

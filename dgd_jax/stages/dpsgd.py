@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import optax
 from flax.training import train_state
 
-from dgd_jax import dpsgd, privacy, train
+from dgd_jax import dpsgd, dpsgd_plan, privacy, train
 from dgd_jax.core import Context
 
 CONFIG_KEYS = ("dpsgd", "privacy")
@@ -20,7 +20,7 @@ CONFIG_KEYS = ("dpsgd", "privacy")
 
 def check(config) -> None:
   """Config values DP-SGD cannot use, refused before anything runs."""
-  dpsgd.check(config)
+  dpsgd_plan.check(config)
 
 
 def neighbours(config) -> tuple[str, ...]:
@@ -32,7 +32,7 @@ def neighbours(config) -> tuple[str, ...]:
 def releases(config, neighbours: str = "add_or_remove_one") -> list[privacy.Release]:
   """The planned DP-SGD steps, what the budget guard and ``sweep --accounting_only`` account
   before anything is trained."""
-  return [dataclasses.replace(dpsgd.release(config, dpsgd.noise_multiplier(config)),
+  return [dataclasses.replace(dpsgd_plan.release(config, dpsgd_plan.noise_multiplier(config)),
                               relation=neighbours)]
 
 
@@ -40,16 +40,16 @@ def run(ctx: Context) -> dict:
   """Trains (or resumes) the DP-SGD model; returns its test accuracy, the noise and the ledger."""
   config, data = ctx.config, ctx.dataset
   d, p = config.dpsgd, config.privacy
-  n = dpsgd.public_size(config, len(data.x_train))
-  record = dpsgd.release(config, dpsgd.noise_multiplier(config, n), n)
+  n = dpsgd_plan.public_size(config, len(data.x_train))
+  record = dpsgd_plan.release(config, dpsgd_plan.noise_multiplier(config, n), n)
   ledger = privacy.PrivacyLedger([record])
   if p.max_epsilon > 0:
     ledger.check_budget(p.max_epsilon, p.delta, p.accountant)
   t0 = time.perf_counter()
-  x_train, x_test = dpsgd.inputs(config, data.x_train), dpsgd.inputs(config, data.x_test)
+  x_train, x_test = dpsgd_plan.inputs(config, data.x_train), dpsgd_plan.inputs(config, data.x_test)
   feature_seconds = time.perf_counter() - t0
 
-  model = dpsgd.model_of(config, data.num_classes)
+  model = dpsgd_plan.model_of(config, data.num_classes)
   init_key, noise_key, batch_key = jax.random.split(ctx.key("dpsgd"), 3)
   params = model.init(init_key, jnp.zeros((1,) + x_train.shape[1:], jnp.float32))
   ema = d.get("ema", 0.0)
@@ -61,8 +61,9 @@ def run(ctx: Context) -> dict:
                         learning_rate=d.learning_rate, checkpoint_every=config.checkpoint_every,
                         log_every=config.log_every)
   t0 = time.perf_counter()
-  state = dpsgd.train_private(ctx, state, model, x_train, data.y_train, record,
-                              d.microbatch_size, fit, noise_key, batch_key, "dpsgd")
+  state = dpsgd.train_private(state, model, x_train, data.y_train, record, d.microbatch_size,
+                              fit, noise_key, batch_key, ctx.stage.checkpoint_dir, "dpsgd",
+                              ctx.log)
   train_seconds = time.perf_counter() - t0
   final = state.opt_state[1].average if ema else state.params  # the released parameters
   covered = (f"{d.num_steps} DP-SGD steps (noisy sums of clipped per-example gradients on "

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import (aggregation, artefacts, dpsgd, ensemble, ldp, pool, privacy, propagation,
+from dgd_jax import (aggregation, artefacts, dpsgd_plan, ensemble, ldp, pool, privacy, propagation,
                      train)
 from dgd_jax.artefacts import QUERIES, VOTES, classifier, fit_config
 from dgd_jax.query_plan import release, settings
@@ -38,7 +38,7 @@ def releases(config, neighbours: str = "replace_one") -> list[privacy.Release]:
   """The planned label queries, and the DP-SGD steps of DGD's private baseline where it has
   one, under the relation ``neighbours``: what the budget guard and ``sweep
   --accounting_only`` account before anything is trained."""
-  return [*dpsgd.baseline_releases(config, neighbours), release(config, neighbours=neighbours)]
+  return [*dpsgd_plan.baseline_releases(config, neighbours), release(config, neighbours=neighbours)]
 
 
 def check(config) -> None:
@@ -91,8 +91,8 @@ def run(ctx: Context) -> dict:
   p = config.privacy
   # A private baseline's DP-SGD steps, as they ran (the stage may be reused), compose with
   # the queries in one ledger per relation.
-  baseline = {r: dpsgd.recorded_baseline(ctx.results, r) for r in neighbours(config)}
-  steps = dpsgd.recorded_baseline(ctx.results)
+  baseline = {r: dpsgd_plan.recorded_baseline(ctx.results, r) for r in neighbours(config)}
+  steps = dpsgd_plan.recorded_baseline(ctx.results)
   if steps and p.max_epsilon > 0:
     for r in neighbours(config):
       privacy.PrivacyLedger([*baseline[r], release(config, neighbours=r)]).check_budget(

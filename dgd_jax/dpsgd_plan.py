@@ -1,0 +1,150 @@
+"""DP-SGD as a config plans it, for the ``dpsgd`` stage and DGD's private baseline (the
+config-aware side of ``dgd_jax.dpsgd``, which trains): the checks of ``config.dpsgd``, the
+model and its inputs, the planned ``privacy.DpsgdSteps`` record with its noise (given, or
+calibrated to ``privacy.max_epsilon``), and the private baseline's record, composed with the
+label queries under the same relation."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from dgd_jax import privacy, query_plan
+from dgd_jax.data import config_teachers_changed, load_private
+from dgd_jax.errors import ConfigError
+from dgd_jax.models import dpsgd as dpsgd_models
+from dgd_jax.models import scattering
+
+
+def check(config) -> None:
+  """ConfigError naming the field and the fix for values DP-SGD cannot use."""
+  d = config.dpsgd
+  if d.model not in dpsgd_models.MODELS:
+    raise ConfigError(f"config.dpsgd.model={d.model!r}; use one of {tuple(dpsgd_models.MODELS)}.")
+  for name in ("num_steps", "batch_size", "microbatch_size"):
+    if d[name] < 1:
+      raise ConfigError(f"config.dpsgd.{name}={d[name]}; it must be >= 1.")
+  if not d.norm_bound > 0:
+    raise ConfigError(f"config.dpsgd.norm_bound={d.norm_bound}: the clip norm C must be > 0 "
+                      "(it is the sensitivity of each step's gradient sum).")
+  if not d.learning_rate > 0:
+    raise ConfigError(f"config.dpsgd.learning_rate={d.learning_rate}; it must be > 0.")
+  if not 0 <= d.momentum < 1:
+    raise ConfigError(f"config.dpsgd.momentum={d.momentum}; it must be in [0, 1).")
+  if d.noise < 0:
+    raise ConfigError(f"config.dpsgd.noise={d.noise}; it must be > 0, or 0 to calibrate it to "
+                      "config.privacy.max_epsilon.")
+
+
+def public_size(config, read: int | None = None) -> int:
+  """N of the sampling rate q = B / N, a public value: ``config.private_size`` when set (a config
+  value), else the training split's size (``read``, or read from the data), which a catalog
+  dataset publishes. For data of your own, set ``config.private_size`` to make N a config
+  value; under add/remove-one a neighbour is then sampled at the same q."""
+  size = config.get("private_size", 0)
+  if size:
+    return size
+  return read if read is not None else len(load_private(config).x_train)
+
+
+def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpsgdSteps:
+  """The ledger record of the planned DP-SGD steps at noise multiplier ``noise`` (q = B / N,
+  N = ``public_size``)."""
+  d = config.dpsgd
+  return privacy.DpsgdSteps(noise, d.batch_size, public_size(config, dataset_size),
+                            d.num_steps, d.norm_bound, d.sampling)
+
+
+def noise_multiplier(config, dataset_size: int | None = None) -> float:
+  """``dpsgd.noise``, or the least noise whose plan fits ``privacy.max_epsilon`` (target epsilon
+  in, noise multiplier out: jax-privacy's calibration, confirmed by the ledger)."""
+  check(config)
+  d, p = config.dpsgd, config.privacy
+  if d.noise > 0:
+    return d.noise
+  if p.max_epsilon <= 0:
+    raise ConfigError("config.dpsgd.noise=0 asks for the least noise within "
+                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
+  return privacy.dpsgd_noise_multiplier(release(config, 1.0, dataset_size), p.max_epsilon,
+                                        p.delta, p.accountant)
+
+
+def inputs(config, images: np.ndarray) -> np.ndarray:
+  """What the model reads: ScatterNet coefficients (data-independent) or the images."""
+  d = config.dpsgd
+  if d.model not in dpsgd_models.SCATTERING:
+    return images
+  return scattering.features(images, d.scattering_scales, d.scattering_orientations)
+
+
+def model_of(config, num_classes: int):
+  d = config.dpsgd
+  if d.model in dpsgd_models.SCATTERING:
+    return dpsgd_models.MODELS[d.model](num_classes=num_classes, groups=d.groups,
+                                  norm_affine=d.norm_affine)
+  return dpsgd_models.MODELS[d.model](num_classes=num_classes)
+
+
+
+# ---- DGD's private baseline -----------------------------------------------------------------
+
+def baseline_releases(config, neighbours: str = "replace_one", dataset_size: int | None = None
+                      ) -> list[privacy.DpsgdSteps]:
+  """The planned DP-SGD record of DGD's baseline when ``config.baseline.dpsgd`` is set (the
+  ``private_baseline`` argument of dgd.py), else [], stated under the relation ``neighbours``
+  so that it composes with the teachers' label queries under the same one. ``dpsgd.noise=0``
+  calibrates the noise so that the baseline and the fixed query plan together fit
+  ``privacy.max_epsilon`` under every relation the partition covers (one dp-accounting
+  composition each under ``privacy.accountant``, PLD)."""
+  if "dpsgd" not in config.get("baseline", {}):
+    return []
+  b, d, p = config.baseline, config.baseline.dpsgd, config.privacy
+  if config.queries.get("plan", "fixed") != "fixed":
+    raise ConfigError("a private baseline (config.baseline.dpsgd) shares the budget with the "
+                      "label queries: set config.queries.plan='fixed' (the automatic plan "
+                      "spends the whole budget on queries).")
+  template = privacy.DpsgdSteps(d.noise or 1.0, d.batch_size, public_size(config, dataset_size),
+                                b.num_steps, d.norm_bound, d.sampling, relation=neighbours)
+  if d.noise > 0:
+    return [template]
+  if p.max_epsilon <= 0:
+    raise ConfigError("config.baseline.dpsgd.noise=0 asks for the least noise within "
+                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
+  shape = (template.batch_size, template.dataset_size, template.steps, template.norm_bound)
+  queries = [query_plan.release(config, neighbours=r)
+             for r in config_teachers_changed(config)]
+  return [template.with_noise(max(
+      _noise_with(shape, (q.mechanism, q.noise_parameter, q.count, q.teachers_changed,
+                          q.neighbours), p.max_epsilon, p.delta, p.accountant)
+      for q in queries))]
+
+
+@functools.lru_cache(maxsize=16)
+def _noise_with(steps: tuple, queries: tuple, target: float, delta: float,
+                accountant: str) -> float:
+  """The least baseline noise whose steps, composed with the fixed queries (under the
+  queries' relation), fit ``target``."""
+  batch, size, count, norm = steps
+  mechanism, noise, num, changed, neighbours = queries
+  template = privacy.DpsgdSteps(1.0, batch, size, count, norm, relation=neighbours)
+  fixed = privacy.MECHANISMS[mechanism](noise, num, teachers_changed=changed,
+                                        neighbours=neighbours)
+  alone = privacy.epsilon_of(fixed, delta, accountant)
+  if not alone < target:
+    raise ConfigError(f"the fixed label queries alone ({num} {mechanism}, noise {noise:g}) give "
+                      f"epsilon {alone:.4g} ({accountant}), leaving nothing of "
+                      f"privacy.max_epsilon={target:g} for the private baseline: fewer "
+                      "queries (config.queries.num_queries) or more noise.")
+  return privacy.min_noise(template, target, delta, accountant, rtol=1e-4, others=[fixed])
+
+
+def recorded_baseline(results: dict, neighbours: str | None = None) -> list[privacy.DpsgdSteps]:
+  """The DP-SGD record of the baseline that actually ran (the result of
+  ``stages.baseline.run_private``), stated under the relation ``neighbours`` (None: as it
+  ran; the steps are the same under either), or []."""
+  r = results.get("baseline", {}).get("release")
+  if not r:
+    return []
+  record = privacy.DpsgdSteps.from_json(r)
+  return [dataclasses.replace(record, relation=neighbours) if neighbours else record]
