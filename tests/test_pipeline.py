@@ -40,7 +40,7 @@ def test_get_config_presets():
   assert paper.model.width == 1.0 and cpu.model.width < 1.0
   assert cpu.baseline.num_steps < paper.baseline.num_steps
   assert baseline_config.get_config("svhn_cropped").model.hidden == (384, 192)
-  with pytest.raises(ConfigError, match="several datasets"):
+  with pytest.raises(ConfigError, match="the dataset is the first token only"):
     baseline_config.get_config("mnist,fashion_mnist")
 
 

@@ -1,1 +1,2 @@
-"""Config files: each defines ``get_config(arg)``; ``arg`` is '<dataset>[,<preset>...]'."""
+"""Config files: each defines ``get_config(arg)`` and the ``GRAMMAR`` its argument follows,
+'<dataset>[,<preset>][,<choice>...][,<flag>...]' (``common.parse_arg``)."""

@@ -12,8 +12,16 @@ COMMAND (quick CPU preset; 16/32 channels, 1500 steps; a minute or two):
 from dgd_jax.configs import common
 
 
+GRAMMAR = common.Grammar("baseline.py")
+
+
 def get_config(arg: str | None = None):
-  dataset, preset, smoke = common.parse_arg(arg)
+  arg = common.parse_arg(arg, GRAMMAR)
+  return make(arg.dataset, arg.preset, arg.smoke)
+
+
+def make(dataset: str, preset: str, smoke: bool = False):
+  """The baseline's config, which DGD, DPDFD and LDP build on."""
   config = common.base_config(dataset, preset, smoke)
   config.method = "baseline"
   config.baseline = dict(

@@ -1,20 +1,32 @@
-"""Pieces shared by every config file: argument parsing, data and classifier settings.
+"""Pieces shared by every config file: the config argument's grammar, data and classifier
+settings.
 
-``arg`` is a comma-separated list: the first item that is not a preset name is the dataset
-(a catalog name, ``idx:<dir>`` or ``npz:<file>``); preset names (``paper``, ``cpu``) select
-schedules. ``paper`` is the default. ``smoke`` (with any preset) keeps every shape and cuts
-every schedule to a couple of steps (``smoke_schedules``).
+The argument is ``<dataset>[,<preset>][,<choice>...][,<flag>...][,smoke]``: the first token is
+the dataset (a catalog name, ``idx:<dir>`` or ``npz:<file>``), every later token a preset, a
+value of one of the file's choices (a budget, a model, ...) or one of its flags. The same as
+``key=value`` pairs: ``dataset=fashion_mnist,preset=cpu,budget=eps3,plus=true``. Each config
+file states what it accepts in its ``GRAMMAR``; ``parse_arg`` refuses anything else (an
+unknown token, two values of one choice, a flag without the one it needs) with a one-line
+``ConfigError`` naming the valid tokens and the closest match. ``smoke`` (any file, any
+preset) keeps every shape and cuts every schedule to a couple of steps (``smoke_schedules``).
 """
 from __future__ import annotations
 
 import copy
-from typing import NamedTuple
+import dataclasses
+import difflib
+import functools
+import importlib
+import pkgutil
+import sys
+from typing import Mapping, NamedTuple
 
 import ml_collections
 
-from dgd_jax.errors import ConfigError
+from dgd_jax.errors import ConfigError, UserInputError
 
 PRESETS = ("paper", "cpu")
+DEFAULT_DATASET = "fashion_mnist"
 SMOKE = "smoke"  # the modifier: every schedule cut to SMOKE_STEPS, every shape kept
 SMOKE_STEPS = 2
 SMOKE_TEST_SIZE = 500  # test examples a smoke run evaluates on (after a public pool's)
@@ -26,32 +38,174 @@ SMOKE_SYNTHETIC = 10_000  # DGD's synthetic set in a smoke run: room for any pla
 SCHEDULES = ("num_steps", "rounds", "iterations_per_round", "inversion_steps")
 # Datasets whose paper classifier has the two extra fully connected layers (DGD IV-A).
 SVHN_LIKE = ("svhn_cropped", "cifar10")
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
-class Arg(NamedTuple):
+class Choice(NamedTuple):
+  """One slot of a config argument: at most one of ``values``; ``default`` when none is given
+  (None: the slot stays empty)."""
+  name: str  # what the value is: 'preset', 'budget', 'model', ...
+  values: tuple[str, ...]
+  default: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Grammar:
+  """What one config file's argument may hold after the dataset."""
+  file: str  # the config file's name, for messages: 'dgd.py'
+  choices: tuple[Choice, ...] = ()  # besides the preset
+  flags: tuple[str, ...] = ()
+  presets: tuple[str, ...] = PRESETS  # the first is the default
+  requires: tuple[tuple[str, str], ...] = ()  # (flag, the token it needs)
+
+  @property
+  def slots(self) -> tuple[Choice, ...]:
+    return (Choice("preset", self.presets, self.presets[0]),) + self.choices
+
+  def describe(self) -> str:
+    """'preset paper|cpu; budget eps10|eps3|eps1 (default eps10); flags plus, smoke'."""
+    parts = [f"{c.name} {'|'.join(c.values)}" + (f" (default {c.default})" if c.default else "")
+             for c in self.slots]
+    return "; ".join(parts + [f"flags {', '.join(self.flags + (SMOKE,))}"])
+
+  def tokens(self) -> tuple[str, ...]:
+    return sum((c.values for c in self.slots), ()) + self.flags + (SMOKE,)
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+  """A parsed config argument: ``arg['budget']`` is the value of a choice, ``arg.flag('plus')``
+  whether a flag was given."""
   dataset: str
-  preset: str
   smoke: bool
+  values: Mapping[str, str | None]  # every slot of the grammar, the preset included
+  flags: frozenset[str]
+
+  @property
+  def preset(self) -> str:
+    return self.values["preset"]
+
+  def __getitem__(self, name: str) -> str | None:
+    return self.values[name]
+
+  def flag(self, name: str) -> bool:
+    return name in self.flags
 
 
-def parse_arg(arg: str | None, default_dataset: str = "fashion_mnist") -> Arg:
-  """'fashion_mnist,cpu,smoke' -> ('fashion_mnist', 'cpu', True). Unknown presets raise."""
-  dataset, preset, smoke = default_dataset, "paper", False
-  datasets = []
-  for item in (arg or "").split(","):
-    item = item.strip()
-    if not item:
-      continue
+def parse_arg(arg: str | None, grammar: Grammar) -> Arg:
+  """'fashion_mnist,cpu,eps3' -> Arg(dataset='fashion_mnist', preset 'cpu', budget 'eps3').
+  Anything ``grammar`` does not hold raises a one-line ConfigError."""
+  items = [s.strip() for s in (arg or "").split(",") if s.strip()]
+
+  def refuse(why: str):
+    raise ConfigError(f"config argument {arg!r} of {grammar.file}: {why}. {grammar.file} takes "
+                      f"<dataset>[,...] with {grammar.describe()}.")
+
+  dataset = None
+  if items and "=" not in items[0]:
+    dataset = items.pop(0)
+    if dataset in grammar.tokens() or dataset in _every_token():
+      refuse(f"the first token is the dataset, and {dataset!r} is not one: start with the "
+             f"dataset, e.g. '{DEFAULT_DATASET},{','.join([dataset] + items)}'")
+  given: dict[str, str] = {}  # slot -> value
+  flags, smoke = set(), False
+  slot_of = {v: c.name for c in grammar.slots for v in c.values}
+  keys = [c.name for c in grammar.slots] + list(grammar.flags) + ["dataset", SMOKE]
+  for item in items:
+    if "=" in item:  # key=value
+      key, _, value = (s.strip() for s in item.partition("="))
+      if key not in keys:
+        refuse(f"unknown key {key!r}{_closest(key, keys)}; keys are {', '.join(keys)}")
+      if key == "dataset":
+        if dataset is not None:
+          refuse(f"two datasets, {dataset!r} and {value!r}")
+        dataset = value
+        continue
+      if key in grammar.flags or key == SMOKE:
+        if value.lower() not in _TRUE + _FALSE:
+          refuse(f"{key}={value!r}: a flag is {key}=true or {key}=false")
+        if value.lower() in _FALSE:
+          continue
+        item = key
+      else:
+        if slot_of.get(value) != key:
+          choice = next(c for c in grammar.slots if c.name == key)
+          refuse(f"unknown {key} {value!r}{_closest(value, choice.values)}; the {key} is one "
+                 f"of {'|'.join(choice.values)}")
+        item = value
     if item == SMOKE:
       smoke = True
-    elif item in PRESETS:
-      preset = item
+    elif item in grammar.flags:
+      flags.add(item)
+    elif item in slot_of:
+      slot = slot_of[item]
+      if given.get(slot, item) != item:
+        refuse(f"two values of {slot}, {given[slot]!r} and {item!r}; give one of "
+               f"{'|'.join(next(c.values for c in grammar.slots if c.name == slot))}")
+      given[slot] = item
     else:
-      datasets.append(item)
-  if len(datasets) > 1:
-    raise ConfigError(f"Config argument {arg!r} names several datasets {datasets}; give one "
-                     f"dataset and optionally a preset from {PRESETS}.")
-  return Arg(datasets[0] if datasets else dataset, preset, smoke)
+      hint = _closest(item, grammar.tokens()) or _elsewhere(item) or " (the dataset is the first token only)"
+      refuse(f"unknown token {item!r}{hint}")
+  for flag, needed in grammar.requires:
+    if flag in flags and needed not in flags and needed not in given.values():
+      refuse(f"{flag!r} needs {needed!r}")
+  values = {c.name: given.get(c.name, c.default) for c in grammar.slots}
+  return Arg(dataset or DEFAULT_DATASET, smoke, values, frozenset(flags))
+
+
+def _closest(token: str, valid) -> str:
+  match = difflib.get_close_matches(token, list(valid), n=1, cutoff=0.5)
+  return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+@functools.cache
+def grammars() -> dict[str, Grammar]:
+  """Every config file's grammar, by file name ('dgd.py'), in file-name order."""
+  import dgd_jax.configs as package  # pylint: disable=g-import-not-at-top
+  found = {}
+  for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+    grammar = getattr(importlib.import_module(f"{package.__name__}.{info.name}"), "GRAMMAR",
+                      None)
+    if grammar is not None:
+      found[grammar.file] = grammar
+  return found
+
+
+def _every_token() -> set[str]:
+  return {t for g in grammars().values() for t in g.tokens()}
+
+
+def _elsewhere(token: str) -> str:
+  files = [name for name, g in grammars().items() if token in g.tokens()]
+  return f" (it belongs to {' and '.join(files)})" if files else ""
+
+
+def catalog() -> str:
+  """Every config file with what its argument takes: the command line's --help."""
+  lines = ["Config files (--config=dgd_jax/configs/<file>:<dataset>[,preset][,choice...]"
+           "[,flag...]; or key=value pairs, e.g. <file>:dataset=mnist,preset=cpu,smoke=true):"]
+  lines += [f"  {name:<17}{g.describe()}" for name, g in grammars().items()]
+  return "\n".join(lines) + "\n"
+
+
+def parse_flags(argv):
+  """``app.run``'s flags parser for a command line with a ``--config`` file flag: a config
+  argument the config file refuses exits with the refusal's one-line message instead of a
+  traceback. ml_collections re-raises the config file's error with the traceback in its
+  message and absl wraps that in a flags error, so the message is the first error raised:
+  the innermost UserInputError in the exception chain."""
+  from absl import app  # pylint: disable=g-import-not-at-top
+  from absl import flags as absl_flags  # pylint: disable=g-import-not-at-top
+  try:
+    return absl_flags.FLAGS(argv)
+  except absl_flags.Error as e:
+    first, link = None, e
+    while link is not None:
+      first = link if isinstance(link, UserInputError) else first
+      link = link.__cause__ or link.__context__
+    if first is not None:
+      sys.exit(f"error: {first}")
+  return app.parse_flags_with_usage(argv)  # absl's own message for any other flag error
 
 
 def base_config(dataset: str, preset: str, smoke: bool = False) -> ml_collections.ConfigDict:

@@ -32,22 +32,26 @@ import ml_collections
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.configs import common
 
-BUDGETS = {"eps10": (1300, 10.0), "eps1": (27, 1.0), "eps3": (300, 3.0)}  # queries, epsilon
+BUDGETS = {"eps10": (1300, 10.0), "eps3": (300, 3.0), "eps1": (27, 1.0)}  # queries, epsilon
 # private_baseline: the fixed GNMax sigma 40 queries per budget; the
 # baseline's DP-SGD noise is calibrated to fill the rest of the budget.
 PRIVATE_BASELINE_QUERIES = {"eps10": 1000, "eps3": 300, "eps1": 50}
-# Extra arguments: 'standard' (the 45-minute CPU preset), 'table1' (the paper's own method:
-# Eq. 2 alone and the fixed LNMax plan), 'plus' (DGD+: the fixed plan with GNMax sigma 40),
-# 'generator' (the CPU presets with DGD's generator instead of DeepInversion).
-FLAGS = ("standard", "table1", "plus", "private_baseline", "generator")
+# Presets: 'standard' is the 45-minute CPU preset (the quick one's widths, longer teachers, a
+# paper-width student). Flags: 'table1' (the paper's own method: Eq. 2 alone and the fixed
+# LNMax plan), 'plus' (DGD+: the fixed plan with GNMax sigma 40), 'private_baseline'
+# (``private``), 'generator' (the CPU presets with DGD's generator instead of DeepInversion).
+GRAMMAR = common.Grammar(
+    "dgd.py", presets=common.PRESETS + ("standard",),
+    choices=(common.Choice("budget", tuple(BUDGETS), "eps10"),),
+    flags=("table1", "plus", "private_baseline", "generator"))
 
 
 def get_config(arg: str | None = None):
-  items = [s.strip() for s in (arg or "").split(",") if s.strip()]
-  budget = next((s for s in items if s in BUDGETS), "eps10")
-  standard, table1, plus, private_baseline, generator = (flag in items for flag in FLAGS)
-  rest = [s for s in items if s not in BUDGETS and s not in FLAGS]
-  config = baseline_config.get_config(",".join(rest + (["cpu"] if standard else [])))
+  arg = common.parse_arg(arg, GRAMMAR)
+  budget = arg["budget"]
+  standard = arg.preset == "standard"
+  table1, plus, private_baseline, generator = (arg.flag(f) for f in GRAMMAR.flags)
+  config = baseline_config.make(arg.dataset, "cpu" if standard else arg.preset, arg.smoke)
   paper = config.preset == "paper"
   if standard:
     config.preset = "standard"

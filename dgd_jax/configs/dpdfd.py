@@ -38,13 +38,20 @@ BUDGETS = {"eps10": 10.0, "eps1": 1.0}  # DPDFD Table 1
 QUERIED = {"eps10": 2048, "eps1": 256}
 
 
+# 'ensemble' or 'direct' replace the baseline as the sensitive model; 'generator' queries the
+# ensemble on Algorithm 1's generator (``synthetic`` otherwise).
+GRAMMAR = common.Grammar(
+    "dpdfd.py", choices=(common.Choice("budget", tuple(BUDGETS), "eps10"),
+                         common.Choice("teacher", ("ensemble", "direct"), None)),
+    flags=("generator",), requires=(("generator", "ensemble"),))
+
+
 def get_config(arg: str | None = None):
-  items = [s.strip() for s in (arg or "").split(",") if s.strip()]
-  budget = next((s for s in items if s in BUDGETS), "eps10")
-  ensemble, direct, generator = ("ensemble" in items, "direct" in items,
-                                 "generator" in items)
-  config = baseline_config.get_config(",".join(
-      s for s in items if s not in BUDGETS and s not in ("ensemble", "direct", "generator")))
+  arg = common.parse_arg(arg, GRAMMAR)
+  budget = arg["budget"]
+  ensemble, direct, generator = (arg["teacher"] == "ensemble", arg["teacher"] == "direct",
+                                 arg.flag("generator"))
+  config = baseline_config.make(arg.dataset, arg.preset, arg.smoke)
   paper = config.preset == "paper"
   config.method = "dpdfd"
   config.budget = budget

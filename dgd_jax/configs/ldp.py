@@ -14,11 +14,14 @@ from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.configs import common
 
 
+GRAMMAR = common.Grammar("ldp.py", choices=(common.Choice("client", tuple(ldp.PRESETS), "ldp1"),))
+
+
 def get_config(arg: str | None = None):
-  items = [s.strip() for s in (arg or "").split(",") if s.strip()]
-  preset = next((s for s in items if s in ldp.PRESETS), "ldp1")
-  config = baseline_config.get_config(",".join(s for s in items if s not in ldp.PRESETS))
+  arg = common.parse_arg(arg, GRAMMAR)
+  client = arg["client"]
+  config = baseline_config.make(arg.dataset, arg.preset, arg.smoke)
   config.method = "ldp"
-  config.ldp = common.ldp_config(preset)
+  config.ldp = common.ldp_config(client)
   config.ldp.num_steps = config.baseline.num_steps  # the robust teacher's schedule: BASE's
   return config

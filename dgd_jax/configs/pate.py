@@ -20,16 +20,17 @@ from dgd_jax import ldp
 from dgd_jax.configs import common
 
 QUERIES = {"q100": 100, "q1000": 1000}
+GRAMMAR = common.Grammar(
+    "pate.py", choices=(common.Choice("queries", tuple(QUERIES), "q1000"),
+                        common.Choice("client", tuple(ldp.PRESETS), None)),
+    flags=("plus",))
 
 
 def get_config(arg: str | None = None):
-  items = [s.strip() for s in (arg or "").split(",") if s.strip()]
-  plus = "plus" in items
-  client = next((s for s in items if s in ldp.PRESETS), "")
-  num_queries = next((QUERIES[s] for s in items if s in QUERIES), 1000)
-  dataset, preset, smoke = common.parse_arg(
-      ",".join(s for s in items if s not in QUERIES and s != "plus" and s != client))
-  config = common.base_config(dataset, preset, smoke)
+  arg = common.parse_arg(arg, GRAMMAR)
+  plus, client, preset = arg.flag("plus"), arg["client"] or "", arg.preset
+  num_queries = QUERIES[arg["queries"]]
+  config = common.base_config(arg.dataset, preset, arg.smoke)
   config.method = "pate"
   config.num_teachers = 250
   config.teachers = common.teachers_config(preset)

@@ -9,10 +9,13 @@ OUTPUT: <workdir>/teacher_sweep/sweep.csv and sweep.png.
 from dgd_jax.configs import common
 
 
+GRAMMAR = common.Grammar("teacher_sweep.py")
+
+
 def get_config(arg: str | None = None):
-  dataset, preset, smoke = common.parse_arg(arg)
-  config = common.base_config(dataset, preset, smoke)
+  arg = common.parse_arg(arg, GRAMMAR)
+  config = common.base_config(arg.dataset, arg.preset, arg.smoke)
   config.method = "teacher_sweep"
-  config.teachers = common.teachers_config(preset)
+  config.teachers = common.teachers_config(arg.preset)
   config.sweep = dict(sizes=(10, 25, 50, 100, 250), noise_scales=(5.0, 10.0, 20.0, 40.0))
   return config

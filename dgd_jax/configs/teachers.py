@@ -10,11 +10,14 @@ COMMAND (paper preset: 64/128 channels, 3000 steps of 128 per teacher; a GPU job
 from dgd_jax.configs import common
 
 
+GRAMMAR = common.Grammar("teachers.py")
+
+
 def get_config(arg: str | None = None):
-  dataset, preset, smoke = common.parse_arg(arg)
-  config = common.base_config(dataset, preset, smoke)
+  arg = common.parse_arg(arg, GRAMMAR)
+  config = common.base_config(arg.dataset, arg.preset, arg.smoke)
   config.method = "teachers"
   config.num_teachers = 250
-  config.teachers = common.teachers_config(preset)
+  config.teachers = common.teachers_config(arg.preset)
   config.teachers.eval_size = 0  # evaluating the ensemble is this method's point: all the test set
   return config

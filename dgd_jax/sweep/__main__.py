@@ -14,7 +14,10 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from dgd_jax import host, progress, sweep
+from dgd_jax.configs import common
 from dgd_jax.errors import UserInputError
+
+__doc__ += "\n" + common.catalog()  # --help lists every config file's presets and flags
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file and argument, e.g. dgd_jax/configs/dgd.py:fashion_mnist,cpu",
@@ -46,4 +49,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=common.parse_flags)
