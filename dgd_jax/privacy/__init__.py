@@ -18,7 +18,9 @@ counts by k each at worst (L1 sensitivity 2k, L2 k sqrt(2)). LNMax with Laplace 
 and is ``GaussianDpEvent(sigma / (k sqrt(2)))``. DPDFD is accounted for the per-row noise its code
 adds (``privacy.dpdfd``: one teacher B T releases of 2C; disjoint-shard teachers 2kC per row, 2nC
 for overlapping ones; direct training subsampled without replacement, label DP only); its Theorem 3
-is available as the paper's claim. Data-dependent and realised values (votes,
+is available as the paper's claim. Queries under a Renyi filter (``FilteredQueries``,
+``renyi_filter``) are charged their GNMax step only when answered, a DP guarantee; PATE 2018's
+smooth-sensitivity release of a data-dependent epsilon is ``smooth_sensitivity``. Data-dependent and realised values (votes,
 Confident-GNMax's answered queries) are flagged and never used for budgets. Everything here is
 host-side NumPy: nothing runs on a device.
 CLI planner: ``python -m dgd_jax.privacy --help``.
@@ -31,13 +33,14 @@ from dgd_jax.privacy.ledger import (ACCOUNTANTS, DATA_DEPENDENT_ONLY, DATA_DEPEN
                                     relations_json)
 from dgd_jax.privacy.local import ldp_local_epsilon, vae_latent_epsilon, vae_latent_noise_scale
 from dgd_jax.privacy.releases import (MECHANISMS, ConfidentGNMaxQueries, DpdfdSteps, DpsgdSteps,
-                                      GNMaxQueries, LNMaxQueries, PureDpRelease, Release)
+                                      FilteredQueries, GNMaxQueries, LNMaxQueries, PureDpRelease,
+                                      Release)
 
 __all__ = [
     "ACCOUNTANTS", "DATA_DEPENDENT_ONLY", "DATA_DEPENDENT_WARNING", "DEFAULT_MOMENT_ORDERS",
     "FIXED_INPUTS_NOTE",
     "DEFAULT_RDP_ORDERS", "MECHANISMS", "ConfidentGNMaxQueries", "DpdfdSteps", "DpsgdSteps",
-    "EpsilonReport",
+    "EpsilonReport", "FilteredQueries",
     "GNMaxQueries", "LNMaxQueries", "PrivacyLedger", "PureDpRelease", "Release", "classic_epsilon",
     "dpsgd_noise_multiplier", "epsilon_of", "improved_epsilon", "ldp_local_epsilon", "max_queries", "min_noise",
     "moments_epsilon", "relations_json", "vae_latent_epsilon", "vae_latent_noise_scale",

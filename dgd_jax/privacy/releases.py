@@ -13,7 +13,7 @@ import dp_accounting
 import numpy as np
 
 from dgd_jax.errors import ConfigError
-from dgd_jax.privacy import checks, dpdfd, events, pate2017, pate2018
+from dgd_jax.privacy import checks, dpdfd, events, pate2017, pate2018, renyi_filter
 
 
 def _describe_votes(votes) -> dict | None:
@@ -200,8 +200,8 @@ class ConfidentGNMaxQueries(TeacherRelease):
   queries pass the threshold depends on the private votes, so charging only the answered ones is
   not a data-independent guarantee. ``answered`` (None, a count, or with ``votes`` a boolean mask)
   records the realised outcome of a run; it only feeds ``rdp_answered_only``, the realised cost of
-  this run, which is not a DP guarantee unless a privacy filter with a budget fixed in advance per
-  Renyi order is enforced (Feldman & Zrnic 2021), which dgd_jax does not do."""
+  this run, which is not a DP guarantee: ``FilteredQueries`` is the run under a Renyi filter
+  (Feldman & Zrnic 2021), whose answered-only charging is one."""
 
   threshold: float
   sigma1: float
@@ -287,6 +287,132 @@ class ConfidentGNMaxQueries(TeacherRelease):
     else:
       step2 = step2[:self.num_answered]  # identical rows without votes
     return np.sum(step1, axis=0) + np.sum(step2, axis=0)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FilteredQueries(TeacherRelease):
+  """Up to ``queries`` GNMax (``threshold`` None) or Confident-GNMax queries asked under a Renyi
+  filter (``renyi_filter``): budget ``filter_epsilon`` at ``filter_delta``, held at Renyi order
+  ``filter_order`` as the RDP budget B = ``renyi_filter.rdp_budget`` less ``spent_before`` (the
+  other records' RDP at that order). Each query is charged its threshold step, and its GNMax
+  step only when answered; querying stops before B could be exceeded.
+
+  Guarantees, all data-independent: the filter's, (filter_order, B)-RDP for these queries
+  (``filter_rdp``, the ``renyi_filter`` accountant: with the other records, filter_epsilon);
+  and, as for any prefix of the plan, the plan's curve with every planned query fully
+  charged (``event``, ``rdp``). The realised fields (``asked``, the ``answered`` mask over the
+  asked queries, ``stop_reason``) and ``votes`` (of the asked queries) feed the data-dependent
+  diagnostics only."""
+
+  sigma2: float
+  queries: int
+  filter_epsilon: float
+  filter_delta: float
+  filter_order: float
+  threshold: float | None = None
+  sigma1: float | None = None
+  spent_before: float = 0.0
+  asked: int | None = None
+  answered: np.ndarray | None = None
+  stop_reason: str | None = None
+  votes: np.ndarray | None = None
+
+  mechanism: ClassVar[str] = "renyi_filter"
+  noise_field: ClassVar[str] = "sigma2"
+  count_field: ClassVar[str] = "queries"
+
+  def __post_init__(self):
+    self._check_neighbours()
+    object.__setattr__(self, "sigma2", checks.positive("sigma2 (GNMax noise)", self.sigma2))
+    object.__setattr__(self, "queries", checks.count("queries", self.queries))
+    if (self.threshold is None) != (self.sigma1 is None):
+      raise ConfigError("a filtered Confident-GNMax record needs both threshold and sigma1; "
+                        "plain GNMax neither.")
+    if self.sigma1 is not None:
+      object.__setattr__(self, "sigma1", checks.positive("sigma1 (threshold noise)",
+                                                         self.sigma1))
+      object.__setattr__(self, "threshold", float(self.threshold))
+    if not self.budget > 0:
+      raise ConfigError(f"the filter's budget at order {self.filter_order:g} is "
+                        f"{self.budget:.6g} after the other records' {self.spent_before:.6g}: "
+                        "no query fits; raise the filter epsilon.")
+    if self.asked is not None:
+      asked = checks.count("asked", self.asked, minimum=0)
+      if asked > self.queries:
+        raise ConfigError(f"asked={asked} exceeds the planned queries={self.queries}.")
+      mask = np.asarray(self.answered if self.answered is not None else np.ones(asked, bool))
+      if mask.dtype != bool or mask.shape != (asked,):
+        raise ConfigError(f"answered must be a boolean mask over the {asked} asked queries.")
+      mask = mask.copy()
+      mask.setflags(write=False)
+      object.__setattr__(self, "answered", mask)
+      checks.choice("stop_reason", self.stop_reason, renyi_filter.STOP_REASONS)
+      if self.votes is not None:
+        object.__setattr__(self, "votes", checks.votes(self.votes, asked))
+    elif self.votes is not None or self.answered is not None:
+      raise ConfigError("votes and answered describe the asked queries: pass asked too.")
+
+  @property
+  def budget(self) -> float:
+    """The RDP budget of these queries at ``filter_order``."""
+    return (renyi_filter.rdp_budget(self.filter_epsilon, self.filter_delta, self.filter_order)
+            - self.spent_before)
+
+  @property
+  def realised(self) -> bool:
+    return self.asked is not None
+
+  @property
+  def num_answered(self) -> int | None:
+    return None if self.answered is None else int(self.answered.sum())
+
+  def with_count(self, count: int) -> "Release":
+    return dataclasses.replace(self, queries=count, asked=None, answered=None, stop_reason=None,
+                               votes=None)
+
+  def _plan(self, queries: int, answered=None, votes=None) -> Release:
+    teacher = dict(teachers_changed=self.teachers_changed, neighbours=self.neighbours)
+    if self.threshold is None:
+      return GNMaxQueries(self.sigma2, queries, votes, **teacher)
+    return ConfidentGNMaxQueries(self.threshold, self.sigma1, self.sigma2, queries, answered,
+                                 votes, **teacher)
+
+  def event(self) -> dp_accounting.DpEvent:
+    return self._plan(self.queries).event()  # every planned query fully charged
+
+  def filter_rdp(self, orders) -> np.ndarray:
+    """The filter's guarantee where it holds (B at ``filter_order``), the plan's curve
+    elsewhere; the smaller of the two at ``filter_order``."""
+    lam = checks.orders("orders", orders, minimum=1.0)
+    curve = self.rdp(lam)
+    at = np.isclose(lam, self.filter_order, rtol=0.0, atol=1e-12)
+    curve[at] = np.minimum(curve[at], self.budget)  # Feldman & Zrnic 2021 Thm. 3.1
+    return curve
+
+  def _asked_record(self) -> Release | None:
+    if not self.asked:
+      return None
+    return self._plan(self.asked, None if self.threshold is None or self.votes is None
+                      else self.answered, self.votes)
+
+  def rdp_data_dependent(self, orders) -> np.ndarray:
+    record = self._asked_record()
+    if self.votes is None or record is None:
+      return self.rdp(orders)
+    return record.rdp_data_dependent(orders)  # every asked query fully charged
+
+  def rdp_answered_only(self, orders) -> np.ndarray:
+    record = self._asked_record()
+    if record is None:
+      return np.zeros_like(checks.orders("orders", orders, minimum=1.0))
+    if self.threshold is not None and self.votes is None:
+      record = dataclasses.replace(record, answered=self.num_answered)
+    return record.rdp_answered_only(orders)
+
+  def describe(self) -> dict:
+    out = super().describe()
+    out["budget_rdp"] = self.budget
+    return out
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
