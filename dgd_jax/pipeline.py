@@ -7,13 +7,14 @@ run whose slice matches; a mismatching slice is refused before anything is writt
 """
 from __future__ import annotations
 
+import copy
 import functools
 import time
 
 import jax
 from absl import logging
 
-from dgd_jax import distributed, generative, methods, pool
+from dgd_jax import distributed, generative, methods, pool, query_plan
 from dgd_jax import report as report_lib
 from dgd_jax.configs.common import smoke_schedules
 from dgd_jax.core import Config, Context
@@ -37,8 +38,9 @@ def check_config(config: Config) -> None:
     if not config[block].learning_rate > 0:
       raise ConfigError(f"config.{block}.learning_rate={config[block].learning_rate}; "
                         "it must be > 0.")
-  if "num_teachers" in config and config.num_teachers < 1:
-    raise ConfigError(f"config.num_teachers={config.num_teachers}; it must be >= 1.")
+  if "num_teachers" in config and config.num_teachers < 0:
+    raise ConfigError(f"config.num_teachers={config.num_teachers}; it must be >= 1, or 0 "
+                      "for the count chosen for the private set's size.")
   for block in ("teachers", "sweep"):
     if block in config and not all(b > 0 for b in config[block].noise_scales):
       raise ConfigError(f"config.{block}.noise_scales={config[block].noise_scales}: Laplace "
@@ -50,6 +52,22 @@ def check_config(config: Config) -> None:
     pool.check(config)
   if "sweep" in config and not all(n >= 1 for n in config.sweep.sizes):
     raise ConfigError(f"config.sweep.sizes={config.sweep.sizes}: teacher counts must be >= 1.")
+
+
+def run_config(config: Config) -> Config:
+  """The config a run uses: ``smoke_schedules``, and ``num_teachers = 0`` replaced by the count
+  chosen for the private set's size (``query_plan.num_teachers_for``), the reason kept in
+  ``config.num_teachers_chosen`` (no stage reads it, so fingerprints are those of the count).
+  Idempotent."""
+  config = smoke_schedules(config)
+  if config.get("num_teachers", None) != 0:
+    return config
+  size = len(load_private(config).x_train)
+  config = copy.deepcopy(config)
+  with config.unlocked():
+    config.num_teachers = query_plan.num_teachers_for(size)
+    config.num_teachers_chosen = query_plan.teachers_reason(size)
+  return config
 
 
 def check_multiprocess(to_run: list[str]) -> None:
@@ -67,7 +85,7 @@ def check_multiprocess(to_run: list[str]) -> None:
 def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> dict:
   """Runs ``stages`` (default: the method's default stages) and every stage they need, and
   returns the report dict."""
-  config = smoke_schedules(config)
+  config = run_config(config)
   check_config(config)
   names = methods.plan_stages(config, stages)
   for name in names:  # config checks no stage can run with
@@ -97,7 +115,7 @@ def _planned_stages(config: Config, wd: Workdir, names) -> list[Stage]:
 def check_workdir(config: Config, workdir: str) -> None:
   """WorkdirConflictError unless every stage ``run(config, workdir)`` would use is this
   config's (or not there yet). Reads stage.json files only; writes nothing."""
-  config = smoke_schedules(config)
+  config = run_config(config)
   _planned_stages(config, Workdir(workdir, writer=False), methods.plan_stages(config))
 
 

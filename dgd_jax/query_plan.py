@@ -35,6 +35,31 @@ NOISE_FRACTIONS = (0.01, 0.015, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.2, 0
 AGGREGATORS = ("lnmax", "gnmax")
 KAPPA_EXPONENT = 4  # module docstring: fitted to measured students (README)
 
+# The ensemble a run chooses when config.num_teachers = 0: shards of about IMAGES_PER_TEACHER
+# private images, at most MAX_TEACHERS (DGD IV-A's 250) and at least MIN_TEACHERS. On 8,000
+# Fashion-MNIST images at eps 10, 50 teachers of 160 images matched 100 of 80 and beat 25 of
+# 320 by 20 points: fewer teachers buy fewer queries (RESULTS.md, DGD on a small private set).
+IMAGES_PER_TEACHER = 160
+MAX_TEACHERS = 250
+MIN_TEACHERS = 10
+
+
+def num_teachers_for(num_private: int) -> int:
+  """The teacher count for ``num_private`` private examples: N // IMAGES_PER_TEACHER within
+  [MIN_TEACHERS, MAX_TEACHERS]. It reads only N, the size the run is configured with."""
+  if num_private < MIN_TEACHERS:
+    raise ConfigError(f"{num_private} private examples cannot be split among "
+                      f"{MIN_TEACHERS} teachers; give a larger private set.")
+  return int(min(MAX_TEACHERS, max(MIN_TEACHERS, num_private // IMAGES_PER_TEACHER)))
+
+
+def teachers_reason(num_private: int) -> str:
+  """Why the run chose ``num_teachers_for(num_private)`` teachers, for the report."""
+  n = num_teachers_for(num_private)
+  return (f"{n} teachers chosen for {num_private:,} private examples (about "
+          f"{num_private // n:,} each: N // {IMAGES_PER_TEACHER} within [{MIN_TEACHERS}, "
+          f"{MAX_TEACHERS}]); set --config.num_teachers to choose another count")
+
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:

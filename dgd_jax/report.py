@@ -105,6 +105,10 @@ def build(config, results: dict) -> dict:
       **{k: stage[k] for stage in (results.get("student", {}), results.get("queries", {}))
          for k in ("student_accuracy_noiseless_labels", "noisy_label_agreement_with_plurality",
                    "label_accuracy_vs_baseline") if k in stage},
+      # The ensemble size and who chose it (pipeline.run_config).
+      **({"num_teachers": config.num_teachers,
+          "num_teachers_chosen": config.get("num_teachers_chosen")}
+         if "num_teachers" in config else {}),
       "stage_seconds": {k: r.get("stage_seconds") for k, r in results.items()},
       "wall_seconds": sum(r.get("stage_seconds") or 0.0 for r in results.values()),
       "stages": results,
@@ -259,6 +263,10 @@ def write(workdir: str, report: dict) -> None:
     lines += [f"**Client side: local epsilon = {report['ldp_local_epsilon']:.6g} per query "
               "sample** (pure, LDP Algorithm 1: masking + Laplace noise before it leaves the "
               "client).", ""]
+  if "num_teachers" in report:
+    lines += [f"Teachers: {report['num_teachers_chosen']}." if report["num_teachers_chosen"]
+              else f"Teachers: {report['num_teachers']}, as the config sets "
+                   "(--config.num_teachers=0 chooses a count for the private set's size).", ""]
   if "student_accuracy_noiseless_labels" in report:
     lines += [f"Diagnostic (not released): the same student on the teachers' noiseless "
               f"plurality reaches {100 * report['student_accuracy_noiseless_labels']:.2f}%.", ""]

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import ml_collections
 
 from dgd_jax import methods, pipeline, plots, privacy
-from dgd_jax.configs.common import smoke_schedules, with_overrides
+from dgd_jax.configs.common import with_overrides
 from dgd_jax.errors import ConfigError
 from dgd_jax.workdir import (Workdir, config_slice, fingerprint, read_json, write_csv,
                              write_text)
@@ -81,7 +81,7 @@ def grid(config: ml_collections.ConfigDict, axes: Sequence[Axis]
   out = []
   for combo in itertools.product(*[points for _, points in axes]):
     overrides = {n: v for (names, _), values in zip(axes, combo) for n, v in zip(names, values)}
-    out.append((overrides, smoke_schedules(with_overrides(config, overrides))))
+    out.append((overrides, pipeline.run_config(with_overrides(config, overrides))))
   return out
 
 

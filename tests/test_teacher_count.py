@@ -1,0 +1,68 @@
+"""The teacher count a DGD run chooses for its private set's size (``num_teachers = 0``)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import tiny_configs
+from dgd_jax import methods, pipeline, query_plan
+from dgd_jax.configs import dgd as dgd_config_file
+from dgd_jax.errors import ConfigError
+from dgd_jax.workdir import config_slice
+
+
+@pytest.mark.parametrize("size,expected", [(8000, 50), (12000, 75), (40000, 250),
+                                           (60000, 250), (1000, 10), (10, 10)])
+def test_num_teachers_for_aims_at_160_examples_a_teacher(size, expected):
+  assert query_plan.num_teachers_for(size) == expected
+  assert f"{expected} teachers chosen for {size:,} private examples" in (
+      query_plan.teachers_reason(size))
+
+
+def test_too_few_examples_for_any_ensemble_is_refused():
+  with pytest.raises(ConfigError, match="cannot be split"):
+    query_plan.num_teachers_for(9)
+
+
+def test_the_dgd_presets_choose_and_full_fashion_mnist_keeps_the_papers_250():
+  for arg in ("fashion_mnist", "fashion_mnist,cpu", "fashion_mnist,cpu,eps1"):
+    assert dgd_config_file.get_config(arg).num_teachers == 0
+  config = dgd_config_file.get_config("fashion_mnist,cpu")
+  with config.unlocked():
+    config.private_size = 8000
+  assert pipeline.run_config(config).num_teachers == 50
+
+
+def test_a_chosen_count_has_the_fingerprints_of_the_same_count_set_by_hand(npz_file):
+  chosen = pipeline.run_config(_auto(npz_file))
+  by_hand = tiny_configs.dgd(npz_file)
+  by_hand.num_teachers = 10  # 512 examples: N // 160 = 3, raised to MIN_TEACHERS
+  assert chosen.num_teachers == 10
+  assert chosen.num_teachers_chosen.startswith("10 teachers chosen for 512 private examples")
+  for stage in ("teachers", "queries", "student"):
+    keys = methods.config_keys(stage, by_hand)
+    assert config_slice(chosen, keys) == config_slice(by_hand, keys)
+  assert pipeline.run_config(chosen) is chosen  # idempotent
+
+
+def test_the_report_says_who_chose_the_teachers(npz_file, tmp_path):
+  report = pipeline.run(_auto(npz_file), str(tmp_path / "auto"), stages=("teachers",))
+  assert report["num_teachers"] == 10
+  assert report["stages"]["teachers"]["num_teachers"] == 10
+  md = open(os.path.join(tmp_path / "auto", "report.md")).read()
+  assert "Teachers: 10 teachers chosen for 512 private examples" in md
+  recorded = json.load(open(os.path.join(tmp_path / "auto", "config.json")))
+  assert recorded["num_teachers"] == 10 and recorded["num_teachers_chosen"]
+
+  report = pipeline.run(tiny_configs.dgd(npz_file), str(tmp_path / "set"), stages=("teachers",))
+  assert report["num_teachers_chosen"] is None
+  md = open(os.path.join(tmp_path / "set", "report.md")).read()
+  assert "Teachers: 4, as the config sets" in md
+
+
+def _auto(npz_file):
+  config = tiny_configs.dgd(npz_file)
+  config.num_teachers = 0
+  return config
