@@ -97,3 +97,55 @@ def class_grid(path: str, x, labels, num_classes: int, title: str, per_class: in
     grid[k, :len(chosen)] = chosen
   return image_grid(path, grid, row_labels=[f"class {k}" for k in range(num_classes)],
                     title=title)
+
+
+def frontier(path: str, points: Sequence[dict], published: Sequence[dict] = (), *,
+             title: str = "Test accuracy against epsilon (delta 1e-5)") -> bool:
+  """The privacy-utility picture: test accuracy (%) against epsilon (log axis, ticks at 1,
+  3 and 10), one line per method. ``points``: dicts with ``line`` (the method's label),
+  ``epsilon``, ``accuracy`` (%) and ``whole`` (True: the epsilon covers everything the model
+  learnt from the private data, drawn filled; False: the label answers only, drawn hollow).
+  ``published``: dicts with ``line``, ``epsilon``, ``accuracy`` and ``source``, drawn as
+  stars in their method's colour. Returns False (with a warning) without matplotlib."""
+  plt = _pyplot(path)
+  if plt is None:
+    return False
+  from matplotlib.lines import Line2D  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(8, 6.5), dpi=110)
+  names = list(dict.fromkeys([p["line"] for p in points] + [p["line"] for p in published]))
+  colours = {n: plt.get_cmap("tab10")(i % 10) for i, n in enumerate(names)}
+  for name in names:
+    mine = sorted((p for p in points if p["line"] == name), key=lambda p: p["epsilon"])
+    if mine:
+      ax.plot([p["epsilon"] for p in mine], [p["accuracy"] for p in mine], "-",
+              color=colours[name], alpha=0.6)
+    for p in mine:
+      ax.plot(p["epsilon"], p["accuracy"], "o" if p["whole"] else "s", markersize=8,
+              color=colours[name], markerfacecolor=colours[name] if p["whole"] else "white",
+              markeredgewidth=1.8)
+    for p in (p for p in published if p["line"] == name):
+      ax.plot(p["epsilon"], p["accuracy"], "*", markersize=13, color=colours[name],
+              markeredgecolor="black", markeredgewidth=0.5)
+  ax.set_xscale("log")
+  ax.set_xlim(0.75, 13)
+  ax.set_xticks([1, 3, 10], ["1", "3", "10"])
+  ax.minorticks_off()
+  ax.set_xlabel("epsilon (each run's own accountant; published: the paper's)")
+  ax.set_ylabel("test accuracy (%)")
+  ax.set_title(title, fontsize=10)
+  ax.grid(alpha=0.3)
+  handles = [Line2D([], [], color=colours[n], marker="o", linestyle="-", label=n)
+             for n in names]
+  handles += [
+      Line2D([], [], color="grey", marker="o", linestyle="",
+             label="filled: epsilon covers everything the model learnt from private data"),
+      Line2D([], [], color="grey", marker="s", markerfacecolor="white", linestyle="",
+             label="hollow: epsilon covers the label answers only"),
+      Line2D([], [], color="grey", marker="*", markersize=11, linestyle="",
+             markeredgecolor="black", label="star: published number (paper's setting)")]
+  ax.legend(handles=handles, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.13),
+            ncol=2, frameon=False)
+  fig.tight_layout()
+  _save(fig, path)
+  plt.close(fig)
+  return True

@@ -54,3 +54,51 @@ def test_tiny_table_runs_then_rebuilds_from_the_finished_runs(npz_file, tmp_path
   assert f"| {compare.STALE} |" in line and "%" not in line
   with pytest.raises(WorkdirConflictError, match="another config"):
     compare.run(root, (impostor,))
+
+
+def _fake_report(accuracy: float, epsilon: float, accountant: str = "rdp") -> dict:
+  return {"test_accuracy": accuracy, "wall_seconds": 61.0, "epsilon_is_data_dependent": False,
+          "privacy": {"epsilon": epsilon, "accountant": accountant, "delta": 1e-5},
+          "covers": {"covered": "fake answers"}}
+
+
+def test_collect_only_draws_the_frontier_from_finished_rows(tmp_path):
+  """frontier.png and frontier.csv come from the same finished rows as comparison.md (here
+  tiny fake reports: nothing is trained), plus the rows' published numbers."""
+  from dgd_jax.workdir import write_json
+  by_name = {r.name: r for r in compare.ROWS}
+  fake = {"dgd_eps10": _fake_report(0.7654, 9.9993), "dgd_eps1": _fake_report(0.5795, 0.990),
+          "dgd_private_eps10": _fake_report(0.6214, 9.9998, "pld"),
+          "dpsgd_scatternet_eps3": _fake_report(0.8960, 3.0, "pld"),
+          "dpsgd_scatternet_eps1": _fake_report(0.8688, 1.0, "pld")}
+  root = tmp_path / "compare"
+  for name, report in fake.items():
+    (root / name).mkdir(parents=True)
+    write_json(str(root / name / "report.json"), report)
+  rows = tuple(by_name[n] for n in ("dgd_eps10", "dgd_eps1", "dgd_private_eps10", "pate",
+                                    "dpsgd_scatternet_eps1", "dpsgd_scatternet_eps3"))
+  text = compare.run(str(root), rows, collect_only=True)
+  assert "76.54%" in text and "| pate | `pate.py" in text and "| not run |" in text
+  png = root / "frontier.png"
+  assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+  points, published = compare.frontier_points(rows, fake)
+  whole = {p["row"]: p["whole"] for p in points}
+  assert whole == {"dgd_eps10": False, "dgd_eps1": False, "dgd_private_eps10": True,
+                   "dpsgd_scatternet_eps1": True, "dpsgd_scatternet_eps3": True}
+  assert {(p["line"], p["epsilon"], p["accuracy"]) for p in published} == {
+      ("DGD", 10.0, 88.2), ("DGD", 1.0, 64.9), ("DP-SGD, ScatterNet + linear", 3.0, 89.7)}
+  csv_lines = (root / "frontier.csv").read_text().splitlines()
+  assert csv_lines[0].startswith("line,row,kind,epsilon")
+  assert len(csv_lines) == 1 + len(points) + len(published)
+  assert any(",dgd_eps10,measured,9.9993,76.54,the label answers only" in l for l in csv_lines)
+
+
+def test_every_row_has_a_frontier_line_and_a_coverage():
+  """Each row of the real table is drawn on a named line, with filled (whole) or hollow
+  (label answers only) markers as its method's privacy note says."""
+  for row in compare.ROWS:
+    assert compare.line_of(row) in compare.LINES.values(), row.name
+  whole = {r.name: compare.covers_everything(r.config()) for r in compare.ROWS}
+  assert not whole["dgd_eps10"] and not whole["dpdfd_ensemble_eps10"]
+  assert whole["dgd_private_eps1"] and whole["pate"] and whole["dpdfd_eps10"]
+  assert all(whole[n] for n in whole if n.startswith("dpsgd"))
