@@ -52,6 +52,14 @@ RUNS = {
     "fractional_votes": ["--mechanism=lnmax", "--noise_scale=20", "--votes={fractional}"],
     "stable_replace_one": ["--mechanism=gnmax", "--noise_scale=40", "--queries=300",
                            "--teachers_changed=2", "--json"],
+    # The quick start's first 300 vote histograms (tests/data/quickstart_votes_300.npy: 250
+    # teachers of workdirs/quickstart_cpu on its first 300 queried synthetic samples).
+    "quickstart_ss": CONFIDENT + ["--votes={quickstart}", "--delta=1e-5",
+                                  "--smooth_sensitivity", "--json"],
+    "quickstart_filter": CONFIDENT + ["--votes={quickstart}", "--delta=1e-5",
+                                      "--filter_epsilon=2", "--json"],
+    "filter_stops": ["--mechanism=gnmax", "--noise_scale=40", "--votes={votes}",
+                     "--filter_epsilon=0.5", "--json"],
 }
 
 
@@ -66,6 +74,7 @@ def runs(tmp_path_factory):
   np.save(folder / "mask.npy", votes[:, 0] >= 200)
   np.save(folder / "fractional.npy", votes / 250.0)
   paths = {name: folder / f"{name}.npy" for name in ("votes", "mask", "fractional")}
+  paths["quickstart"] = os.path.join(REPO, "tests", "data", "quickstart_votes_300.npy")
   procs = {name: subprocess.Popen(
       [sys.executable, "-m", "dgd_jax.privacy", *(a.format(**paths) for a in args)], cwd=REPO,
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name, args in RUNS.items()}
@@ -81,6 +90,7 @@ def ok_json(result):
   return json.loads(result.stdout)
 
 
+@pytest.mark.integration
 def test_human_table_replays_dgd_table_one():
   result = planner("--mechanism=lnmax", "--noise_scale=40", "--queries=27", "--delta=1e-5")
   assert result.returncode == 0, result.stderr
@@ -95,6 +105,7 @@ def test_human_table_replays_dgd_table_one():
   assert "the generator trained against it" in result.stdout
 
 
+@pytest.mark.integration
 def test_json_output():
   result = planner("--mechanism=lnmax", "--noise_scale=40", "--queries=1300", "--json")
   assert result.returncode == 0, result.stderr
@@ -111,6 +122,7 @@ def test_json_output():
   assert out["data_dependent_accountants"] == []
 
 
+@pytest.mark.integration
 def test_votes_give_flagged_data_dependent_epsilons(tmp_path):
   votes = np.tile([240, 5, 5, 0, 0, 0, 0, 0, 0, 0], (100, 1))
   path = tmp_path / "votes.npy"
@@ -132,6 +144,7 @@ def test_votes_give_flagged_data_dependent_epsilons(tmp_path):
              for name in out["epsilons"])
 
 
+@pytest.mark.integration
 def test_target_epsilon_calibrates_queries_and_noise():
   result = planner("--mechanism=lnmax", "--noise_scale=40", "--target_epsilon=1", "--json")
   assert result.returncode == 0, result.stderr
@@ -150,6 +163,7 @@ def test_target_epsilon_calibrates_queries_and_noise():
     (["--mechanism=lnmax", "--noise_scale=40", "--queries=1300", "--max_epsilon=10",
       "--accountant=advanced_composition"], "above the maximum epsilon 10"),
 ])
+@pytest.mark.integration
 def test_bad_input_exits_with_a_message_and_no_traceback(args, message):
   result = planner(*args)
   assert result.returncode == 1
@@ -157,6 +171,7 @@ def test_bad_input_exits_with_a_message_and_no_traceback(args, message):
   assert "Traceback" not in result.stderr and result.stdout == ""
 
 
+@pytest.mark.integration
 def test_human_table_marks_data_dependent_rows(runs):
   result = runs["votes_table"]
   assert result.returncode == 0, result.stderr
@@ -170,6 +185,7 @@ def test_human_table_marks_data_dependent_rows(runs):
     ("dpdfd_default", "whole_batch", 35.651754019056256),
     ("dpdfd_theorem3", "theorem3", 35.651754019056256),
 ])
+@pytest.mark.integration
 def test_dpdfd_relations(runs, run, relation, rdp):
   out = ok_json(runs[run])
   assert out["releases"][0]["relation"] == relation
@@ -185,6 +201,7 @@ def test_dpdfd_relations(runs, run, relation, rdp):
   assert any("n times too small" in note for note in out["not_covered"])
 
 
+@pytest.mark.integration
 def test_dpdfd_ensemble_calibration_uses_the_disjoint_relation(runs):
   # 250 teachers on disjoint shards, eps 10, T = 1500: B T releases of 2C need sigma ~328; the
   # explicit overlapping option (2nC) needs n = 250 times more.
@@ -197,6 +214,7 @@ def test_dpdfd_ensemble_calibration_uses_the_disjoint_relation(runs):
   assert refused.returncode == 1 and "may overlap" in refused.stderr
 
 
+@pytest.mark.integration
 def test_dpdfd_direct_plan_is_subsampled_and_label_dp(runs):
   out = ok_json(runs["dpdfd_direct"])
   release = out["releases"][0]
@@ -206,6 +224,7 @@ def test_dpdfd_direct_plan_is_subsampled_and_label_dp(runs):
   assert any("LABEL DP ONLY" in note for note in out["not_covered"])
 
 
+@pytest.mark.integration
 def test_confident_gnmax_charges_every_query_in_the_guarantees(runs):
   # The plan for 1000 queries, every GNMax answer charged (the library, in-process).
   plan = privacy.PrivacyLedger([privacy.ConfidentGNMaxQueries(200.0, 150.0, 40.0, 1000)])
@@ -232,6 +251,33 @@ def test_confident_gnmax_charges_every_query_in_the_guarantees(runs):
   assert out["data_independent_epsilons"]["rdp"] == out["epsilons"]["rdp"]
 
 
+@pytest.mark.integration
+def test_smooth_sensitivity_release_of_the_quick_start_votes(runs):
+  """tensorflow/privacy's smooth_sensitivity_table.py on the same votes gives 1.546 -> 1.816
+  +- 0.179 (its expected cost, classic conversion): the release lands in that range."""
+  out = ok_json(runs["quickstart_ss"])
+  s = out["smooth_sensitivity"]
+  assert s["queries"] == 300 and s["charged"] == "answered"
+  assert 1.816 - 0.179 <= s["epsilon"] <= 1.816 + 0.179
+  assert s["epsilon"] == pytest.approx(s["epsilon_before"] + s["gnss_rdp"])
+  assert s["std"] == pytest.approx(s["smooth_sensitivity"] * s["sigma_ss"])
+  assert 0 < s["beta"] < 1 / (2 * s["order"]) and s["conditions"] == {"C5": True, "C6": True}
+
+
+@pytest.mark.integration
+def test_filter_over_the_quick_start_votes(runs):
+  out = ok_json(runs["quickstart_filter"])
+  f = out["filter"]
+  assert (f["queries"], f["asked"], f["answered"], f["stop_reason"]) == (300, 300, 107,
+                                                                         "queries")
+  assert f["spent_rdp"] <= f["budget_rdp"]
+  assert out["epsilons"]["renyi_filter"] == pytest.approx(2.0, abs=1e-9)
+  assert "renyi_filter" not in out["data_dependent_accountants"]
+  stops = ok_json(runs["filter_stops"])["filter"]  # GNMax: every query charged
+  assert stops["stop_reason"] == "budget" and stops["asked"] == stops["answered"] < 40
+
+
+@pytest.mark.integration
 def test_calibration_counts_vae_eps1(runs):
   out = ok_json(runs["eps1_calibration"])
   assert out["calibration"]["max_queries"] == 27 and out["queries"] == 27
@@ -239,6 +285,7 @@ def test_calibration_counts_vae_eps1(runs):
   assert out["epsilons"]["rdp"] == pytest.approx(0.977543 + 0.01, abs=1e-6)
 
 
+@pytest.mark.integration
 def test_tiny_laplace_scale_gives_finite_epsilons(runs):
   out = ok_json(runs["tiny_scale"])
   assert all(19990 < value < float("inf") for name, value in out["epsilons"].items()
@@ -251,6 +298,7 @@ def test_tiny_laplace_scale_gives_finite_epsilons(runs):
     ("answered_with_target", ["--answered/--answered_mask is the realised outcome of a finished "
                               "run", "drop it to calibrate"]),
 ])
+@pytest.mark.integration
 def test_calibration_errors_exit_1_with_a_message(runs, run, messages):
   result = runs[run]
   assert result.returncode == 1 and result.stdout == ""
@@ -259,6 +307,7 @@ def test_calibration_errors_exit_1_with_a_message(runs, run, messages):
     assert message in result.stderr
 
 
+@pytest.mark.integration
 def test_a_bad_votes_file_exits_1_naming_the_file(runs):
   result = runs["fractional_votes"]
   assert result.returncode == 1 and result.stdout == ""
@@ -312,6 +361,7 @@ def test_votes_file_accepts_whole_counts_of_any_numeric_type(tmp_path, dtype):
   np.testing.assert_array_equal(votes, GOOD_VOTES)
 
 
+@pytest.mark.integration
 def test_teachers_changed_scales_the_sensitivity(runs):
   # The stable partition under replace-one: two teachers moved per change.
   out = ok_json(runs["stable_replace_one"])

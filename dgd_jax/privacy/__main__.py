@@ -12,10 +12,16 @@ r"""Privacy planner: epsilon of planned (or recorded) teacher queries under ever
       --teachers_disjoint --target_epsilon=10
   python -m dgd_jax.privacy --mechanism=dpsgd --noise_scale=3.65 --batch_size=8192 \
       --dataset_size=60000 --steps=293 [--sampling=poisson] --delta=1e-5 [--target_epsilon=3] --json
+  python -m dgd_jax.privacy --mechanism=confident_gnmax --votes=votes.npy --threshold=200 \
+      --sigma1=150 --sigma2=40 --delta=1e-5 --smooth_sensitivity [--filter_epsilon=2] --json
 
 ``--target_epsilon`` calibrates: without ``--queries`` it gives the most queries (DPDFD: steps)
 that fit, without the noise parameter the least noise; ``--vae_eps1`` counts towards the target.
-``--max_epsilon`` refuses a plan above it. Parses flags and calls the library; the library never
+``--max_epsilon`` refuses a plan above it. With ``--votes``, ``--smooth_sensitivity`` releases
+the data-dependent epsilon with noise scaled to its smooth sensitivity (PATE 2018 Sec. 4) and
+``--filter_epsilon`` runs a Renyi filter over the queries in order (Feldman & Zrnic 2021); both
+read the threshold bits of ``--answered_mask`` or, without it, draw them as Confident-GNMax
+would (``--seed``). Parses flags and calls the library; the library never
 reads FLAGS.
 """
 from __future__ import annotations
@@ -27,7 +33,8 @@ import numpy as np
 from absl import app, flags
 
 from dgd_jax.errors import ConfigError, UserInputError
-from dgd_jax.privacy import calibrate, checks, conversion, dpdfd, ledger, releases
+from dgd_jax.privacy import (calibrate, checks, conversion, dpdfd, ledger, releases,
+                             renyi_filter, smooth_sensitivity)
 
 _MECHANISM = flags.DEFINE_string(
     "mechanism", None, f"One of {', '.join(releases.MECHANISMS)}.")
@@ -106,6 +113,23 @@ _VAE_EPS1 = flags.DEFINE_float(
 _MOMENT_ORDERS = flags.DEFINE_list(
     "moment_orders", [f"{l:g}" for l in conversion.DEFAULT_MOMENT_ORDERS],
     "Orders l of the PATE 2017 moments accountant.")
+_SMOOTH = flags.DEFINE_bool(
+    "smooth_sensitivity", False, "gnmax / confident_gnmax with --votes: release the data-"
+    "dependent epsilon with Gaussian noise scaled to its smooth sensitivity (PATE 2018 Sec. 4, "
+    "App. C); prints the epsilon before and after, the order, beta, SS and sigma_ss.")
+_SS_CHARGE = flags.DEFINE_string(
+    "ss_charge", "answered", "--smooth_sensitivity: charge GNMax on the 'answered' queries "
+    "(PATE 2018's accounting of a run) or on 'every' query.")
+_FILTER = flags.DEFINE_float(
+    "filter_epsilon", None, "gnmax / confident_gnmax with --votes: run a Renyi filter with this "
+    "epsilon at --delta over the queries in order (GNMax charged only when answered); prints "
+    "how many were asked and answered before it stopped, and the filtered run's epsilons.")
+_FILTER_ORDER = flags.DEFINE_float(
+    "filter_order", None, "--filter_epsilon: the Renyi order of the budget (default: the order "
+    "admitting the most queries, from public parameters only).")
+_SEED = flags.DEFINE_integer(
+    "seed", 0, "Seed of the simulated threshold noise (no --answered_mask) and of the "
+    "smooth-sensitivity release's noise.")
 _JSON = flags.DEFINE_bool("json", False, "Print one JSON object instead of the table.")
 
 
@@ -133,6 +157,12 @@ def _describe(release: releases.Release) -> str:
     return (f"confident_gnmax, {release.queries} queries{answered}, "
             f"threshold = {release.threshold:g}, sigma1 = {release.sigma1:g}, "
             f"sigma2 = {release.sigma2:g}")
+  if isinstance(release, releases.FilteredQueries):
+    what = ("gnmax" if release.threshold is None else
+            f"confident_gnmax, threshold = {release.threshold:g}, sigma1 = {release.sigma1:g},")
+    return (f"{what} sigma2 = {release.sigma2:g}, under a Renyi filter of epsilon "
+            f"{release.filter_epsilon:g} at order {release.filter_order:g}: {release.asked} of "
+            f"{release.queries} queries asked, {release.num_answered} answered")
   if isinstance(release, releases.DpsgdSteps):
     return (f"dpsgd, {release.steps} steps, noise multiplier {release.noise_multiplier:g}, "
             f"Poisson sampling q = {release.batch_size} / {release.dataset_size} = "
@@ -234,6 +264,79 @@ def _table(title: str, reports: dict, delta: float) -> list[str]:
   return lines
 
 
+def _threshold_bits(release: releases.Release, rng: np.random.Generator) -> np.ndarray:
+  """The threshold bits of the votes' queries: --answered_mask, or drawn as Confident-GNMax
+  draws them, max_j n_j + N(0, sigma1^2) >= threshold (all True for GNMax)."""
+  if isinstance(release, releases.GNMaxQueries):
+    return np.ones(release.queries, bool)
+  if isinstance(release.answered, np.ndarray):
+    return release.answered
+  votes = release.votes
+  return votes.max(axis=1) + release.sigma1 * rng.standard_normal(votes.shape[0]) >= \
+      release.threshold
+
+
+def _pate2018(release: releases.Release, delta: float) -> tuple[releases.Release, dict]:
+  """The filtered record (--filter_epsilon) and the smooth-sensitivity release
+  (--smooth_sensitivity) of the votes' queries; (release, {}) when neither is asked for."""
+  if _FILTER.value is None and not _SMOOTH.value:
+    return release, {}
+  if not isinstance(release, (releases.GNMaxQueries, releases.ConfidentGNMaxQueries)) or \
+      release.votes is None:
+    raise ConfigError("--filter_epsilon and --smooth_sensitivity need --mechanism=gnmax or "
+                      "confident_gnmax and --votes.")
+  if _FILTER.value is not None and _ANSWERED.value is not None:
+    raise ConfigError("--filter_epsilon reads which queries passed the threshold: pass "
+                      "--answered_mask (or neither, to draw them), not --answered.")
+  rng = np.random.default_rng(_SEED.value)
+  bits = _threshold_bits(release, rng)
+  confident = isinstance(release, releases.ConfidentGNMaxQueries)
+  sigma2 = release.sigma2 if confident else release.sigma
+  sigma1 = release.sigma1 if confident else None
+  threshold = release.threshold if confident else None
+  k = release.teachers_changed
+  out, votes = {}, release.votes
+  if _FILTER.value is not None:
+    mechanism = "confident_gnmax" if confident else "gnmax"
+    run = renyi_filter.filter_queries(bits, _FILTER.value, delta, mechanism, sigma2, sigma1,
+                                      _FILTER_ORDER.value, k)
+    release = releases.FilteredQueries(
+        sigma2, release.queries, _FILTER.value, delta, run.order, threshold, sigma1,
+        asked=run.asked, answered=run.answered, stop_reason=run.stop_reason,
+        votes=votes[:run.asked], teachers_changed=k, neighbours=release.neighbours)
+    out["filter"] = {"epsilon": _FILTER.value, "queries": int(bits.size), **run.to_json()}
+    votes, bits = votes[:run.asked], run.answered
+  if _SMOOTH.value:
+    checks.choice("ss_charge", _SS_CHARGE.value, smooth_sensitivity.CHARGES)
+    if votes.shape[0] == 0:
+      raise ConfigError("the filter asked no query: nothing to release.")
+    ss = smooth_sensitivity.release_confident_gnmax(
+        votes, threshold, sigma1, sigma2, delta,
+        answered=bits if _SS_CHARGE.value == "answered" else None, rng=rng, teachers_changed=k)
+    out["smooth_sensitivity"] = ss.to_json()
+  return release, out
+
+
+def _pate2018_lines(extra: dict) -> list[str]:
+  lines = []
+  if "filter" in extra:
+    f = extra["filter"]
+    lines += ["", f"Renyi filter, epsilon {f['epsilon']:g}: {f['asked']} of {f['queries']} "
+                  f"queries asked, {f['answered']} answered; stopped: {f['stop_reason']} "
+                  f"(RDP {f['spent_rdp']:.6g} of the budget {f['budget_rdp']:.6g} at order "
+                  f"{f['order']:g})"]
+  if "smooth_sensitivity" in extra:
+    s = extra["smooth_sensitivity"]
+    lines += ["", f"Smooth-sensitivity release (PATE 2018 Sec. 4; GNMax charged on "
+                  f"{s['charged']} queries, {s['answered']} of {s['queries']}): order "
+                  f"{s['order']:g}, beta {s['beta']:.6g}, SS {s['smooth_sensitivity']:.6g}, "
+                  f"sigma_ss {s['sigma_ss']:.6g}; epsilon {s['epsilon_before']:.6f} before, "
+                  f"{s['epsilon']:.6f} +- {s['std']:.6f} after (released draw: "
+                  f"{s['released']:.6f}); the order and beta were chosen from the votes, as in "
+                  "PATE 2018's analysis"]
+  return lines
+
+
 def run() -> str:
   """The planner's output for the parsed flags."""
   if _MECHANISM.value is None:
@@ -241,6 +344,7 @@ def run() -> str:
   mechanism = _MECHANISM.value
   delta = _DELTA.value
   release, calibration = _plan(mechanism)
+  release, extra = _pate2018(release, delta)
   book = ledger.PrivacyLedger([release, *_pure_terms()], moment_orders=_moment_orders())
   budget = None
   if _MAX_EPSILON.value is not None:
@@ -254,7 +358,7 @@ def run() -> str:
       out["calibration"] = calibration
     if budget is not None:
       out["budget"] = {"max_epsilon": _MAX_EPSILON.value, "checked": budget.to_json()}
-    return json.dumps(out)
+    return json.dumps({**out, **extra})
   lines = _table(f"Privacy plan: {_describe(release)}; delta = {delta:g}",
                  book.epsilons(delta), delta)
   if book.data_dependent:
@@ -268,6 +372,7 @@ def run() -> str:
   if budget is not None:
     lines += ["", f"Budget check: epsilon {budget.epsilon:.6f} ({budget.accountant}, delta = "
                   f"{delta:g}) <= max_epsilon {_MAX_EPSILON.value:g}: within budget."]
+  lines += _pate2018_lines(extra)
   lines += ["", "Not covered by these epsilons:"] + [f"- {n}" for n in book.not_covered()]
   return "\n".join(lines)
 
