@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 
 import pytest
@@ -48,6 +49,7 @@ def test_accounting_sweep_trains_nothing(npz_file, tmp_path):
   assert not [d for d in os.listdir(tmp_path / "s") if d.startswith("noise")]
 
 
+@pytest.mark.integration
 def test_query_sweep_shares_the_unchanged_stages(npz_file, tmp_path):  # Fig. 3
   config = tiny_configs.dgd(npz_file)
   rows = run_sweep(config, tmp_path / "s", "queries.num_queries=20,50")
@@ -63,6 +65,7 @@ def test_query_sweep_shares_the_unchanged_stages(npz_file, tmp_path):  # Fig. 3
     assert (tmp_path / "s" / png).read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.integration
 def test_synthetic_amount_and_source_sweeps(npz_file, tmp_path):  # Fig. 6 and Fig. 4
   config = tiny_configs.dgd(npz_file)
   rows = run_sweep(config, tmp_path / "amount", "generator.num_synthetic=128,256",
@@ -80,6 +83,7 @@ def test_synthetic_amount_and_source_sweeps(npz_file, tmp_path):  # Fig. 6 and F
   assert all(0 <= r["test_accuracy"] <= 1 for r in rows)
 
 
+@pytest.mark.integration
 def test_vae_regulariser_by_aggregation_sweep(npz_file, tmp_path):  # Fig. 7
   config = tiny_configs.pate(npz_file)
   config.student.unlabelled_batch_size = 8
@@ -118,3 +122,26 @@ def test_accounting_sweep_has_a_column_per_claimed_relation(npz_file, tmp_path):
   # replace-one with two teachers moved, which is the headline (every accountant's column).
   assert stable["epsilon[add_or_remove_one]"] == pytest.approx(shuffle["epsilon[replace_one]"])
   assert stable["epsilon[replace_one]"] == stable["rdp"] > 1.9 * shuffle["rdp"]
+
+
+def test_a_seed_axis_is_summarised_as_mean_and_range_per_setting(tmp_path):
+  rows = [{"seed": seed, "student.propagation": prop, "test_accuracy": acc, "noiseless": clean,
+           "accountant": "rdp", "workdir": f"s{seed}p{prop}"}
+          for seed, prop, acc, clean in ((1, 0, 0.50, 0.6), (1, 10, 0.70, 0.8),
+                                         (2, 0, 0.40, 0.5), (2, 10, 0.60, 0.9),
+                                         (3, 0, 0.45, 0.4), (3, 10, 0.80, 0.7))]
+  axes = [(("seed",), [(1,), (2,), (3,)]), (("student.propagation",), [(0,), (10,)])]
+  sweep._write(str(tmp_path), axes, rows, False, columns=["noiseless"])
+  summary = json.loads((tmp_path / "seeds.json").read_text())
+  assert [r["student.propagation"] for r in summary] == [0, 10]
+  without, with_ = summary
+  assert without["seeds"] == with_["seeds"] == 3
+  assert without["test_accuracy_mean"] == pytest.approx(0.45)
+  assert (with_["test_accuracy_min"], with_["test_accuracy_max"]) == (0.6, 0.8)
+  assert with_["noiseless_mean"] == pytest.approx(0.8)
+  assert "Over the seeds (mean, min, max):" in (tmp_path / "sweep.md").read_text()
+  # Without a seed axis there is nothing to summarise.
+  os.makedirs(tmp_path / "no_seed")
+  sweep._write(str(tmp_path / "no_seed"), axes[1:], [{k: v for k, v in r.items() if k != "seed"}
+                                                     for r in rows[:2]], False)
+  assert not (tmp_path / "no_seed" / "seeds.json").exists()

@@ -32,7 +32,7 @@ from dgd_jax import methods, pipeline, plots, privacy
 from dgd_jax.configs.common import with_overrides
 from dgd_jax.errors import ConfigError
 from dgd_jax.workdir import (Workdir, config_slice, fingerprint, read_json, write_csv,
-                             write_text)
+                             write_json, write_text)
 
 Axis = tuple[tuple[str, ...], list[tuple[Any, ...]]]  # field names, one value tuple per point
 
@@ -73,6 +73,9 @@ def parse_axis(spec: str, config: ml_collections.ConfigDict) -> Axis:
                for n in names]
     points.append(tuple(_cast(p.strip(), c) for c, p in zip(current, parts)))
   return names, points
+
+
+SEED = "seed"  # the swept name whose values over_seeds averages over
 
 
 def grid(config: ml_collections.ConfigDict, axes: Sequence[Axis]
@@ -160,6 +163,33 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
   return rows
 
 
+def over_seeds(rows: list[dict], values: Sequence[str]) -> list[dict]:
+  """With ``seed`` among the swept names: one row per setting of the other names, with the
+  number of seeds and the mean, min and max of each of ``values`` over them (the spread that
+  a single seed hides); [] otherwise."""
+  if not rows or SEED not in rows[0]:
+    return []
+  values = [v for v in values if all(isinstance(r.get(v), (int, float)) for r in rows)]
+  names = [k for k in _axis_names(rows) if k != SEED]
+  groups = {}
+  for r in rows:
+    groups.setdefault(tuple(r[n] for n in names), []).append(r)
+  out = []
+  for key, group in groups.items():
+    row = {**dict(zip(names, key)), "seeds": len(group)}
+    for v in values:
+      xs = [float(r[v]) for r in group]
+      row.update({f"{v}_mean": sum(xs) / len(xs), f"{v}_min": min(xs), f"{v}_max": max(xs)})
+    out.append(row)
+  return out
+
+
+def _axis_names(rows: list[dict]) -> list[str]:
+  """The swept names: the keys before the first result column."""
+  keys = list(rows[0])
+  return keys[:keys.index("test_accuracy")] if "test_accuracy" in keys else keys
+
+
 def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only: bool,
            columns: Sequence[str] = ()) -> None:
   table = list(dict.fromkeys(k for r in rows for k in r))  # every field of every row
@@ -195,5 +225,12 @@ def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only
   fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)
   lines = ["| " + " | ".join(table) + " |", "|" + "---|" * len(table)]
   lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in table) + " |" for r in rows]
+  summary = [] if accounting_only else over_seeds(rows, ["test_accuracy", *columns])
+  if summary:
+    write_json(os.path.join(workdir, "seeds.json"), summary)
+    head = list(summary[0])
+    lines += ["", "Over the seeds (mean, min, max):", "",
+              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(fmt(r[c]) for c in head) + " |" for r in summary]
   lines += [""] + [f"![{p}]({p})" for p in pictures]
   write_text(os.path.join(workdir, "sweep.md"), "\n".join(lines) + "\n")
