@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import time
 
 import jax
+import ml_collections
 from absl import logging
 
 from dgd_jax import distributed, generative, methods, pool, query_plan
@@ -19,9 +21,10 @@ from dgd_jax import report as report_lib
 from dgd_jax.configs.common import smoke_schedules
 from dgd_jax.core import Config, Context
 from dgd_jax.data import load_private
-from dgd_jax.errors import ConfigError, PrivacyAuditError, UserInputError
+from dgd_jax.errors import (ConfigError, PrivacyAuditError, UserInputError,
+                            WorkdirConflictError)
 from dgd_jax.methods import STAGES
-from dgd_jax.workdir import Stage, Workdir
+from dgd_jax.workdir import Stage, Workdir, read_json
 
 
 def check_config(config: Config) -> None:
@@ -117,6 +120,27 @@ def check_workdir(config: Config, workdir: str) -> None:
   config's (or not there yet). Reads stage.json files only; writes nothing."""
   config = run_config(config)
   _planned_stages(config, Workdir(workdir, writer=False), methods.plan_stages(config))
+
+
+def open_run(workdir: str, stage: str) -> Context:
+  """A read-only Context of ``stage`` in the finished run ``workdir``, under the config the run
+  recorded (its config.json): how a research script (experiments/) reads a run's artefacts
+  (``artefacts.load_*``, ``pool.load``) without running anything. ``results`` holds the run's
+  finished stages; nothing is written to the workdir (its metrics, lock and report included).
+  Refused if the workdir is not a run or its stages were made by another config."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    raise WorkdirConflictError(f"{path} does not exist: {workdir} is not the workdir of a "
+                               "`python -m dgd_jax.main` run.")
+  config = ml_collections.ConfigDict(read_json(path))
+  wd = Workdir(workdir, writer=False)
+  planned = _planned_stages(config, wd, methods.plan_stages(config))
+  results = {s.name: s.result() for s in planned if s.done()}
+  target = next((s for s in planned if s.name == stage), None)
+  if target is None:
+    raise WorkdirConflictError(f"{workdir} is a {config.method} run, which has no stage "
+                               f"{stage!r}; its stages: {[s.name for s in planned]}.")
+  return Context(config, wd, target, functools.cache(lambda: load_private(config)), results)
 
 
 def _run_stages(config: Config, wd: Workdir, planned: list[Stage]) -> dict:

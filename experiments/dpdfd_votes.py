@@ -1,38 +1,47 @@
-"""How much a finished teachers stage agrees on DPDFD inputs (development diagnostic for issue
-18, not a release: it reads the teachers without noise and prints nothing a run publishes).
+r"""Which classes do the teachers see in DPDFD's inputs?
 
-For the real test images, the ``synthetic.npy`` files given, freshly initialised DPDFD
-generators and uniform noise, prints the teachers' mean top vote share, the mean margin between
-the top two classes and the histogram of plurality classes. A conversion can only teach the
-classes its inputs' plurality spans.
+Question: DPDFD's ensemble conversion (Algorithm 1 with the teachers) stays near chance at
+eps 10 although its released rows are informative. Is it the inputs: which classes does the
+teachers' plurality span on the samples of Algorithm 1's generator, on a fresh generator, on
+noise, against real images?
+Answer: the inputs. The teachers vote class 8 (bag) for every one of 5,000 samples of the
+trained generator in both runs (top vote share 1.00 and 0.81); freshly initialised DPDFD
+generators give 84% and 98% bag, uniform noise 100%, real test images 10% (top share 0.84,
+plurality 80.1% right). A generator fed back only by the student collapses to one class, so
+the ensemble preset queries DGD's DeepInversion set instead, which spans the classes.
+Feeds: RESULTS.md, "DPDFD" (why Algorithm 1's ensemble stays near chance at eps 10).
 
-  python launch/dpdfd_votes.py --workdir=workdirs/dpdfd_ens_eps10 \
+A development diagnostic, not a release: it reads the teachers without noise and prints
+nothing a run publishes. For the real test images, the ``synthetic.npy`` files given,
+freshly initialised DPDFD generators (``artefacts.dpdfd_generator``, seeds 0 and 1) and
+uniform noise, it prints the teachers' mean top vote share, the mean margin between the top two
+classes and the histogram of plurality classes.
+
+  python experiments/dpdfd_votes.py --workdir=workdirs/dpdfd_ens_eps10 \
       workdirs/dpdfd_ens_eps10/dpdfd_samples/synthetic.npy
 """
 from __future__ import annotations
 
-import sys
-
+from absl import app, flags
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import artefacts, ensemble, generative, methods
-from dgd_jax.configs import dpdfd as dpdfd_config
-from dgd_jax.core import Context
-from dgd_jax.data import load_private
-from dgd_jax.stages import dpdfd as dpdfd_stage
-from dgd_jax.workdir import Workdir, load_array
+from dgd_jax import artefacts, ensemble, generative, pipeline, progress
+from dgd_jax.workdir import load_array
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A finished run with a teachers stage (e.g. "
+                               "dgd_jax/configs/dpdfd.py:<dataset>,ensemble).")
+flags.mark_flag_as_required("workdir")
 
 NUM = 5000  # images per source
 
 
-def main(argv: list[str]) -> None:
-  path = next(a.split("=", 1)[1] for a in argv if a.startswith("--workdir="))
-  config = dpdfd_config.get_config("fashion_mnist,cpu,ensemble,eps10")
-  data = load_private(config)
-  workdir = Workdir(path, writer=False)
-  stage = workdir.stage("teachers", config, methods.config_keys("teachers", config))
-  params, predict, _ = artefacts.load_teachers(Context(config, workdir, stage, lambda: data, {}))
+def main(argv):
+  progress.setup_cli_logging()
+  ctx = pipeline.open_run(_WORKDIR.value, "teachers")
+  config, data = ctx.config, ctx.dataset
+  params, predict, _ = artefacts.load_teachers(ctx)
   n, k = config.num_teachers, data.num_classes
 
   def report(name: str, x: np.ndarray) -> np.ndarray:
@@ -45,18 +54,19 @@ def main(argv: list[str]) -> None:
 
   votes = report("real test images", data.x_test)
   print(f"  plurality accuracy {np.mean(votes.argmax(1) == data.y_test[:NUM]):.4f}")
-  for file in (a for a in argv if not a.startswith("--")):
+  for file in argv[1:]:
     report(file, load_array(file))
-  d = config.dpdfd
-  for seed in (0, 1):  # the generator a DPDFD run starts from, sampled as its samples stage does
-    config.seed = seed
-    _, state, _ = dpdfd_stage._states(Context(config, workdir, stage, lambda: data, {}), 0.0)
-    x = generative.generate(state.generator, jax.random.key(10 + seed), NUM, d.batch_size,
-                            d.latent_dim)
-    report(f"fresh DPDFD generator (seed {seed})", x)
-  report("uniform noise", np.random.default_rng(0).random((NUM,) + data.image_shape,
-                                                          np.float32))
+  if "dpdfd" in config:  # Algorithm 1's generator as a DPDFD run starts it
+    d = config.dpdfd
+    model = artefacts.dpdfd_generator(config, data.image_shape)
+    for seed in (0, 1):
+      variables = model.init(jax.random.key(seed), jnp.zeros((2, d.latent_dim)), train=False)
+      x = generative.generate(model.apply, variables, jax.random.key(10 + seed), NUM,
+                              d.batch_size, d.latent_dim)
+      report(f"fresh DPDFD generator (seed {seed})", x)
+  report("uniform noise in [0, 1)", np.random.default_rng(0).random((NUM,) + data.image_shape,
+                                                                    np.float32))
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  app.run(main)

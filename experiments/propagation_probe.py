@@ -1,4 +1,15 @@
-r"""Label-propagation probe on a finished DGD workdir (a development diagnostic, not a release:
+r"""How much does label propagation over the pool add, and what bounds it?
+
+Question: with few released labels (a small private set, 50 teachers, 114 queries), how much
+does spreading them over the synthetic pool by label propagation give the student, from the
+noisy labels and from the noiseless plurality, and what does the pool allow at most?
+Answer: on workdirs/s8k50, 3 GNMax draws: the 114 queried samples alone 45.45 / 48.85 /
+45.29%, the pool labelled by propagation 62.07 / 64.44 / 54.84% (+13.9 points on average);
+from the noiseless plurality 52.64% -> 65.62%; the baseline's labels of the whole pool, a
+ceiling that would leak the baseline, 74.96%.
+Feeds: RESULTS.md, "DGD on a small private set: 8,000 images, 50 teachers (ablation)".
+
+Label-propagation probe on a finished DGD workdir (a development diagnostic, not a release:
 it reads the teachers' stored vote histograms without noise and prints nothing a run
 publishes).
 

@@ -1,0 +1,87 @@
+"""experiments/: research scripts headed by their question, answer and RESULTS.md section,
+reading finished runs through the library's public functions (``pipeline.open_run``);
+launch/ holds launchers only."""
+from __future__ import annotations
+
+import ast
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from dgd_jax import artefacts, methods, pipeline
+from dgd_jax.errors import WorkdirConflictError
+from dgd_jax.workdir import read_json
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+EXPERIMENTS = sorted((REPO / "experiments").glob("*.py"))
+# Test-data generators (tests/data), not research questions: no RESULTS.md section to feed.
+GENERATORS = {"pate2018_reference_vectors.py"}
+RESEARCH = [p for p in EXPERIMENTS if p.name not in GENERATORS]
+ENV = dict(os.environ, JAX_PLATFORMS="cpu")
+
+
+def docstring(path: pathlib.Path) -> str:
+  return ast.get_docstring(ast.parse(path.read_text())) or ""
+
+
+def test_launch_holds_only_launchers():
+  assert sorted(p.suffix for p in (REPO / "launch").iterdir()) == [".sh"] * len(
+      list((REPO / "launch").iterdir()))
+
+
+@pytest.mark.parametrize("path", RESEARCH, ids=[p.name for p in RESEARCH])
+def test_a_research_script_is_headed_by_its_question_answer_and_section(path):
+  text = docstring(path)
+  for field in ("Question:", "Answer:", "Feeds: RESULTS.md"):
+    assert f"\n{field}" in text, (path.name, field)
+  section = text.split("Feeds: RESULTS.md", 1)[1].split("\n\n", 1)[0]
+  quoted = section.split('"')[1::2]
+  headings = {line.lstrip("#").strip() for line in (REPO / "RESULTS.md").read_text().splitlines()
+              if line.startswith("#")}
+  assert quoted and all(q in headings for q in quoted), (path.name, quoted)
+
+
+def test_every_experiment_answers_help():
+  """All at once (each imports JAX for seconds): --help prints the script's docstring."""
+  runs = {p.name: subprocess.Popen([sys.executable, str(p), "--help"], cwd=REPO, env=ENV,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+          for p in EXPERIMENTS}
+  for path in EXPERIMENTS:
+    out, err = runs[path.name].communicate(timeout=180)
+    assert "Traceback" not in err, (path.name, err)
+    first = docstring(path).splitlines()[0] if path in RESEARCH else "usage"
+    assert first in out, (path.name, out[:300])
+
+
+def test_open_run_reads_a_finished_run_and_writes_nothing(finished_dgd):
+  _, workdir, _ = finished_dgd
+  before = {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")}
+  ctx = pipeline.open_run(workdir, "student")
+  assert ctx.config.to_dict() == read_json(os.path.join(workdir, "config.json"))
+  assert set(ctx.results) == set(methods.plan_stages(ctx.config))  # every stage finished
+  assert ctx.stage.name == "student" and ctx.stage.done()
+  queries = artefacts.load_queries(ctx)
+  assert len(queries["indices"]) == ctx.config.queries.num_queries
+  assert len(ctx.dataset.x_test) > 0
+  ctx.log({"loss": 1.0})  # read-only: dropped
+  after = {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")}
+  assert after == before
+
+
+def test_open_run_refuses_what_is_not_a_run(finished_dgd, tmp_path):
+  with pytest.raises(WorkdirConflictError, match="is not the workdir of"):
+    pipeline.open_run(str(tmp_path), "student")
+  with pytest.raises(WorkdirConflictError, match="has no stage 'dpsgd'"):
+    pipeline.open_run(finished_dgd[1], "dpsgd")
+
+
+def test_dpdfd_votes_runs_on_a_finished_run(finished_dgd):
+  result = subprocess.run([sys.executable, "experiments/dpdfd_votes.py",
+                           f"--workdir={finished_dgd[1]}"], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "real test images: top vote share" in result.stdout
+  assert "uniform noise in [0, 1): top vote share" in result.stdout
