@@ -56,7 +56,7 @@ class Grammar:
   choices: tuple[Choice, ...] = ()  # besides the preset
   flags: tuple[str, ...] = ()
   presets: tuple[str, ...] = PRESETS  # the first is the default
-  requires: tuple[tuple[str, str], ...] = ()  # (flag, the token it needs)
+  requires: tuple[tuple[str, str], ...] = ()  # (token, the token it needs)
 
   @property
   def slots(self) -> tuple[Choice, ...]:
@@ -146,9 +146,10 @@ def parse_arg(arg: str | None, grammar: Grammar) -> Arg:
     else:
       hint = _closest(item, grammar.tokens()) or _elsewhere(item) or " (the dataset is the first token only)"
       refuse(f"unknown token {item!r}{hint}")
-  for flag, needed in grammar.requires:
-    if flag in flags and needed not in flags and needed not in given.values():
-      refuse(f"{flag!r} needs {needed!r}")
+  named = flags | set(given.values())
+  for token, needed in grammar.requires:
+    if token in named and needed not in named:
+      refuse(f"{token!r} needs {needed!r}")
   values = {c.name: given.get(c.name, c.default) for c in grammar.slots}
   return Arg(dataset or DEFAULT_DATASET, smoke, values, frozenset(flags))
 
