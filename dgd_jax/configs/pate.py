@@ -3,14 +3,21 @@ partitions label a public, unlabelled pool through noisy aggregation, and a stud
 on it: supervised on the labelled part and, optionally, semi-supervised on the whole pool
 with DGD's VAE-triple regulariser (the pool stands in for DGD's synthetic set).
 
-Argument: '<dataset>[,cpu][,plus][,q100][,ldp1|ldp5]'. Protocol of PATE 2017 Sec. 4: the pool is the
-first 9,000 test examples (labels never read), the last 1,000 evaluate the student; 1000
-queries by default (``q100``: 100). PATE: LNMax, Laplace scale 1/gamma = 20 (gamma = 0.05).
-``plus``: Confident-GNMax (T = 200, sigma1 = 150, sigma2 = 40; PATE 2018 Table 2, MNIST).
-The headline epsilon is PATE's data-dependent one (``rdp_data_dependent``); the report lists
-the data-independent epsilons beside it. ``ldp1`` / ``ldp5``: the queries come from an LDP
-client (masking + local Laplace noise, LDP paper's (1, 1%) / (5, 10%)) and the teachers are
-trained to be robust to them (LDP Eq. 3); the report adds the client's local epsilon.
+Argument: '<dataset>[,cpu][,plus][,ss][,eps1|eps2|eps3|eps5|eps10][,q100][,ldp1|ldp5]'. Protocol
+of PATE 2017 Sec. 4: the pool is the first 9,000 test examples (labels never read), the last
+1,000 evaluate the student; 1000 queries by default (``q100``: 100). PATE: LNMax, Laplace scale
+1/gamma = 20 (gamma = 0.05); its headline epsilon is PATE 2017's data-dependent one
+(``rdp_data_dependent``, not a DP release), with the data-independent epsilons beside it.
+``plus``: Confident-GNMax (T = 200, sigma1 = 150, sigma2 = 40; PATE 2018 Table 2, MNIST) under a
+Renyi filter (Feldman & Zrnic 2021) of budget ``eps3`` unless another is given: the GNMax step
+is charged only on answered queries, querying stops before the budget could be exceeded, and
+the headline is the filter's epsilon (``renyi_filter``), a DP guarantee, with the data-dependent
+diagnostics beside it. ``plus,ss``: no filter; the queries' data-dependent epsilon is also
+released with noise scaled to its smooth sensitivity (PATE 2018 Sec. 4), in the queries stage's
+result. Without the filter, a budget token is the budget guard on the data-independent plan
+(``privacy.max_epsilon``). ``ldp1`` / ``ldp5``: the queries come from an LDP client (masking +
+local Laplace noise, LDP paper's (1, 1%) / (5, 10%)) and the teachers are trained to be robust
+to them (LDP Eq. 3); the report adds the client's local epsilon.
 
 COMMAND (quick CPU preset, reusing a finished teachers stage when the workdir has one):
   python -m dgd_jax.main --config=dgd_jax/configs/pate.py:fashion_mnist,cpu \
@@ -20,10 +27,12 @@ from dgd_jax import ldp
 from dgd_jax.configs import common
 
 QUERIES = {"q100": 100, "q1000": 1000}
+BUDGETS = {"eps1": 1.0, "eps2": 2.0, "eps3": 3.0, "eps5": 5.0, "eps10": 10.0}
 GRAMMAR = common.Grammar(
     "pate.py", choices=(common.Choice("queries", tuple(QUERIES), "q1000"),
-                        common.Choice("client", tuple(ldp.PRESETS), None)),
-    flags=("plus",))
+                        common.Choice("client", tuple(ldp.PRESETS), None),
+                        common.Choice("budget", tuple(BUDGETS), None)),
+    flags=("plus", "ss"), requires=(("ss", "plus"),))
 
 
 def get_config(arg: str | None = None):
@@ -36,12 +45,18 @@ def get_config(arg: str | None = None):
   config.teachers = common.teachers_config(preset)
   config.pool = common.pool_config("public", size=9000)  # PATE 2017 Sec. 4
   config.vae = common.vae_config(preset == "paper")
+  budget = BUDGETS[arg["budget"]] if arg["budget"] else 0.0
+  config.privacy = common.privacy_config(max_epsilon=budget, accountant="rdp_data_dependent")
   if plus:
     config.queries = common.queries_config(num_queries, "confident_gnmax", noise_scale=40.0)
     config.queries.update(threshold=200.0, sigma1=150.0)  # PATE 2018 Table 2 (MNIST)
+    if arg.flag("ss"):  # PATE 2018 Sec. 4: the data-dependent epsilon, released
+      config.queries.smooth_sensitivity = True
+    else:  # Feldman & Zrnic 2021: answered-only charging as a DP guarantee
+      config.queries.filter = True
+      config.privacy.update(max_epsilon=budget or BUDGETS["eps3"], accountant="renyi_filter")
   else:
     config.queries = common.queries_config(num_queries, "lnmax", noise_scale=20.0)  # 1/gamma
-  config.privacy = common.privacy_config(max_epsilon=0.0, accountant="rdp_data_dependent")
   config.student = common.student_config()
   if client:
     config.ldp = common.ldp_config(client, robust_teachers=True)

@@ -389,6 +389,32 @@ class FilteredQueries(TeacherRelease):
     curve[at] = np.minimum(curve[at], self.budget)  # Feldman & Zrnic 2021 Thm. 3.1
     return curve
 
+  def step_rdp(self) -> tuple[float, float]:
+    """(threshold step, GNMax step) RDP of one query at ``filter_order``."""
+    step1, step2 = renyi_filter.step_rdp(
+        "gnmax" if self.threshold is None else "confident_gnmax", self.sigma2, self.sigma1,
+        [self.filter_order], self.teachers_changed)
+    return float(step1[0]), float(step2[0])
+
+  def run_filter(self, passed) -> "renyi_filter.FilterOutcome":
+    """The filter over the threshold bits ``passed`` of the planned queries, in order (all
+    True for GNMax); ``realise`` records its outcome."""
+    passed = np.asarray(passed, dtype=bool)
+    if passed.shape[0] > self.queries:
+      raise ConfigError(f"{passed.shape[0]} threshold bits for {self.queries} planned queries.")
+    if self.threshold is None:
+      passed = np.ones_like(passed)
+    out = renyi_filter.run_filter(passed, self.budget, *self.step_rdp())
+    return dataclasses.replace(out, order=self.filter_order)
+
+  def realise(self, asked: int, passed, stop_reason: str, votes=None) -> "FilteredQueries":
+    """This record with the outcome of a run: the first ``asked`` queries asked, ``passed`` their
+    threshold bits (ignored for GNMax: every asked query is answered), their ``votes``."""
+    mask = (np.ones(asked, bool) if self.threshold is None
+            else np.asarray(passed, dtype=bool)[:asked])
+    return dataclasses.replace(self, asked=asked, answered=mask, stop_reason=stop_reason,
+                               votes=None if votes is None else np.asarray(votes)[:asked])
+
   def _asked_record(self) -> Release | None:
     if not self.asked:
       return None

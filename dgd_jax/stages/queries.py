@@ -7,6 +7,15 @@ unlabelled.
 The budget guard (``methods.budget_guard`` on ``releases``) runs before anything is trained or
 queried: a plan whose data-independent epsilon exceeds ``config.privacy.max_epsilon`` is
 refused.
+
+``config.queries.filter`` (GNMax, Confident-GNMax): the queries run under a Renyi filter whose
+budget is ``config.privacy.max_epsilon`` (Feldman & Zrnic 2021, ``privacy.renyi_filter``): each
+query's threshold step is charged, its GNMax step only when answered, and querying stops before
+the budget could be exceeded; the ledger's ``renyi_filter`` epsilon is then a DP guarantee and the
+result says where and why the filter stopped. ``config.queries.smooth_sensitivity``
+(Confident-)GNMax, one changed vote per neighbour): the data-dependent epsilon of the answered
+queries is also released with noise scaled to its smooth sensitivity (PATE 2018 Sec. 4,
+``privacy.smooth_sensitivity``), reported beside the ledger's epsilons.
 """
 from __future__ import annotations
 
@@ -23,6 +32,7 @@ from dgd_jax.query_plan import release, settings
 from dgd_jax.core import Context
 from dgd_jax.data import config_teachers_changed
 from dgd_jax.errors import ConfigError
+from dgd_jax.privacy import renyi_filter, smooth_sensitivity
 from dgd_jax.workdir import save_array, save_arrays
 
 CONFIG_KEYS = ("pool", "queries", "privacy")
@@ -38,7 +48,41 @@ def releases(config, neighbours: str = "replace_one") -> list[privacy.Release]:
   """The planned label queries, and the DP-SGD steps of DGD's private baseline where it has
   one, under the relation ``neighbours``: what the budget guard and ``sweep
   --accounting_only`` account before anything is trained."""
-  return [*dpsgd_plan.baseline_releases(config, neighbours), release(config, neighbours=neighbours)]
+  before = dpsgd_plan.baseline_releases(config, neighbours)
+  return [*before, planned(config, neighbours, before)]
+
+
+def filtered(config) -> bool:
+  """Whether the queries run under a Renyi filter (``config.queries.filter``)."""
+  return bool(config.queries.get("filter", False))
+
+
+def planned(config, neighbours: str, before=()) -> privacy.Release:
+  """The planned queries' record under ``neighbours``: the plan, or with ``queries.filter``
+  the plan under a Renyi filter whose budget is ``privacy.max_epsilon`` less what the records
+  ``before`` it spend at the filter's order (chosen from public parameters only)."""
+  plan = release(config, neighbours=neighbours)
+  if not filtered(config):
+    return plan
+  if not isinstance(plan, (privacy.GNMaxQueries, privacy.ConfidentGNMaxQueries)):
+    raise ConfigError(f"config.queries.filter needs aggregator gnmax or confident_gnmax (the "
+                      f"Renyi filter charges the GNMax step when answered); got {plan.mechanism}.")
+  p = config.privacy
+  if not p.max_epsilon > 0:
+    raise ConfigError("config.queries.filter spends config.privacy.max_epsilon, which is 0: "
+                      "set the budget (e.g. --config.privacy.max_epsilon=2).")
+  confident = isinstance(plan, privacy.ConfidentGNMaxQueries)
+  sigma2 = plan.sigma2 if confident else plan.sigma
+  sigma1, threshold = (plan.sigma1, plan.threshold) if confident else (None, None)
+  orders = np.asarray(privacy.DEFAULT_RDP_ORDERS)
+  spent = sum((r.rdp(orders) for r in before), np.zeros_like(orders))
+  order = renyi_filter.filter_order(p.max_epsilon, p.delta, plan.mechanism, sigma2, sigma1,
+                                    orders=orders, teachers_changed=plan.teachers_changed,
+                                    spent_before=spent)
+  return privacy.FilteredQueries(
+      sigma2, plan.queries, p.max_epsilon, p.delta, order, threshold, sigma1,
+      spent_before=float(spent[np.argmin(np.abs(orders - order))]),
+      teachers_changed=plan.teachers_changed, neighbours=neighbours)
 
 
 def check(config) -> None:
@@ -50,6 +94,17 @@ def check(config) -> None:
   if client not in ("", "ldp") or (client == "ldp" and "ldp" not in config):
     raise ConfigError(f"config.queries.client={client!r}: use '' (the pool as is) or 'ldp' "
                       "(with an ldp block, e.g. the pate.py argument ldp1 or ldp5).")
+  if config.queries.get("smooth_sensitivity", False):
+    if q.aggregator not in ("gnmax", "confident_gnmax"):
+      raise ConfigError("config.queries.smooth_sensitivity releases PATE 2018's data-dependent "
+                        f"GNMax epsilon: use aggregator gnmax or confident_gnmax, not "
+                        f"{q.aggregator}.")
+    if filtered(config) or "dpsgd" in config.get("baseline", {}):
+      raise ConfigError("config.queries.smooth_sensitivity releases the queries' epsilon alone: "
+                        "it cannot be combined with queries.filter or a private baseline.")
+    if max(config_teachers_changed(config).values()) != 1:
+      raise ConfigError("config.queries.smooth_sensitivity assumes one changed example moves "
+                        "one teacher's vote (k = 1): use the default 'shuffle' partition.")
   if q.selection == "least_confident" and not 0 < q.first_round < q.num_queries:
     raise ConfigError(f"config.queries.first_round={q.first_round}: least-confident selection "
                       "needs a first round of random queries, 0 < first_round < num_queries="
@@ -93,9 +148,10 @@ def run(ctx: Context) -> dict:
   # the queries in one ledger per relation.
   baseline = {r: dpsgd_plan.recorded_baseline(ctx.results, r) for r in neighbours(config)}
   steps = dpsgd_plan.recorded_baseline(ctx.results)
+  plans = {r: planned(config, r, baseline[r]) for r in neighbours(config)}
   if steps and p.max_epsilon > 0:
     for r in neighbours(config):
-      privacy.PrivacyLedger([*baseline[r], release(config, neighbours=r)]).check_budget(
+      privacy.PrivacyLedger([*baseline[r], plans[r]]).check_budget(
           p.max_epsilon, p.delta, p.accountant)
   x_pool = pool.load(ctx)
   q = settings(config)
@@ -143,11 +199,28 @@ def run(ctx: Context) -> dict:
     indices = np.concatenate([indices, second])
     votes, labels, answered = (np.concatenate([a, b]) for a, b in
                                zip((votes, labels, answered), more))
+  pate2018 = {}  # where the filter stopped; the smooth-sensitivity release
+  if filtered(config):  # one stop for every relation: the earliest of their filters
+    runs = {r: plans[r].run_filter(answered) for r in plans}
+    binding = min(runs, key=lambda r: runs[r].asked)
+    asked = runs[binding].asked
+    pate2018 = {"filter": {**runs[binding].to_json(), "queries": num, "relation": binding,
+                       "epsilon": p.max_epsilon}}
+    indices, votes, labels, answered = (a[:asked] for a in (indices, votes, labels, answered))
+    records = {r: plans[r].realise(asked, answered, runs[binding].stop_reason, votes)
+               for r in plans}
+  else:
+    records = {r: release(config, votes, answered, r) for r in plans}
   save_arrays(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
               answered=answered)
   save_array(os.path.join(ctx.stage.path, VOTES), votes)
-  ledgers = {r: privacy.PrivacyLedger([*baseline[r], release(config, votes, answered, r)])
-             for r in neighbours(config)}
+  ledgers = {r: privacy.PrivacyLedger([*baseline[r], records[r]]) for r in plans}
+  if config.queries.get("smooth_sensitivity", False):  # PATE 2018 Sec. 4
+    confident = q.aggregator == "confident_gnmax"
+    seed = int(jax.random.randint(ctx.key("smooth_sensitivity"), (), 0, 2 ** 31 - 1))
+    pate2018["smooth_sensitivity"] = smooth_sensitivity.release_confident_gnmax(
+        votes, q.threshold if confident else None, q.sigma1 if confident else None,
+        q.noise_scale, p.delta, answered=answered, rng=np.random.default_rng(seed)).to_json()
   plurality = np.argmax(votes, -1)
   local = {}
   if client == "ldp":  # the client side's own guarantee, per sample it sends
@@ -155,8 +228,8 @@ def run(ctx: Context) -> dict:
         config.ldp.sigma, int(np.prod(x_pool.shape[1:])), config.ldp.mu)}
   if steps:
     local["covered"] = (f"the private baseline's {steps[0].steps} DP-SGD steps and the "
-                        f"{q.aggregator} answers to {num} label queries, composed (everything "
-                        "the student saw derives from these)")
+                        f"{q.aggregator} answers to {len(indices)} label queries, composed "
+                        "(everything the student saw derives from these)")
   if config.pool.source == "synthetic":  # the baseline's labels of the queried samples
     named = artefacts.load_synthetic_labels(ctx)[indices]
     local["label_accuracy_vs_baseline"] = float(np.mean(labels[answered] == named[answered]))
@@ -165,9 +238,10 @@ def run(ctx: Context) -> dict:
                      "assumed_consensus": config.queries.assumed_consensus}
   return {
       **local,
+      **pate2018,
       "aggregator": q.aggregator,
       "noise_scale": q.noise_scale,
-      "num_queries": num,
+      "num_queries": len(indices),
       "answered": int(answered.sum()),
       "noisy_label_agreement_with_plurality": float(
           np.mean(labels[answered] == plurality[answered])),
