@@ -43,6 +43,7 @@ def fit_classifier(x, y, steps, tmp_path, name):
   return model.apply, state.params
 
 
+@pytest.mark.integration
 def test_attack_finds_members_of_an_overfit_model_and_not_of_an_unseen_one(tmp_path):
   # Noise images with random labels: a model can only memorise them.
   rng = np.random.default_rng(0)
@@ -87,6 +88,7 @@ def test_inversion_raises_the_target_class_probability():
   assert float(after.mean()) > float(before) + 0.3, (before, after)
 
 
+@pytest.mark.integration
 def test_audit_command_on_a_finished_dgd_run(finished_dgd_copy):
   _, workdir, _ = finished_dgd_copy
   report = audit_run(workdir, TINY_AUDIT)
@@ -107,6 +109,7 @@ def test_audit_command_on_a_finished_dgd_run(finished_dgd_copy):
   assert os.path.exists(os.path.join(workdir, a["inversion_png"]))  # nothing lost
 
 
+@pytest.mark.integration
 def test_audit_of_pate_uses_the_held_out_split_and_the_pixel_prior(npz_file, tmp_path):
   workdir = str(tmp_path / "run")
   pipeline.run(tiny_configs.pate(npz_file), workdir)
@@ -120,6 +123,7 @@ def test_audit_of_pate_uses_the_held_out_split_and_the_pixel_prior(npz_file, tmp
   assert set(check) == {"student"} and check["student"]["passed"]  # PATE covers its student
 
 
+@pytest.mark.integration
 def test_a_bound_above_the_stated_epsilon_fails_loudly(finished_dgd_copy, monkeypatch):
   """A lower bound above what the epsilon allows is a bug: the report says so and the run
   fails (here the bound is faked, on a PATE-like check of a DGD run's student)."""
@@ -133,6 +137,7 @@ def test_a_bound_above_the_stated_epsilon_fails_loudly(finished_dgd_copy, monkey
     assert "AUDIT FAILED: the student's" in f.read()
 
 
+@pytest.mark.integration
 def test_audit_refuses_unfinished_or_foreign_workdirs(npz_file, tmp_path):
   with pytest.raises(WorkdirConflictError, match="config.json does not exist"):
     audit_run(str(tmp_path / "nothing"), {})

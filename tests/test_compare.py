@@ -17,6 +17,7 @@ def test_every_row_is_a_preset_of_a_known_method():
   assert {"dgd", "pate", "dpdfd", "dpsgd"} <= covered <= set(methods.METHODS)
 
 
+@pytest.mark.integration
 def test_tiny_table_runs_then_rebuilds_from_the_finished_runs(npz_file, tmp_path):
   rows = (
       compare.Row("baseline", f"baseline.py:npz:{npz_file},cpu", "91.0% (a paper)",
@@ -62,6 +63,7 @@ def _fake_report(accuracy: float, epsilon: float, accountant: str = "rdp") -> di
           "covers": {"covered": "fake answers"}}
 
 
+@pytest.mark.integration
 def test_collect_only_draws_the_frontier_from_finished_rows(tmp_path):
   """frontier.png and frontier.csv come from the same finished rows as comparison.md (here
   tiny fake reports: nothing is trained), plus the rows' published numbers."""

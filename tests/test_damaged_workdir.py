@@ -42,6 +42,7 @@ def snapshot(path):
           for root, _, names in os.walk(path) for name in names}
 
 
+@pytest.mark.integration
 def test_a_corrupt_result_json_names_the_stage_and_changes_nothing(finished, npz_file):
   path, _ = finished
   result = path / "baseline" / "result.json"
@@ -55,6 +56,7 @@ def test_a_corrupt_result_json_names_the_stage_and_changes_nothing(finished, npz
   assert snapshot(path) == before  # nothing written, lock released
 
 
+@pytest.mark.integration
 def test_the_cli_reports_a_damaged_artefact_without_a_traceback(finished, npz_file):
   path, _ = finished
   (path / "baseline" / "result.json").write_text("[1, 2]\n")  # valid JSON, not a result
@@ -70,6 +72,7 @@ def test_the_cli_reports_a_damaged_artefact_without_a_traceback(finished, npz_fi
   assert f"rm -r {path / 'baseline'}" in done.stderr
 
 
+@pytest.mark.integration
 def test_a_truncated_checkpoint_names_the_stage_and_changes_nothing(finished, npz_file):
   path, report = finished
   os.remove(path / "baseline" / "result.json")  # the stage now resumes from its checkpoint
@@ -116,6 +119,7 @@ def test_a_truncated_array_names_its_stage(tmp_path, name, array, cut):
   assert os.path.getsize(file) == cut  # left as it was
 
 
+@pytest.mark.integration
 def test_a_full_disk_names_the_file_and_the_rerun_resumes(npz_file, tmp_path, monkeypatch):
   path = tmp_path / "w"
   fsync = os.fsync

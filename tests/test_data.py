@@ -13,6 +13,7 @@ from dgd_jax.data import (DatasetError, idx, load_dataset, teacher_partitions, t
 from dgd_jax.errors import ConfigError
 
 
+@pytest.mark.integration
 def test_fashion_mnist_real(fashion_mnist):
   d = fashion_mnist
   assert d.x_train.shape == (60000, 28, 28, 1) and d.x_test.shape == (10000, 28, 28, 1)
@@ -25,6 +26,7 @@ def test_fashion_mnist_real(fashion_mnist):
   np.testing.assert_array_equal(np.bincount(d.y_test), [1000] * 10)
 
 
+@pytest.mark.integration
 def test_fashion_mnist_prepared_once_then_reused(fashion_mnist, tmp_path):
   # A data dir that is already prepared is read without the manual files.
   data_dir = tmp_path / "tfds"

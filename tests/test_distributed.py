@@ -68,6 +68,7 @@ def saved_teachers(workdir: str) -> dict:
   return checkpointer.restore(path, restore_args=args)["params"]
 
 
+@pytest.mark.integration
 def test_two_processes_train_the_same_teachers_as_one_device(npz_file, tmp_path):
   """1 process x 1 device, 1 process x 8 devices and 2 processes x 2 devices (gloo): the
   same teachers, votes and results for a fixed seed."""
@@ -99,6 +100,7 @@ def test_two_processes_train_the_same_teachers_as_one_device(npz_file, tmp_path)
     assert [json.loads(line)["step"] for line in f] == [10, 20]
 
 
+@pytest.mark.integration
 def test_unreachable_coordinator_fails_within_the_timeout(npz_file, tmp_path):
   t0 = time.monotonic()
   out = subprocess.run(

@@ -77,6 +77,7 @@ def tiny(npz_file, arg=""):
   return config
 
 
+@pytest.mark.integration
 def test_dpdfd_end_to_end(npz_file, tmp_path):
   report = pipeline.run(tiny(npz_file), str(tmp_path / "d"))
   assert report["method"] == "dpdfd" and report["steps"] == 10 and report["queries"] is None
@@ -92,6 +93,7 @@ def test_dpdfd_end_to_end(npz_file, tmp_path):
   assert x.shape == (40, 28, 28, 1)
 
 
+@pytest.mark.integration
 def test_dpdfd_ensemble_replay_and_budget_guard(npz_file, tmp_path):
   config = tiny(npz_file, ",ensemble,generator,eps1")
   config.dpdfd.update(replay_epochs=2, reference="uniform")
@@ -123,6 +125,7 @@ def test_dpdfd_ensemble_replay_and_budget_guard(npz_file, tmp_path):
   assert not (tmp_path / "g").exists()
 
 
+@pytest.mark.integration
 def test_ensemble_queries_each_synthetic_sample_once(npz_file, tmp_path):
   config = tiny(npz_file, ",ensemble,eps10")
   d = config.dpdfd
@@ -175,6 +178,7 @@ def test_synthetic_step_releases_the_rows_in_order(npz_file):
   assert not np.any(state.released_y[48:])
 
 
+@pytest.mark.integration
 def test_dpdfd_never_reads_private_training_data(npz_file, tmp_path):
   from dgd_jax.data import load_dataset
   from dgd_jax.stages import dpdfd as stage
@@ -191,6 +195,7 @@ def test_dpdfd_never_reads_private_training_data(npz_file, tmp_path):
   assert 0 <= result["test_accuracy"] <= 1
 
 
+@pytest.mark.integration
 def test_direct_training_on_private_data(npz_file, tmp_path):
   config = tiny(npz_file, ",direct")
   assert config.dpdfd.teacher == "private_data" and config.privacy.relation == "direct"

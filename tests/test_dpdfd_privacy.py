@@ -70,6 +70,7 @@ def test_each_relation_equals_dp_accounting_of_its_events(kwargs, event):
   assert release.describe()["gaussian_releases"] == count
 
 
+@pytest.mark.integration
 def test_direct_relation_is_t_sampled_without_replacement_gaussians():
   sigma, n, b, t = 1.0, 60000, 64, 1500
   release = privacy.DpdfdSteps(sigma, "multiplier", C, b, t, relation="direct", dataset_size=n)

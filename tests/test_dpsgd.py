@@ -95,6 +95,7 @@ def test_published_reference_values():
   assert full.epsilon == pytest.approx(gauss.epsilon, rel=1e-9)  # both multiplier 1
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
 def test_calibration_round_trip(accountant):
   template = privacy.DpsgdSteps(1.0, 512, 20000, 200)
@@ -246,6 +247,7 @@ def planner(*args):
                         capture_output=True, text=True, timeout=120, check=False)
 
 
+@pytest.mark.integration
 def test_planner_cli():
   base = ["--mechanism=dpsgd", "--batch_size=8192", "--dataset_size=60000", "--steps=293",
           "--delta=1e-5", "--json"]
@@ -299,6 +301,7 @@ def test_configs_and_presets():
     dpsgd_config_file.get_config("fashion_mnist,eps1,eps3")
 
 
+@pytest.mark.integration
 def test_end_to_end_on_a_real_fashion_mnist_slice(fashion_slice, tmp_path):
   config = tiny(fashion_slice)
   report = pipeline.run(config, str(tmp_path / "run"))
@@ -357,6 +360,7 @@ def test_bad_input_is_refused_before_anything_is_written(fashion_slice, tmp_path
   assert not os.path.exists(tmp_path / "bad")
 
 
+@pytest.mark.integration
 def test_budget_guard(fashion_slice, tmp_path):
   config = tiny(fashion_slice)
   config.dpsgd.noise = 0.5  # far too little noise for eps 3
@@ -387,6 +391,7 @@ def test_sampling_rate_is_stated_with_a_public_size(monkeypatch):
 
 # ---- issue 19 part 2: DGD with a DP-SGD baseline, one composed epsilon ------------------------
 
+@pytest.mark.integration
 @pytest.mark.slow  # a whole tiny DGD up to the queries: about a minute alone, more when shared
 def test_dgd_private_baseline_composes_baseline_and_queries(npz_file, tmp_path):
 
@@ -420,6 +425,7 @@ def test_dgd_private_baseline_composes_baseline_and_queries(npz_file, tmp_path):
     ("generator.w_stats", 0.1, r"generator.w_stats > 0 .*--config.generator.w_stats=0"),
     ("pool.source", "train", r"pool.source='train' .*--config.pool.source=synthetic"),
 ])
+@pytest.mark.integration
 def test_private_baseline_refuses_every_setting_that_bypasses_the_noise(npz_file, tmp_path,
                                                                         field, value, message):
   """End-to-end DGD claims an epsilon for everything the student saw: a setting that reads the

@@ -140,6 +140,7 @@ SHARDED_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.integration
 def test_sharded_equals_single_device_on_8_cpu_devices():
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
              JAX_PLATFORMS="cpu")
@@ -155,6 +156,7 @@ def test_teacher_mesh_uses_a_divisor_of_the_teacher_count():
   assert parallel.teacher_mesh(7, devices).devices.size == 7
 
 
+@pytest.mark.integration
 def test_bench_prints_one_json_line():
   from dgd_jax import bench
   # Hand count for the paper CNN on 28x28x1: conv1 2*784*9*64, conv2 2*196*9*64*128,

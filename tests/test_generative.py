@@ -79,6 +79,7 @@ def tiny_baseline():
   return model, state.params
 
 
+@pytest.mark.integration
 def test_short_generator_run_raises_batch_entropy_and_traces_once():
   baseline, baseline_params = tiny_baseline()
   gen = Generator(latent_dim=16, features=16)
@@ -101,6 +102,7 @@ def test_short_generator_run_raises_batch_entropy_and_traces_once():
   assert np.mean(entropies[-5:]) > 0.8 * np.log(10), entropies
 
 
+@pytest.mark.integration
 def test_inversion_reaches_its_targets_balanced_in_range_and_deterministic():
   """DeepInversion (generative.invert): each batch's pixels are optimised until the baseline
   names its dealt target classes; a second call with the same key gives the same images."""

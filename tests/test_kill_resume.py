@@ -83,6 +83,7 @@ def untimed(value):
   return value
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("pipeline", ["baseline", pytest.param("pate", marks=pytest.mark.slow)])
 def test_killed_anywhere_resumes_to_the_same_report(pipeline, npz_file, tmp_path, request):
   logs = tmp_path / "log.txt"

@@ -51,6 +51,7 @@ def test_worst_perturbation_stays_in_the_ball_and_raises_the_loss():
   assert float(loss(x + r)) > float(loss(x))
 
 
+@pytest.mark.integration
 def test_ldp_end_to_end(npz_file, tmp_path):
   config = ldp_config.get_config(f"npz:{npz_file},cpu,ldp5")
   config.baseline.update(num_steps=40, batch_size=32)
@@ -67,6 +68,7 @@ def test_ldp_end_to_end(npz_file, tmp_path):
   assert (tmp_path / "l" / "ldp" / "samples.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.integration
 def test_pate_student_from_an_ldp_client(npz_file, tmp_path):
   import tiny_configs
   config = tiny_configs.pate(npz_file, ",ldp5")

@@ -44,6 +44,7 @@ def test_get_config_presets():
     baseline_config.get_config("mnist,fashion_mnist")
 
 
+@pytest.mark.integration
 def test_run_reuse_and_conflict(npz_file, tmp_path):
   workdir = str(tmp_path / "w")
   report = pipeline.run(tiny_config(npz_file), workdir)
@@ -74,6 +75,7 @@ def test_run_reuse_and_conflict(npz_file, tmp_path):
   assert snapshot() == before  # nothing lost or overwritten
 
 
+@pytest.mark.integration
 def test_bad_config_values(npz_file, tmp_path):
   with pytest.raises(ConfigError, match="learning_rate=0.0"):
     config = tiny_config(npz_file)
@@ -88,6 +90,7 @@ def test_bad_config_values(npz_file, tmp_path):
   assert not os.path.exists(tmp_path / "w")  # refused before writing anything
 
 
+@pytest.mark.integration
 def test_foreign_directory_refused(npz_file, tmp_path):
   workdir = tmp_path / "w"
   (workdir / "baseline").mkdir(parents=True)
@@ -102,6 +105,7 @@ def run_cli(*args):
                         capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.integration
 def test_cli_end_to_end(npz_file, tmp_path):
   workdir = str(tmp_path / "cli")
   config = f"--config=dgd_jax/configs/baseline.py:npz:{npz_file},cpu"
@@ -131,6 +135,7 @@ def teachers_config(npz_file, num_teachers=4):
   return config
 
 
+@pytest.mark.integration
 def test_teachers_stage(npz_file, tmp_path):
   workdir = tmp_path / "t"
   report = pipeline.run(teachers_config(npz_file), str(workdir))
@@ -147,6 +152,7 @@ def test_teachers_stage(npz_file, tmp_path):
   assert result["eval_size"] == 128  # the teachers method evaluates on the whole test set
 
 
+@pytest.mark.integration
 def test_teachers_eval_size_reads_the_head_of_the_test_set(npz_file, tmp_path):
   config = teachers_config(npz_file)
   config.teachers.eval_size = 50
@@ -159,6 +165,7 @@ def test_teachers_eval_size_reads_the_head_of_the_test_set(npz_file, tmp_path):
   assert dgd_config_file.get_config("fashion_mnist").teachers.eval_size == 0  # paper preset
 
 
+@pytest.mark.integration
 def test_too_many_teachers_is_refused_and_leaves_the_workdir_usable(npz_file, tmp_path):
   workdir = tmp_path / "t"
   with pytest.raises(ConfigError, match="num_teachers=600 is more than the 512 training"):
@@ -167,6 +174,7 @@ def test_too_many_teachers_is_refused_and_leaves_the_workdir_usable(npz_file, tm
   pipeline.run(teachers_config(npz_file, num_teachers=2), str(workdir))  # fixed config runs
 
 
+@pytest.mark.integration
 def test_teacher_sweep_writes_csv_and_plot(npz_file, tmp_path):
   from dgd_jax.configs import teacher_sweep as sweep_config_file
   config = sweep_config_file.get_config(f"npz:{npz_file},cpu")
@@ -186,6 +194,7 @@ def test_teacher_sweep_writes_csv_and_plot(npz_file, tmp_path):
   assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.integration
 def test_generative_stream_stages(npz_file, tmp_path):
   workdir = tmp_path / "d"
   report = pipeline.run(tiny_configs.dgd_generative(npz_file), str(workdir),
@@ -219,6 +228,7 @@ def fashion_mnist_subset(fashion_mnist, tmp_path):
   return path
 
 
+@pytest.mark.integration
 def test_dgd_end_to_end_report_on_real_fashion_mnist(fashion_mnist_subset, tmp_path):
   workdir = tmp_path / "d"
   report = pipeline.run(tiny_configs.dgd(fashion_mnist_subset), str(workdir))
@@ -244,6 +254,7 @@ def test_dgd_end_to_end_report_on_real_fashion_mnist(fashion_mnist_subset, tmp_p
     assert f"]({png})" in md and (workdir / png).read_bytes()[:4] == b"\x89PNG", png
 
 
+@pytest.mark.integration
 def test_dgd_resumes_after_an_interrupted_stage(finished_dgd, tmp_path, monkeypatch):
   from dgd_jax.stages import student
   npz_file, _, uninterrupted = finished_dgd  # the same config but for checkpoint_every
@@ -289,6 +300,7 @@ def test_dgd_resumes_after_an_interrupted_stage(finished_dgd, tmp_path, monkeypa
   assert resumed["epsilon"] == uninterrupted["epsilon"]
 
 
+@pytest.mark.integration
 def test_budget_guard_refuses_before_anything_runs(npz_file, tmp_path):
   config = tiny_configs.dgd(npz_file)
   config.privacy.max_epsilon = 0.5  # 50 queries at b = 40 need about 1.6 (rdp)
@@ -297,6 +309,7 @@ def test_budget_guard_refuses_before_anything_runs(npz_file, tmp_path):
   assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.integration
 def test_student_never_reads_private_training_data(finished_dgd_copy):
   from dgd_jax.data import load_dataset
   from dgd_jax.stages import student
@@ -322,6 +335,7 @@ def test_student_never_reads_private_training_data(finished_dgd_copy):
   assert semi and all(np.isfinite(m[k]) for m in semi for k in ("normal", "tangent", "entropy"))
 
 
+@pytest.mark.integration
 def test_dgd_with_every_issue16_lever_end_to_end(fashion_mnist_subset, tmp_path):
   """DeepInversion with priors and stable selection, augmented teachers, an automatic query
   plan, a mixup and FixMatch student, the noiseless-label diagnostic and a restricted private

@@ -26,6 +26,7 @@ def test_too_few_examples_for_any_ensemble_is_refused():
     query_plan.num_teachers_for(9)
 
 
+@pytest.mark.integration
 def test_the_dgd_presets_choose_and_full_fashion_mnist_keeps_the_papers_250():
   for arg in ("fashion_mnist", "fashion_mnist,cpu", "fashion_mnist,cpu,eps1"):
     assert dgd_config_file.get_config(arg).num_teachers == 0
@@ -35,6 +36,7 @@ def test_the_dgd_presets_choose_and_full_fashion_mnist_keeps_the_papers_250():
   assert pipeline.run_config(config).num_teachers == 50
 
 
+@pytest.mark.integration
 def test_a_chosen_count_has_the_fingerprints_of_the_same_count_set_by_hand(npz_file):
   chosen = pipeline.run_config(_auto(npz_file))
   by_hand = tiny_configs.dgd(npz_file)
@@ -47,6 +49,7 @@ def test_a_chosen_count_has_the_fingerprints_of_the_same_count_set_by_hand(npz_f
   assert pipeline.run_config(chosen) is chosen  # idempotent
 
 
+@pytest.mark.integration
 def test_the_report_says_who_chose_the_teachers(npz_file, tmp_path):
   report = pipeline.run(_auto(npz_file), str(tmp_path / "auto"), stages=("teachers",))
   assert report["num_teachers"] == 10

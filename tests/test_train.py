@@ -33,6 +33,7 @@ def test_train_step_traces_once():
   assert int(state.step) == 3 and np.isfinite(float(metrics["loss"]))
 
 
+@pytest.mark.integration
 def test_short_training_on_fashion_mnist_beats_chance(fashion_mnist, tmp_path):
   d = fashion_mnist
   cfg = train.FitConfig(num_steps=200, batch_size=64, learning_rate=3e-3, log_every=50,
