@@ -233,9 +233,34 @@ def _headline(report: dict) -> list[str]:
     lines.append(f"Covers: {report['covers']['covered']}; what it does not cover is listed "
                  "under Privacy.")
     lines.append(f"Neighbouring datasets: {p['neighbours']}.")
+    lines += _pate2018_lines(report)
   else:
     lines.append("**Privacy: no differential-privacy guarantee** (see Privacy).")
   return [line + "  " for line in lines[:-1]] + lines[-1:] + [""]
+
+
+def _pate2018_lines(report: dict) -> list[str]:
+  """Where a Renyi filter stopped the queries, and a smooth-sensitivity release of the
+  data-dependent epsilon, with the data-dependent diagnostics beside them."""
+  stage = report["stages"].get("queries", {})
+  diagnostics = ", ".join(f"{k} {v:.4g}" for k, v in report.get("epsilons_data_dependent",
+                                                                 {}).items())
+  lines = []
+  if "filter" in stage:
+    f = stage["filter"]
+    lines.append(f"Renyi filter (Feldman & Zrnic 2021; its epsilon is a DP guarantee, GNMax "
+                 f"charged on answered queries only): {f['asked']} of {f['queries']} queries "
+                 f"asked, {f['answered']} answered, stopped by the "
+                 + ("budget" if f["stop_reason"] == "budget" else "end of the plan")
+                 + (f". Data-dependent diagnostics (not DP releases): {diagnostics}"
+                    if diagnostics else "") + ".")
+  if "smooth_sensitivity" in stage:
+    s = stage["smooth_sensitivity"]
+    lines.append(f"Smooth-sensitivity release of the data-dependent epsilon (PATE 2018 Sec. 4, "
+                 f"GNMax charged on {s['charged']} queries): {s['released']:.4g} (expected "
+                 f"{s['epsilon']:.4g} +- {s['std']:.3g}; {s['epsilon_before']:.4g} before the "
+                 f"release; order {s['order']:g}, beta {s['beta']:.3g}).")
+  return lines
 
 
 def _pictures(workdir: str, stages: dict) -> list[str]:

@@ -60,7 +60,10 @@ def test_filtered_pate_plus_headline_is_the_filter_epsilon(npz_file, tmp_path):
   step1 = privacy.pate2018.threshold_rdp(20.0, [f["order"]])[0]
   step2 = privacy.pate2018.gnmax_rdp(30.0, [f["order"]])[0]
   assert f["asked"] * step1 + f["answered"] * step2 == pytest.approx(f["spent_rdp"])
-  assert "(renyi_filter accountant, " in (tmp_path / "p" / "report.md").read_text()
+  text = (tmp_path / "p" / "report.md").read_text()
+  assert "(renyi_filter accountant, " in text and "DATA-DEPENDENT, " not in text.split("\n\n")[1]
+  assert f"Renyi filter (Feldman & Zrnic 2021; its epsilon is a DP guarantee" in text
+  assert "Data-dependent diagnostics (not DP releases): rdp_data_dependent" in text
 
 
 @pytest.mark.integration
@@ -73,3 +76,5 @@ def test_smooth_sensitivity_release_in_the_queries_stage(npz_file, tmp_path):
   assert s["answered"] == report["stages"]["queries"]["answered"]
   assert s["epsilon"] == pytest.approx(s["epsilon_before"] + s["gnss_rdp"])
   assert s["conditions"] == {"C5": True, "C6": True}
+  assert "Smooth-sensitivity release of the data-dependent epsilon" in (
+      tmp_path / "p" / "report.md").read_text()
