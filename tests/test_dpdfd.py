@@ -180,19 +180,31 @@ def test_synthetic_step_releases_the_rows_in_order(npz_file):
 
 @pytest.mark.integration
 def test_dpdfd_never_reads_private_training_data(npz_file, tmp_path):
-  from dgd_jax.data import load_dataset
-  from dgd_jax.stages import dpdfd as stage
+  """The stage releases the same student, test accuracy and ledger when nothing private but
+  the baseline can be read (training arrays that raise, the dataset file gone) as in an
+  ordinary run: Algorithm 1 queries the teacher only."""
+  import os  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  from dgd_jax.data import load_dataset  # pylint: disable=g-import-not-at-top
+  from dgd_jax.stages import dpdfd as stage  # pylint: disable=g-import-not-at-top
   config = tiny(npz_file)
-  workdir = tmp_path / "d"
-  baseline = pipeline.run(config, str(workdir), stages=("baseline",))
+  baseline = pipeline.run(config, str(tmp_path / "b"), stages=("baseline",))
+  shutil.copytree(tmp_path / "b", tmp_path / "d")
+  ordinary = pipeline.run(config, str(tmp_path / "b"))["stages"]["dpdfd"]
   real = load_dataset(f"npz:{npz_file}")
 
   TestSetOnly = tiny_configs.without_training_data(real)
-  wd = Workdir(str(workdir))
-  s = wd.stage("dpdfd", config, methods.config_keys("dpdfd", config))
-  s.begin()
-  result = stage.run(Context(config, wd, s, TestSetOnly, baseline["stages"]))
-  assert 0 <= result["test_accuracy"] <= 1
+  os.rename(npz_file, f"{npz_file}.away")  # a read of the private set from disk fails too
+  try:
+    wd = Workdir(str(tmp_path / "d"))
+    s = wd.stage("dpdfd", config, methods.config_keys("dpdfd", config))
+    s.begin()
+    result = stage.run(Context(config, wd, s, TestSetOnly, baseline["stages"]))
+  finally:
+    os.rename(f"{npz_file}.away", npz_file)
+  assert result["num_steps"] == ordinary["num_steps"] == config.dpdfd.num_steps
+  for k in ("test_accuracy", "teacher_accuracy", "noise_multiplier", "privacy"):
+    assert result[k] == ordinary[k], k
 
 
 @pytest.mark.integration
