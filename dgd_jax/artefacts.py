@@ -4,6 +4,7 @@ ensemble, generator, VAE, queried labels). Stages import this module, never each
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import jax
@@ -11,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from absl import logging
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from dgd_jax import distributed, dpsgd_plan, ensemble, generative, memory, parallel, train
 from dgd_jax.core import Context
@@ -20,6 +22,8 @@ from dgd_jax.models.vae import VAE
 from dgd_jax.workdir import load_array
 
 CHECKPOINTS = "checkpoints"  # <stage>/checkpoints: the stage's Orbax checkpoints
+# dpdfd/replay_checkpoints: the replayed student; _1, _2, ...: its self-training rounds
+REPLAY_CHECKPOINTS = "replay_checkpoints"
 SYNTHETIC = "synthetic.npy"  # generator (and dpdfd_samples): the synthetic images
 SYNTHETIC_LABELS = "synthetic_labels.npy"  # generator: the baseline's labels of them
 QUERIES = "queries.npz"  # queries: indices into the pool, noisy labels, answered mask
@@ -46,16 +50,15 @@ def fit_config(config, block: str) -> train.FitConfig:
                          checkpoint_every=config.checkpoint_every, log_every=config.log_every)
 
 
-def new_teachers(config, data, n: int, key: jax.Array):
-  """n freshly initialised teachers on the teacher mesh, and what runs them: returns
-  (state [n, ...], predict_fn, mesh, chunk, fit config). Also the template a finished
-  stage's teachers are restored into."""
+def teacher_plan(config, data, n: int):
+  """What runs n teachers: (model, fit config, teacher mesh, the teachers per vmapped chunk
+  that fit the device with their optimizer and training set: ``memory.plan``, on abstract
+  values). The teachers stage records the chunk in its result; readers use that one."""
   model = classifier(config, data.num_classes)
   cfg = fit_config(config, "teachers")
   mesh = parallel.teacher_mesh(n)
-  tx = train.optimizer(cfg)
   fixed, member = memory.estimate(  # every device may hold the whole training set
-      model, tx, data.image_shape, teachers_per_device=-(-n // mesh.size),
+      model, train.optimizer(cfg), data.image_shape, teachers_per_device=-(-n // mesh.size),
       examples_per_device=len(data.x_train), batch_size=cfg.batch_size,
       query_chunk=ensemble.QUERY_CHUNK)
   wanted = ensemble.auto_chunk(config.teachers.chunk, n)
@@ -65,22 +68,42 @@ def new_teachers(config, data, n: int, key: jax.Array):
   if chunk < wanted:
     logging.warning("teachers: chunk %d does not fit the device (of every process); using "
                     "chunk %d.", wanted, chunk)
-  state = ensemble.init_teachers(model, tx, key, n, data.image_shape, mesh)
+  return model, cfg, mesh, chunk
+
+
+def new_teachers(config, data, n: int, key: jax.Array):
+  """n freshly initialised teachers on the teacher mesh, and what runs them: returns
+  (state [n, ...], predict_fn, mesh, chunk, fit config)."""
+  model, cfg, mesh, chunk = teacher_plan(config, data, n)
+  state = ensemble.init_teachers(model, train.optimizer(cfg), key, n, data.image_shape, mesh)
   return state, ensemble.make_predict_fn(mesh, model.apply, chunk), mesh, chunk, cfg
+
+
+def generator_model(block, image_shape: tuple[int, ...], standardize_output: bool
+                    ) -> Generator:
+  """A generator (``models.generator``) at ``block``'s latent_dim and features: DGD's
+  (``config.generator``) or DPDFD's (``config.dpdfd``, no standardised output)."""
+  return Generator(image_shape=image_shape, latent_dim=block.latent_dim,
+                   features=block.features, standardize_output=standardize_output)
+
+
+def dgd_generator(config, image_shape: tuple[int, ...]) -> Generator:
+  return generator_model(config.generator, image_shape, config.generator.standardize_output)
+
+
+def dpdfd_generator(config, image_shape: tuple[int, ...]) -> Generator:
+  return generator_model(config.dpdfd, image_shape, False)
 
 
 def new_generator(config, image_shape: tuple[int, ...], key: jax.Array
                   ) -> generative.GeneratorState:
   """A freshly initialised DGD generator with its optimizer (lr / 10 every ``decay_every``
-  rounds); also the template a finished stage's generator is restored into."""
+  rounds)."""
   g = config.generator
-  gen = Generator(image_shape=image_shape, latent_dim=g.latent_dim, features=g.features,
-                  standardize_output=g.standardize_output)
-  variables = gen.init(key, jnp.zeros((2, g.latent_dim)), train=False)
   tx = optax.adam(optax.exponential_decay(g.learning_rate, g.decay_every * g.iterations_per_round,
                                           0.1, staircase=True))
-  return generative.GeneratorState.create(apply_fn=gen.apply, params=variables["params"],
-                                          batch_stats=variables["batch_stats"], tx=tx)
+  return generative.create_generator_state(dgd_generator(config, image_shape), tx, key,
+                                           g.latent_dim)
 
 
 def vae_model(config, image_shape) -> VAE:
@@ -116,19 +139,57 @@ def load_dpsgd(ctx: Context):
 
 
 def load_teachers(ctx: Context):
-  """The finished teachers stage's stacked parameters on the teacher mesh, its prediction
-  function, and the teachers per vmapped chunk that fits the device (memory.plan)."""
-  template, predict, _, chunk, _ = new_teachers(ctx.config, ctx.dataset,
-                                                ctx.config.num_teachers, jax.random.key(0))
-  params = train.restore_params(_checkpoints(ctx, "teachers"), template)
-  return params, predict, chunk
+  """The finished teachers stage's stacked parameters [n, ...] on the teacher mesh, its
+  prediction function, and the teachers per vmapped chunk it planned (its result's
+  ``chunk``)."""
+  config, data = ctx.config, ctx.dataset
+  n, chunk = config.num_teachers, ctx.results["teachers"]["chunk"]
+  model, mesh = classifier(config, data.num_classes), parallel.teacher_mesh(n)
+  x = jnp.zeros((1,) + data.image_shape, jnp.float32)
+  abstract = jax.eval_shape(jax.vmap(lambda k: model.init(k, x)),
+                            jax.random.split(jax.random.key(0), n))
+  on_mesh = NamedSharding(mesh, P(parallel.AXIS))
+  params = train.load_params(_checkpoints(ctx, "teachers"), jax.tree.map(
+      lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=on_mesh), abstract))
+  return params, ensemble.make_predict_fn(mesh, model.apply, chunk), chunk
 
 
-def load_generator(ctx: Context) -> generative.GeneratorState:
-  """The finished generator stage's generator (parameters and batch statistics)."""
-  return train.restore_state(_checkpoints(ctx, "generator"),
-                             new_generator(ctx.config, ctx.dataset.image_shape,
-                                           jax.random.key(0)))
+def _generator_shape(model: Generator, latent_dim: int) -> dict:
+  """The generator's variables (params, batch_stats), abstract."""
+  return jax.eval_shape(functools.partial(model.init, train=False), jax.random.key(0),
+                        jnp.zeros((2, latent_dim)))
+
+
+def load_generator(ctx: Context) -> tuple[Generator, dict]:
+  """The finished generator stage's (model, variables): its parameters and BatchNorm
+  statistics."""
+  model = dgd_generator(ctx.config, ctx.dataset.image_shape)
+  return model, train.load_items(_checkpoints(ctx, "generator"),
+                                 _generator_shape(model, ctx.config.generator.latent_dim))
+
+
+def replay_checkpoints(ctx: Context, rounds: int) -> str:
+  """dpdfd/replay_checkpoints (the replay), then _1, _2, ... (the self-training rounds)."""
+  return os.path.join(ctx.stage_path("dpdfd"),
+                      REPLAY_CHECKPOINTS + (f"_{rounds}" if rounds else ""))
+
+
+def load_dpdfd(ctx: Context, self_training: int = 0):
+  """The finished DPDFD stage's student and Algorithm 1's generator: (student, params,
+  generator, variables). The student is the one the stage reports: the replayed one after
+  ``self_training`` rounds where ``dpdfd.replay_epochs`` > 0, else Algorithm 1's."""
+  config, data = ctx.config, ctx.dataset
+  student = classifier(config, data.num_classes)
+  params = jax.eval_shape(student.init, jax.random.key(0),
+                          jnp.zeros((1,) + data.image_shape, jnp.float32))
+  generator = dpdfd_generator(config, data.image_shape)
+  abstract = {"generator": _generator_shape(generator, config.dpdfd.latent_dim)}
+  replayed = config.dpdfd.replay_epochs > 0
+  items = train.load_items(_checkpoints(ctx, "dpdfd"),
+                           abstract if replayed else {**abstract, "params": params})
+  if replayed:
+    items["params"] = train.load_params(replay_checkpoints(ctx, self_training), params)
+  return student, items["params"], generator, items["generator"]
 
 
 def load_vae(ctx: Context, image_shape) -> tuple[VAE, dict]:

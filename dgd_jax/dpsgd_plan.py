@@ -42,7 +42,7 @@ def public_size(config, read: int | None = None) -> int:
   value), else the training split's size (``read``, or read from the data), which a catalog
   dataset publishes. For data of your own, set ``config.private_size`` to make N a config
   value; under add/remove-one a neighbour is then sampled at the same q."""
-  size = config.get("private_size", 0)
+  size = config.private_size
   if size:
     return size
   return read if read is not None else len(load_private(config).x_train)
@@ -100,7 +100,7 @@ def baseline_releases(config, neighbours: str = "replace_one", dataset_size: int
   if "dpsgd" not in config.get("baseline", {}):
     return []
   b, d, p = config.baseline, config.baseline.dpsgd, config.privacy
-  if config.queries.get("plan", "fixed") != "fixed":
+  if config.queries.plan != "fixed":
     raise ConfigError("a private baseline (config.baseline.dpsgd) shares the budget with the "
                       "label queries: set config.queries.plan='fixed' (the automatic plan "
                       "spends the whole budget on queries).")

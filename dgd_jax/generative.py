@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import linen as nn
 from flax.training import train_state
 
 from dgd_jax import augment
@@ -53,28 +54,35 @@ from dgd_jax.progress import Progress
 SYNTHESES = ("generator", "inversion")
 
 
-def synthesis(config) -> str:
-  """``config.generator.synthesis``; a config written before the field (an older workdir's
-  config.json) used the generator."""
-  return config.generator.get("synthesis", "generator")
-
-
 class GeneratorState(train_state.TrainState):
   """Generator parameters, optimizer state and BatchNorm statistics."""
 
   batch_stats: Any = None
 
 
-def generate(state: GeneratorState, key: jax.Array, num: int, batch_size: int,
+def create_generator_state(model: nn.Module, tx: optax.GradientTransformation, key: jax.Array,
+                           latent_dim: int) -> GeneratorState:
+  """A freshly initialised generator (``models.generator.Generator``) with its optimizer."""
+  variables = model.init(key, jnp.zeros((2, latent_dim)), train=False)
+  return GeneratorState.create(apply_fn=model.apply, params=variables["params"],
+                               batch_stats=variables["batch_stats"], tx=tx)
+
+
+def generator_variables(state: GeneratorState) -> dict:
+  """What the generator reads: its parameters and BatchNorm statistics."""
+  return {"params": state.params, "batch_stats": state.batch_stats}
+
+
+def generate(apply_fn: Callable, variables: dict, key: jax.Array, num: int, batch_size: int,
              latent_dim: int) -> np.ndarray:
-  """``num`` synthetic images from fresh latent draws, in batches of the training batch
-  size with batch statistics (as during training)."""
+  """``num`` synthetic images of the generator ``apply_fn`` with ``variables`` (parameters,
+  BatchNorm statistics) from fresh latent draws, in batches of the training batch size with
+  batch statistics (as during training)."""
 
   @jax.jit
   def batch(key):
     z = jax.random.normal(key, (batch_size, latent_dim))
-    x, _ = state.apply_fn({"params": state.params, "batch_stats": state.batch_stats}, z,
-                          train=True, mutable=["batch_stats"])
+    x, _ = apply_fn(variables, z, train=True, mutable=["batch_stats"])
     return x
 
   out = [np.asarray(batch(jax.random.fold_in(key, i)))

@@ -48,8 +48,8 @@ def check_config(config: Config) -> None:
     if block in config and not all(b > 0 for b in config[block].noise_scales):
       raise ConfigError(f"config.{block}.noise_scales={config[block].noise_scales}: Laplace "
                         "scales must be > 0 (the plurality vote is reported separately).")
-  if "generator" in config and generative.synthesis(config) not in generative.SYNTHESES:
-    raise ConfigError(f"config.generator.synthesis={generative.synthesis(config)!r}; it must "
+  if "generator" in config and config.generator.synthesis not in generative.SYNTHESES:
+    raise ConfigError(f"config.generator.synthesis={config.generator.synthesis!r}; it must "
                       f"be one of {generative.SYNTHESES}.")
   if "pool" in config:
     pool.check(config)
@@ -97,6 +97,7 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
   if methods.method(config).privacy_stage in names:  # before anything is trained or queried
     methods.budget_guard(config)
   wd = Workdir(workdir, writer=distributed.is_writer())
+  wd.check_format()
   planned = _planned_stages(config, wd, names)
   check_multiprocess([s.name for s in planned if not s.done()])
   with wd.lock():  # one writer per workdir
@@ -119,7 +120,9 @@ def check_workdir(config: Config, workdir: str) -> None:
   """WorkdirConflictError unless every stage ``run(config, workdir)`` would use is this
   config's (or not there yet). Reads stage.json files only; writes nothing."""
   config = run_config(config)
-  _planned_stages(config, Workdir(workdir, writer=False), methods.plan_stages(config))
+  wd = Workdir(workdir, writer=False)
+  wd.check_format()
+  _planned_stages(config, wd, methods.plan_stages(config))
 
 
 def open_run(workdir: str, stage: str) -> Context:

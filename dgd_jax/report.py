@@ -6,7 +6,6 @@ import os
 
 from dgd_jax import methods, privacy, query_plan
 from dgd_jax.configs.common import SMOKE_STEPS
-from dgd_jax.errors import ConfigError
 from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING, RELATION_NAMES
 from dgd_jax.workdir import plain, write_json, write_text
 
@@ -50,11 +49,6 @@ def _privacy(config, results: dict) -> dict:
   method = methods.method(config)
   stage = results[method.privacy_stage]
   p = stage["privacy"]
-  if "by_neighbours" not in p:
-    raise ConfigError(
-        f"the finished {method.privacy_stage} stage was accounted without a ledger per "
-        "neighbouring relation (an older dgd_jax): remove its folder from the workdir and run "
-        "the same command again; only that stage reruns.")
   independent = p.get("data_independent_epsilons", p["epsilons"])
   accountant = config.privacy.accountant
   data_dependent = accountant in p["data_dependent_accountants"]
@@ -175,16 +169,14 @@ def _audit_lines(a: dict, check: dict) -> list[str]:
             "class mean | classes identified |", "|---|---|---|---|---|---|---|---|"]
   for name, m in a["membership"].items():
     inv = a["inversion"].get(name)
-    bound = (f"{m['epsilon_lower_bound']:.3f}" if "epsilon_lower_bound" in m else "- (audit "
-             "made before the bound existed: remove audit/ and rerun it)") + (
+    bound = f"{m['epsilon_lower_bound']:.3f}" + (
         f" (<= {check[name]['allowed']:.3f} allowed)" if name in check else "")
     lines.append(
         f"| {name} | {m['auc']:.3f} | {m['auc_interval'][0]:.3f}-{m['auc_interval'][1]:.3f} "
         f"| {m['tpr_at_1pct_fpr']:.3f} | {bound} | {m['splits']} x {m['examples_per_side']} | "
         + (f"{inv['correlation_with_own_class_mean']:.3f} | {inv['classes_identified']}/"
            f"{inv['num_classes']} |" if inv else "- | - |"))
-  significance = next(iter(a["membership"].values())).get("epsilon_lower_bound_significance",
-                                                          0.05)
+  significance = next(iter(a["membership"].values()))["epsilon_lower_bound_significance"]
   lines += ["", f"Loss-threshold membership inference (0.5 = chance); the epsilon lower bound "
             f"(jax-privacy's Clopper-Pearson auditor, {1 - significance:.0%} confidence over "
             "the splits) treats each example's score as an independent trial and the "

@@ -160,24 +160,15 @@ def _restore(manager: ocp.CheckpointManager, step: int, state: Any, checkpoint_d
   return _restored(state, restored).replace(step=step)
 
 
-def restore_state(checkpoint_dir: str, template: Any) -> Any:
-  """``template`` with what ``fit``/``run_steps`` saved at the latest step in
-  ``checkpoint_dir`` (a finished stage's model)."""
-  with ocp.CheckpointManager(checkpoint_dir, options=ocp.CheckpointManagerOptions(
-      read_only=True, enable_async_checkpointing=False)) as manager:
-    step = manager.latest_step()
-    if step is None:
-      raise workdir.damaged(checkpoint_dir, FileNotFoundError("no finished checkpoint"))
-    return _restore(manager, step, template, checkpoint_dir)
-
-
-def load_params(checkpoint_dir: str, abstract: Any) -> Any:
-  """The parameters saved at the latest step in ``checkpoint_dir``, read alone (the
-  checkpoint's ``params`` item) against ``abstract`` (e.g. ``jax.eval_shape(model.init,
-  ...)``): reading a finished model needs no optimizer or training config."""
+def load_items(checkpoint_dir: str, abstract: dict) -> dict:
+  """The checkpoint items ``abstract`` names (``{"params": ...}``; a nested state's as a dict,
+  ``{"generator": {"params": ..., "batch_stats": ...}}``) saved at the latest step in
+  ``checkpoint_dir``, read alone against their abstract values (``jax.eval_shape(model.init,
+  ...)``), placed by each leaf's ``sharding`` (a ``jax.ShapeDtypeStruct``'s; the first local
+  device where it has none): reading a finished model needs no optimizer or training config."""
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  target = {"params": jax.tree.map(
-      lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), abstract)}
+  target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(
+      s.shape, s.dtype, sharding=getattr(s, "sharding", None) or device), abstract)
   with ocp.CheckpointManager(checkpoint_dir, options=ocp.CheckpointManagerOptions(
       read_only=True, enable_async_checkpointing=False)) as manager:
     step = manager.latest_step()
@@ -186,15 +177,14 @@ def load_params(checkpoint_dir: str, abstract: Any) -> Any:
     try:
       return manager.restore(step, args=ocp.args.PyTreeRestore(
           item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-          partial_restore=True))["params"]
+          partial_restore=True))
     except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds
       raise workdir.damaged(os.path.join(checkpoint_dir, str(step)), e) from None
 
 
-def restore_params(checkpoint_dir: str, template: TrainState) -> Any:
-  """The parameters saved at the latest step in ``checkpoint_dir``, shaped like
-  ``template``'s."""
-  return restore_state(checkpoint_dir, template).params
+def load_params(checkpoint_dir: str, abstract: Any) -> Any:
+  """The parameters saved at the latest step in ``checkpoint_dir`` (``load_items``)."""
+  return load_items(checkpoint_dir, {"params": abstract})["params"]
 
 
 def summarize(metrics: dict[str, jax.Array]) -> dict[str, float]:

@@ -2,7 +2,8 @@
 
 Layout::
 
-  <workdir>/config.json        the latest run's resolved config (every run: runs.jsonl)
+  <workdir>/config.json        the latest run's resolved config (every run: runs.jsonl),
+                               with the workdir's ``format``
   <workdir>/metrics.jsonl      one JSON object per logged step, with its stage
   <workdir>/<stage>/stage.json the config slice that produced the stage, and its hash
   <workdir>/<stage>/checkpoints/  Orbax checkpoints (resume from the latest step)
@@ -49,6 +50,12 @@ from dgd_jax.errors import (DamagedArtefactError, WorkdirConflictError, WorkdirL
 
 LOCK = "lock.json"
 TEMP_SUFFIX = ".tmp"
+CONFIG = "config.json"
+# The workdir format this code writes and reads (config.json's "format"). Format 2: the
+# config holds every field the code reads (no reader falls back to a default for an absent
+# one), and the teachers' result records the chunk they were planned with. A workdir of
+# another format is refused whole (``check_format``), never read through defaults.
+FORMAT = 2
 
 
 def plain(value: Any) -> Any:
@@ -433,12 +440,36 @@ class Workdir:
             ) -> Stage:
     return Stage(self, name, config_slice(config, keys))
 
+  def check_format(self) -> None:
+    """Refuses a workdir written in another format (``FORMAT``); a new one passes."""
+    path = os.path.join(self.path, CONFIG)
+    if not os.path.exists(path):
+      return
+    recorded = read_artefact_json(path)
+    theirs = recorded.get("format", 1) if isinstance(recorded, dict) else None
+    if theirs != FORMAT:
+      raise WorkdirConflictError(
+          f"{self.path} is a workdir of format {theirs} ({path}); this dgd_jax reads format "
+          f"{FORMAT} only: its artefacts may lack fields this version reads. Nothing was "
+          "changed. Use a new --workdir, or read this one with the dgd_jax that wrote it.")
+
+  def read_config(self) -> ml_collections.ConfigDict:
+    """The config the workdir's latest run recorded (``check_format`` first)."""
+    path = os.path.join(self.path, CONFIG)
+    if not os.path.exists(path):
+      raise WorkdirConflictError(f"{path} does not exist: {self.path} is not the workdir of "
+                                 "a `python -m dgd_jax.main` run (or the run has not started).")
+    self.check_format()
+    recorded = dict(read_artefact_json(path))
+    del recorded["format"]
+    return ml_collections.ConfigDict(recorded)
+
   def record_config(self, config: ml_collections.ConfigDict) -> None:
     if not self.writer:
       return
     makedirs(self.path)
     resolved = plain(config)
-    write_json(os.path.join(self.path, "config.json"), resolved)
+    write_json(os.path.join(self.path, CONFIG), {**resolved, "format": FORMAT})
     append_line(os.path.join(self.path, "runs.jsonl"),
                 {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                  "config": resolved})

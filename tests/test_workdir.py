@@ -1,4 +1,5 @@
-"""The workdir's lock (one writer per workdir, a killed run's lock taken over)."""
+"""The workdir: its lock (one writer per workdir, a killed run's lock taken over), whole
+writes, and its format (a workdir of another format is refused)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from dgd_jax import pipeline, workdir
+from dgd_jax import errors, pipeline, workdir
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.errors import WorkdirLockedError
 
@@ -177,3 +178,25 @@ def test_a_metrics_line_cut_short_by_a_kill_is_skipped(tmp_path):
                                         {"stage": "student", "step": 20, "loss": 0.5}]
   assert (tmp_path / "metrics.jsonl").read_text().splitlines()[2] == (
       '{"stage": "student", "step": 20, "loss": 0.5}')
+
+
+@pytest.mark.integration
+def test_a_workdir_of_another_format_is_refused_whole_before_anything_runs(tmp_path, npz_file):
+  """config.json records the workdir format; a workdir without it (or of another) is refused
+  by the run and by the readers of its config, naming both formats, and nothing is written."""
+  config = baseline_config.get_config(f"npz:{npz_file},cpu")
+  config.baseline.update(num_steps=2, batch_size=8)
+  path = tmp_path / "w"
+  pipeline.run(config, str(path))
+  recorded = json.loads((path / workdir.CONFIG).read_text())
+  assert recorded["format"] == workdir.FORMAT
+  assert workdir.Workdir(str(path)).read_config().to_dict() == workdir.plain(config)
+  del recorded["format"]  # as a workdir of format 1 wrote it
+  (path / workdir.CONFIG).write_text(json.dumps(recorded))
+  before = sorted(p.name for p in path.iterdir())
+  expected = f"workdir of format 1 .*reads format {workdir.FORMAT} only"
+  with pytest.raises(errors.WorkdirConflictError, match=expected):
+    pipeline.run(config, str(path))
+  with pytest.raises(errors.WorkdirConflictError, match=expected):
+    workdir.Workdir(str(path)).read_config()
+  assert sorted(p.name for p in path.iterdir()) == before and not (path / workdir.LOCK).exists()

@@ -12,14 +12,13 @@ import json
 import os
 import sys
 
-import ml_collections
 from absl import app, flags
 
 from dgd_jax import methods, pipeline, progress
 from dgd_jax.configs import common
 from dgd_jax.errors import PrivacyAuditError, UserInputError, WorkdirConflictError
 from dgd_jax.stages import audit as audit_stage
-from dgd_jax.workdir import Workdir, read_json
+from dgd_jax.workdir import Workdir
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished run's workdir.")
 _SPLITS = flags.DEFINE_integer("splits", None, "Balanced member/non-member splits.")
@@ -33,15 +32,11 @@ flags.mark_flags_as_required(["workdir"])
 def audit_run(workdir: str, overrides: dict) -> dict:
   """The run's config with the audit's settings, checked against what the workdir holds;
   runs the audit stage and returns the report."""
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    raise WorkdirConflictError(f"{path} does not exist: --workdir must be a run of "
-                               "`python -m dgd_jax.main` (finish the run first).")
-  config = ml_collections.ConfigDict(read_json(path))
+  wd = Workdir(workdir)
+  config = wd.read_config()
   audit = config.audit.to_dict() if "audit" in config else common.audit_config().to_dict()
   audit.update({k: v for k, v in overrides.items() if v is not None})
   config.audit = audit
-  wd = Workdir(workdir)
   missing = [n for n in audit_stage.requires(methods.plan_stages(config))
              if not wd.stage(n, config, methods.config_keys(n, config)).done()]
   if missing:

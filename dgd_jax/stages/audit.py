@@ -19,7 +19,7 @@ import os
 import jax
 import numpy as np
 
-from dgd_jax import artefacts, audit, generative, plots, pool
+from dgd_jax import artefacts, audit, plots, pool
 from dgd_jax.artefacts import classifier, load_classifier
 from dgd_jax.core import Context
 from dgd_jax.data import config_shards
@@ -43,7 +43,7 @@ def check(config, planned: tuple[str, ...]) -> None:
   if not set(requires(planned)) & {"baseline", "teachers", "student", "dpsgd"}:
     raise ConfigError(f"method {config.method!r} has no baseline, teachers, student or "
                       "DP-SGD model to audit.")
-  if "dpsgd" in requires(planned) and config.dpsgd.get("ema", 0.0):
+  if "dpsgd" in requires(planned) and config.dpsgd.ema:
     raise ConfigError("config.dpsgd.ema > 0 releases a parameter average the audit does not "
                       "read yet; audit a run with ema 0.")
   if config.audit.prior not in ("auto", "generator", "pixel"):
@@ -57,7 +57,7 @@ def check(config, planned: tuple[str, ...]) -> None:
 def trains_generator(config, stages: tuple[str, ...]) -> bool:
   """Whether ``stages`` train a generator the inversion prior can decode: DGD's generator
   stage, unless it synthesises by DeepInversion (no generator then)."""
-  return "generator" in stages and generative.synthesis(config) == "generator"
+  return "generator" in stages and config.generator.synthesis == "generator"
 
 
 def membership(ctx: Context, models: dict) -> dict:
@@ -100,10 +100,9 @@ def inversion(ctx: Context, models: dict) -> tuple[dict, np.ndarray, list[str]]:
       "generator" if trains_generator(config, have) else "pixel")
   decode, latent_dim = None, 0
   if prior == "generator":
-    g = artefacts.load_generator(ctx)
+    generator, variables = artefacts.load_generator(ctx)
     latent_dim = config.generator.latent_dim
-    decode = lambda z: g.apply_fn({"params": g.params, "batch_stats": g.batch_stats}, z,
-                                  train=True, mutable=["batch_stats"])[0]
+    decode = lambda z: generator.apply(variables, z, train=True, mutable=["batch_stats"])[0]
   classes = range(data.num_classes)
   means = np.stack([data.x_train[data.y_train == k].mean(0) for k in classes])
   rows, labels, out = [means], ["private class mean"], {"prior": prior}

@@ -4,9 +4,11 @@ set from that generator (DP by post-processing, so it may be released). With
 ``dpdfd.teacher='private_data'`` the same mechanism trains a model directly on the labelled
 private data instead (Sec. 4.4, a DP-SGD alternative; no generator, no samples stage).
 
-In conversion, the stage never reads the private training data: its inputs are the
+In conversion, training never reads the private training examples: its inputs are the
 generator's samples, the sensitive model's logits on them (through A_{C,sigma} only) and,
-for evaluation, the test set.
+for evaluation, the test set. The accounting reads the private training set twice, outside
+any release: its size N, and, under ``privacy.relation='disjoint_teachers'``, the teachers'
+shards (``data.config_shards``), checked pairwise disjoint (``release``).
 """
 from __future__ import annotations
 
@@ -23,7 +25,6 @@ from dgd_jax.artefacts import SYNTHETIC, classifier
 from dgd_jax.core import Context
 from dgd_jax.data import config_shards, config_teachers_changed, load_private
 from dgd_jax.errors import ConfigError
-from dgd_jax.models.generator import Generator
 from dgd_jax.privacy import dpdfd as dpdfd_privacy
 from dgd_jax.workdir import save_array
 
@@ -32,7 +33,6 @@ CONFIG_KEYS = ("baseline", "num_teachers", "teachers", "dpdfd", "privacy")
 
 
 TEACHERS = ("baseline", "ensemble", "private_data")  # private_data: Sec. 4.4 direct training
-REPLAY_CHECKPOINTS = "replay_checkpoints"  # <stage>/replay_checkpoints: the replayed student
 
 
 INPUTS = ("generator", "synthetic")  # Algorithm 1's generator, or the generator stage's set
@@ -43,14 +43,9 @@ def requires(config) -> tuple[str, ...]:
   return sensitive + (("generator",) if uses_synthetic(config) else ())
 
 
-def inputs(config) -> str:
-  """``dpdfd.inputs``; configs written before the field used Algorithm 1's generator."""
-  return config.dpdfd.get("inputs", "generator")
-
-
 def uses_synthetic(config) -> bool:
   """Whether the inputs are the generator stage's fixed synthetic set."""
-  return inputs(config) == "synthetic"
+  return config.dpdfd.inputs == "synthetic"
 
 
 # The relation each kind of sensitive model's steps are accounted under (``privacy.dpdfd``).
@@ -106,7 +101,8 @@ def release(config, noise: float, dataset_size: int | None = None,
 
 def noise_multiplier(config, dataset_size: int | None = None) -> float:
   """``dpdfd.noise``, or the least noise whose plan fits ``privacy.max_epsilon``."""
-  d, p, source = config.dpdfd, config.privacy, inputs(config)
+  d, p = config.dpdfd, config.privacy
+  source = d.inputs
   if (d.operation not in dpdfd.OPERATIONS or d.loss not in dpdfd.LOSSES
       or d.teacher not in TEACHERS or d.reference not in dpdfd.REFERENCES
       or source not in INPUTS):
@@ -122,7 +118,7 @@ def noise_multiplier(config, dataset_size: int | None = None) -> float:
     raise ConfigError("config.dpdfd.inputs='synthetic' reads the generator stage's synthetic "
                       "set, but the config has no 'generator' block: start from "
                       "dgd_jax/configs/dpdfd.py:<dataset>,ensemble (configs.dpdfd.synthetic).")
-  if d.get("self_training", 0) and not d.replay_epochs:
+  if d.self_training and not d.replay_epochs:
     raise ConfigError(f"config.dpdfd.self_training={d.self_training} retrains the replayed "
                       "student on its own predictions; it needs dpdfd.replay_epochs > 0.")
   if d.replay_epochs < 0 or (d.replay_epochs and d.teacher == "private_data"):
@@ -162,13 +158,10 @@ def _states(ctx: Context, sigma: float):
   config, d = ctx.config, ctx.config.dpdfd
   shape = ctx.dataset.image_shape
   student = classifier(config, ctx.dataset.num_classes)
-  gen = Generator(image_shape=shape, latent_dim=d.latent_dim, features=d.features,
-                  standardize_output=False)
   s_key, g_key = jax.random.split(ctx.key("dpdfd_init"))
-  variables = gen.init(g_key, jnp.zeros((2, d.latent_dim)), train=False)
-  generator = generative.GeneratorState.create(
-      apply_fn=gen.apply, params=variables["params"], batch_stats=variables["batch_stats"],
-      tx=optax.adam(d.generator_learning_rate))
+  generator = generative.create_generator_state(
+      artefacts.dpdfd_generator(config, shape), optax.adam(d.generator_learning_rate), g_key,
+      d.latent_dim)
   rows = d.batch_size * d.num_steps if d.replay_epochs else 0  # B T rows kept for replay
   state = dpdfd.DpdfdState.create(
       apply_fn=student.apply, params=student.init(s_key, jnp.zeros((1,) + shape)),
@@ -178,30 +171,18 @@ def _states(ctx: Context, sigma: float):
   return student, state, dpdfd.StepSettings.from_config(d, sigma)
 
 
-def _replay_state(state: dpdfd.DpdfdState, d) -> train_state.TrainState:
-  """The student, with a fresh Adam, as the replay starts (and the template it restores into)."""
-  return train_state.TrainState.create(apply_fn=state.apply_fn, params=state.params,
-                                       tx=optax.adam(d.learning_rate))
-
-
-def _replay_checkpoints(ctx: Context, rounds: int) -> str:
-  """dpdfd/replay_checkpoints (the replay), then _1, _2, ... (the self-training rounds)."""
-  return os.path.join(ctx.stage_path("dpdfd"),
-                      REPLAY_CHECKPOINTS + (f"_{rounds}" if rounds else ""))
-
-
 def _fit_targets(ctx: Context, state: train_state.TrainState, x: jnp.ndarray, y: jnp.ndarray,
                  rounds: int) -> train_state.TrainState:
   """``dpdfd.replay_epochs`` epochs of ``replay_step`` on the rows (x, y)."""
   d = ctx.config.dpdfd
-  step = jax.jit(lambda s, k: dpdfd.replay_step(s, k, x, y, d.batch_size, d.get("mixup", 0.0)),
+  step = jax.jit(lambda s, k: dpdfd.replay_step(s, k, x, y, d.batch_size, d.mixup),
                  donate_argnums=0)
   fit = train.FitConfig(num_steps=int(np.ceil(d.replay_epochs * len(x) / d.batch_size)),
                         batch_size=d.batch_size, checkpoint_every=ctx.config.checkpoint_every,
                         log_every=ctx.config.log_every)
   name = f"dpdfd_self_training_{rounds}" if rounds else "dpdfd_replay"
-  return train.run_steps(state, step, ctx.key(name), fit, _replay_checkpoints(ctx, rounds),
-                         name, ctx.log)
+  return train.run_steps(state, step, ctx.key(name), fit,
+                         artefacts.replay_checkpoints(ctx, rounds), name, ctx.log)
 
 
 def _replay(ctx: Context, student, state: dpdfd.DpdfdState, x_self: np.ndarray) -> list:
@@ -210,7 +191,9 @@ def _replay(ctx: Context, student, state: dpdfd.DpdfdState, x_self: np.ndarray) 
   ``dpdfd.self_training`` rounds (``train.self_training``) on ``x_self``, each a fresh
   student trained as long. Returns the parameters of the replayed and each self-trained one."""
   d = ctx.config.dpdfd
-  replayed = _fit_targets(ctx, _replay_state(state, d), state.released_x, state.released_y, 0)
+  start = train_state.TrainState.create(apply_fn=state.apply_fn, params=state.params,
+                                        tx=optax.adam(d.learning_rate))  # a fresh Adam
+  replayed = _fit_targets(ctx, start, state.released_x, state.released_y, 0)
   x = jnp.asarray(x_self)
 
   def fit_round(logits, rounds):  # replay_step reads targets as logits, as the released rows
@@ -221,7 +204,7 @@ def _replay(ctx: Context, student, state: dpdfd.DpdfdState, x_self: np.ndarray) 
     return _fit_targets(ctx, fresh, x, jnp.asarray(logits), rounds).params
 
   return train.self_training(fit_round, student.apply, replayed.params, x,
-                             d.get("self_training", 0))
+                             d.self_training)
 
 
 def run(ctx: Context) -> dict:
@@ -292,17 +275,12 @@ def run_samples(ctx: Context) -> dict:
     raise ConfigError("The dpdfd_samples stage samples Algorithm 1's generator; with "
                       "dpdfd.inputs='synthetic' there is none (the inputs are "
                       "generator/synthetic.npy). Run --stages=dpdfd.")
-  student, template, _ = _states(ctx, 0.0)
-  state = train.restore_state(os.path.join(ctx.stage_path("dpdfd"), artefacts.CHECKPOINTS),
-                              template)
   d, k = config.dpdfd, ctx.dataset.num_classes
-  params = state.params
-  if d.replay_epochs:  # the replayed (and self-trained) student, the one the stage reports
-    params = train.restore_state(_replay_checkpoints(ctx, d.get("self_training", 0)),
-                                 _replay_state(state, d)).params
+  # The student the stage reports (replayed and self-trained where it was) and the generator.
+  student, params, generator, variables = artefacts.load_dpdfd(ctx, d.self_training)
   num = d.num_synthetic
-  x = generative.generate(state.generator, ctx.key("dpdfd_samples"), num, d.batch_size,
-                          d.latent_dim)
+  x = generative.generate(generator.apply, variables, ctx.key("dpdfd_samples"), num,
+                          d.batch_size, d.latent_dim)
   labels = train.predict(student.apply, params, x)  # the DP student's labels
   save_array(os.path.join(ctx.stage.path, SYNTHETIC), x)
   plots.class_grid(os.path.join(ctx.stage.path, "samples.png"), x, labels, k,

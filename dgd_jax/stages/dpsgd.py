@@ -52,7 +52,7 @@ def run(ctx: Context) -> dict:
   model = dpsgd_plan.model_of(config, data.num_classes)
   init_key, noise_key, batch_key = jax.random.split(ctx.key("dpsgd"), 3)
   params = model.init(init_key, jnp.zeros((1,) + x_train.shape[1:], jnp.float32))
-  ema = d.get("ema", 0.0)
+  ema = d.ema
   tx = optax.sgd(d.learning_rate, momentum=d.momentum or None)
   state = train_state.TrainState.create(
       apply_fn=model.apply, params=params,

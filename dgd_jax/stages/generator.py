@@ -48,7 +48,7 @@ def select_stable(logits: np.ndarray, shifted_logits: np.ndarray, num: int,
 def run(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   g = config.generator
-  synthesis = generative.synthesis(config)
+  synthesis = g.synthesis
   # DeepInversion differentiates the baseline at batch 250, where lax.conv is the faster
   # lowering (models/classifier.py); the generator path keeps the default.
   baseline, baseline_params = load_classifier(
@@ -75,8 +75,8 @@ def run(ctx: Context) -> dict:
                           log_every=config.log_every)
     state = train.run_steps(state, step, train_key, cfg, ctx.stage.checkpoint_dir, "generator",
                             ctx.log)
-    x_syn = generative.generate(state, sample_key, int(num * g.oversample), g.batch_size,
-                                g.latent_dim)
+    x_syn = generative.generate(state.apply_fn, generative.generator_variables(state),
+                                sample_key, int(num * g.oversample), g.batch_size, g.latent_dim)
   seconds = time.perf_counter() - t0
   logits = train.logits(baseline.apply, baseline_params, x_syn)
   if g.oversample > 1:  # keep the samples the baseline labels confidently and stably
@@ -98,7 +98,7 @@ def run(ctx: Context) -> dict:
   # generator.synthetic_student_steps of it) on synthetic data.
   student = classifier(config, data.num_classes)
   student_cfg = fit_config(config, "baseline")
-  if g.get("synthetic_student_steps", 0):  # absent from configs written before the field
+  if g.synthetic_student_steps:
     student_cfg = dataclasses.replace(student_cfg, num_steps=g.synthetic_student_steps)
   s_init, s_train = jax.random.split(student_key)
   s_state = train.create_train_state(student, train.optimizer(student_cfg), s_init,

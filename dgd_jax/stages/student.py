@@ -60,7 +60,7 @@ PROPAGATION_MAX_SHARE = 0.05
 
 def propagates(config, num_labelled: int, pool_size: int) -> bool:
   """Whether the student learns from labels propagated over the pool (module docstring)."""
-  return (config.student.get("propagation", 0) > 0
+  return (config.student.propagation > 0
           and num_labelled <= PROPAGATION_MAX_SHARE * pool_size)
 
 
@@ -91,7 +91,7 @@ def consistency_loss(weak_logits: jnp.ndarray, strong_logits: jnp.ndarray, thres
 def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
   """The jitted semi-supervised step (Eq. 1 = Eq. 5 + Eq. 6) with config block ``s``."""
   num_classes = student.num_classes
-  mixup = s.get("mixup", 0.0)  # absent from configs written before the field: off
+  mixup = s.mixup
   unsupervised = uses_vae(s)
   consistency = s.w_consistency > 0
 
@@ -191,7 +191,7 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
       lambda logits, r: fit(x_all, np.asarray(jax.nn.softmax(logits)),
                             f"{name}_self_training_{r}", f"{checkpoint_dir}_self_training_{r}"),
       student.apply, fit(*first, name, checkpoint_dir), x_all,
-      config.student.get("self_training", 0))
+      config.student.self_training)
 
 
 def labelled_split(ctx: Context, x_pool: np.ndarray

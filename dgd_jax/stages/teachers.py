@@ -37,14 +37,15 @@ def robust_update(config):
   LDP setting, or ``augmented_update``; None for plain teachers."""
   if "ldp" in config and config.ldp.get("robust_teachers", False):
     return functools.partial(ldp.robust_update, cfg=ldp.RobustSettings.from_config(config.ldp))
-  if config.teachers.get("augment", False):
+  if config.teachers.augment:
     return augmented_update
   return None
 
 
 def train_members(ctx: Context, rows: list[np.ndarray], name: str):
   """Trains one teacher per index row (into the training set) as one program on the
-  teacher mesh; returns (params [n, ...], predict_fn, seconds)."""
+  teacher mesh; returns (params [n, ...], predict_fn, seconds, the teachers per vmapped
+  chunk)."""
   config, data = ctx.config, ctx.dataset
   parts = ensemble.Partitions.stack(rows)
   init_key, train_key = jax.random.split(ctx.key(name))
@@ -56,7 +57,7 @@ def train_members(ctx: Context, rows: list[np.ndarray], name: str):
                           train_key, cfg, ctx.stage.checkpoint_dir, name, ctx.log,
                           examples_per_step=len(rows) * cfg.batch_size)
   seconds = time.perf_counter() - t0
-  return state.params, predict, seconds
+  return state.params, predict, seconds, chunk
 
 
 def ensemble_accuracies(labels: np.ndarray, y: np.ndarray, num_classes: int,
@@ -82,10 +83,10 @@ def ensemble_accuracies(labels: np.ndarray, y: np.ndarray, num_classes: int,
 def run(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   rows = config_shards(config, data.x_train, data.y_train)
-  params, predict, seconds = train_members(ctx, rows, "teachers")
+  params, predict, seconds, chunk = train_members(ctx, rows, "teachers")
   # The diagnostic evaluation: 250 teachers on 10,000 images cost 2 minutes on 2 CPU cores,
   # so the CPU presets read the head of the test set (eval_size; 0: all of it).
-  num_eval = config.teachers.get("eval_size", 0) or len(data.x_test)
+  num_eval = config.teachers.eval_size or len(data.x_test)
   x_eval, y_eval = data.x_test[:num_eval], data.y_test[:num_eval]
   labels = ensemble.teacher_predictions(predict, params, x_eval)
   result, votes = ensemble_accuracies(labels, y_eval, data.num_classes,
@@ -98,6 +99,7 @@ def run(ctx: Context) -> dict:
       "partition": config.teachers.partition,
       "dropped_examples": len(data.x_train) - sum(len(r) for r in rows),
       "train_seconds": seconds,
+      "chunk": chunk,  # teachers per vmapped chunk (memory.plan); readers predict with it
       "eval_size": len(x_eval),  # test images the accuracies below are measured on
       **result,
   }
@@ -120,7 +122,7 @@ def run_sweep(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   sizes = [int(s) for s in config.sweep.sizes]
   rows = [r for n in sizes for r in config_shards(config, data.x_train, data.y_train, n)]
-  params, predict, seconds = train_members(ctx, rows, "teacher_sweep")
+  params, predict, seconds, _ = train_members(ctx, rows, "teacher_sweep")
   labels = ensemble.teacher_predictions(predict, params, data.x_test)
   scales = [float(s) for s in config.sweep.noise_scales]
   table, start = [], 0
