@@ -94,6 +94,10 @@ def check(config) -> None:
   if client not in ("", "ldp") or (client == "ldp" and "ldp" not in config):
     raise ConfigError(f"config.queries.client={client!r}: use '' (the pool as is) or 'ldp' "
                       "(with an ldp block, e.g. the pate.py argument ldp1 or ldp5).")
+  if filtered(config) and config.privacy.accountant != "renyi_filter":
+    raise ConfigError("config.queries.filter charges the queries against the Renyi filter's "
+                      "budget: set config.privacy.accountant='renyi_filter' (the other "
+                      "accountants charge every planned query).")
   if config.queries.get("smooth_sensitivity", False):
     if q.aggregator not in ("gnmax", "confident_gnmax"):
       raise ConfigError("config.queries.smooth_sensitivity releases PATE 2018's data-dependent "
