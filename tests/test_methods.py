@@ -15,6 +15,7 @@ import pytest
 import dgd_jax
 from dgd_jax import methods, pipeline, privacy, sweep
 from dgd_jax.configs import baseline as baseline_config
+from dgd_jax.configs import common
 from dgd_jax.configs import dpdfd as dpdfd_config
 from dgd_jax.configs import dpsgd as dpsgd_config
 from dgd_jax.configs import ldp as ldp_config
@@ -209,19 +210,47 @@ def _all_method_configs(npz_file):
   }
 
 
+@pytest.mark.integration
 def test_accounting_only_sweep_works_for_every_method(npz_file, tmp_path):
+  """Each grid point's row is the epsilon of that point's releases (the method record's, on
+  the point's config, accounted by hand here), under every accountant, for the claimed
+  relation with the largest one, a column per relation; nothing is trained."""
   configs = _all_method_configs(npz_file)
   assert set(configs) == set(methods.METHODS)
+  deltas, moved = (1e-5, 1e-7), set()
   for name, config in configs.items():
-    rows = sweep.run(config, str(tmp_path / name), [("seed", [(0,)])], accounting_only=True)
-    assert len(rows) == 1, name
-    if methods.METHODS[name].releases is None:
-      assert all(r["epsilon"] == math.inf for r in rows), name
-    else:  # the method's own releases, under every accountant
-      expected = max(ledger.epsilon(config.privacy.delta, "rdp", data_dependent=False).epsilon
-                     for ledger in methods.planned_ledgers(config).values())
-      assert rows[0]["rdp"] == pytest.approx(expected) and 0 < expected < math.inf, name
-    assert not [d for d in os.listdir(tmp_path / name) if d.startswith("seed=")], name
+    m = methods.METHODS[name]
+    if m.releases is None:
+      rows = sweep.run(config, str(tmp_path / name), [(("seed",), [(0,), (1,)])],
+                       accounting_only=True)
+      assert [r["epsilon"] for r in rows] == [math.inf, math.inf], name
+      assert not [d for d in os.listdir(tmp_path / name) if d.startswith("seed=")], name
+      continue
+    rows = sweep.run(config, str(tmp_path / name), [(("privacy.delta",), [(d,) for d in deltas])],
+                     accounting_only=True)
+    assert len(rows) == 2, name
+    # the relation columns are under the config's accountant (its data-independent one)
+    accountant = config.privacy.accountant
+    accountant = "rdp" if accountant in privacy.DATA_DEPENDENT_ONLY else accountant
+    for row, delta in zip(rows, deltas):
+      # the config a run at this point uses ('auto' plans for its delta)
+      point = pipeline.run_config(common.with_overrides(config, {"privacy.delta": delta}))
+      relations = m.neighbours(point)
+      ledgers = {r: privacy.PrivacyLedger(m.releases(point, r)) for r in relations}
+      by_relation = {r: ledger.epsilon(delta, accountant, data_dependent=False).epsilon
+                     for r, ledger in ledgers.items()}
+      assert {k for k in row if k.startswith("epsilon[")} == {
+          f"epsilon[{r}]" for r in relations}, name
+      for r, eps in by_relation.items():
+        assert 0 < eps < math.inf and row[f"epsilon[{r}]"] == pytest.approx(eps), (name, r)
+      headline = max(by_relation, key=by_relation.get)
+      assert row["neighbours"] == headline and row["rdp"] == pytest.approx(ledgers[
+          headline].epsilon(delta, "rdp", data_dependent=False).epsilon), name
+    if rows[1]["rdp"] != pytest.approx(rows[0]["rdp"]):
+      moved.add(name)
+    assert not [d for d in os.listdir(tmp_path / name) if d.startswith("delta=")], name
+  # a sweep that ignored its axis would fail above: the uncalibrated methods' epsilon moves
+  assert {"dgd", "pate"} <= moved, moved
 
 
 # A toy method, in the test's own "module": a stage that fits class means and releases them
@@ -245,6 +274,7 @@ def toy_releases(config, neighbours: str = "replace_one") -> list:
   return [privacy.GNMaxQueries(TOY_SIGMA, 1, neighbours=neighbours)]
 
 
+@pytest.mark.integration
 def test_a_toy_method_is_one_record_plus_its_own_module(npz_file, tmp_path, monkeypatch):
   monkeypatch.setitem(methods.STAGES, "toy", StageSpec(toy_run, ("toy",)))
   monkeypatch.setitem(methods.METHODS, "toy", Method(
