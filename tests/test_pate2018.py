@@ -28,6 +28,14 @@ def test_plus_preset_plans_a_filter_and_refuses_misplaced_budgets():
   assert ss.queries.smooth_sensitivity and not ss.queries.get("filter", False)
   guard = pate_config_file.get_config("fashion_mnist,cpu,eps3")  # LNMax: the budget guard
   assert guard.privacy.max_epsilon == 3.0 and not guard.queries.get("filter", False)
+  picky = pate_config_file.get_config("fashion_mnist,cpu,plus")
+  picky.queries.update(selection="least_confident", first_round=100)
+  with pytest.raises(ConfigError, match="least_confident"):
+    queries.check(picky)
+  picky.queries.update(selection="random", filter=True)
+  picky.privacy.accountant = "rdp"
+  with pytest.raises(ConfigError, match="renyi_filter"):
+    queries.check(picky)
   lnmax = pate_config_file.get_config("fashion_mnist,cpu")
   lnmax.queries.filter = True
   lnmax.privacy.max_epsilon = 3.0

@@ -98,6 +98,10 @@ def check(config) -> None:
     raise ConfigError("config.queries.filter charges the queries against the Renyi filter's "
                       "budget: set config.privacy.accountant='renyi_filter' (the other "
                       "accountants charge every planned query).")
+  if filtered(config) and q.selection == "least_confident":
+    raise ConfigError("config.queries.filter with least_confident selection: the selecting "
+                      "student would learn from first-round answers the filter may not let "
+                      "through; use selection 'random' or 'representative'.")
   if config.queries.get("smooth_sensitivity", False):
     if q.aggregator not in ("gnmax", "confident_gnmax"):
       raise ConfigError("config.queries.smooth_sensitivity releases PATE 2018's data-dependent "
