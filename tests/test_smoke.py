@@ -1,12 +1,13 @@
-"""Smoke runs of every preset (issue 20): the paper presets at their full shapes (widths, batch
-sizes, teacher counts, latent sizes, number of queries), every schedule cut to
-``SMOKE_STEPS`` steps by the ``,smoke`` modifier, through every stage of their method on real
-Fashion-MNIST. A crash on a shape or a config path shows up here, not on a user's GPU.
+"""Smoke runs of every preset: the paper presets at the shapes that decide memory and
+compilation (widths, batch sizes, teacher counts, latent sizes, the query chunk), every
+schedule cut to ``SMOKE_STEPS`` steps and every count (queries, synthetic samples, test
+images, audit splits) to what runs each shape once by the ``,smoke`` modifier, through every
+stage of their method on real Fashion-MNIST. A crash on a shape or a config path shows up
+here, not on a user's GPU.
 
-Most paper presets cost minutes each on 2 CPU cores even at 2 steps (250 paper-width
-teachers, 60,000 x 2 synthetic samples, thousands of queries): those are marked ``slow``
-(``bash launch/test.sh -m slow -k smoke``). CI would run those listed in CI_PRESETS; the set
-is empty today, as even the cheapest paper preset costs more than the suite can spare.
+The runs cost about a minute each on 2 CPU cores: they are marked ``smoke`` (and ``slow``, so
+the default test command leaves them out); ``.ci/run`` runs them after the suite
+(``bash launch/test.sh -m smoke``).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import os
 
 import pytest
 
-from dgd_jax import methods, pipeline
+from dgd_jax import ensemble, methods, pipeline
 from dgd_jax.audit.__main__ import audit_run
 from dgd_jax.configs import common
 from dgd_jax.data import idx
@@ -50,7 +51,6 @@ PRESETS = [
     ("dpsgd", "fashion_mnist,eps1,cnn", ()),
     ("dpsgd", "fashion_mnist,eps10,scatternet_cnn", ()),
 ]
-CI_PRESETS = set()  # presets CI runs; empty: all are slow (module docstring)
 IDS = [f"{m}:{a}" + "".join(f"+{e}" for e in extra) for m, a, extra in PRESETS]
 
 
@@ -84,18 +84,44 @@ def test_smoke_keeps_every_shape_and_cuts_every_schedule(module, arg, extra):
   assert schedules, "every method has a schedule to cut"
   for k in schedules:
     assert after[k] <= common.SMOKE_STEPS, k
+  counts = {"test_size", "queries.num_queries", "queries.first_round", "generator.num_synthetic",
+            "dpdfd.num_synthetic", "pool.size", "audit.splits"}
   allowed = schedules | {k for k in before if k.split(".")[-1] == "decay_every"} | {
-      "smoke", "log_every", "checkpoint_every", "test_size", "generator.num_synthetic",
-      "pool.size"}
-  assert changed <= allowed, changed - allowed  # widths, batches, counts, queries: kept
+      "smoke", "log_every", "checkpoint_every"} | counts
+  assert changed <= allowed, changed - allowed  # widths, batches, teacher counts, latents: kept
+  assert after["checkpoint_every"] == common.SMOKE_STEPS  # one checkpoint, the last step's
+  if "queries" in smoke:
+    assert after["queries.num_queries"] == min(before["queries.num_queries"],
+                                               common.SMOKE_QUERIES)
+  for block in ("generator", "dpdfd"):
+    if f"{block}.num_synthetic" in before:  # 0 (as many as the private set) is cut too
+      assert 0 < after[f"{block}.num_synthetic"] <= common.SMOKE_SYNTHETIC
+      assert after[f"{block}.num_synthetic"] >= after.get("queries.num_queries", 0)
   public = "pool" in smoke and smoke.pool.source == "public"
   assert smoke.test_size == common.SMOKE_TEST_SIZE + (smoke.pool.size if public else 0)
   if public:  # every query still fits the pool
     assert smoke.queries.num_queries < smoke.pool.size <= full.pool.size
 
 
+def test_smoke_queries_fill_one_query_chunk():
+  """A smoke run's queries run the teachers at the full query chunk, the shape a real run
+  compiles, exactly once."""
+  assert common.SMOKE_QUERIES == ensemble.QUERY_CHUNK
+
+
+def test_smoke_cuts_the_audit_and_leaves_its_shapes():
+  config = smoke_config("dgd", "fashion_mnist")
+  with config.unlocked():  # as audit_run adds the block to a finished run's config
+    config.audit = common.audit_config()
+  audit = common.smoke_schedules(config).audit
+  full = common.audit_config()
+  assert audit.splits == common.SMOKE_AUDIT_SPLITS < full.splits
+  assert audit.inversion_steps == common.SMOKE_STEPS
+  assert (audit.examples, audit.inversion_batch) == (full.examples, full.inversion_batch)
+
+
 @pytest.mark.parametrize("module,arg,extra", [
-    p if (p[0], p[1]) in CI_PRESETS else pytest.param(*p, marks=pytest.mark.slow)
+    pytest.param(*p, marks=[pytest.mark.smoke, pytest.mark.slow, pytest.mark.integration])
     for p in PRESETS], ids=IDS)
 def test_smoke_run_through_every_stage(module, arg, extra, tmp_path):
   # As every real-data test: a missing dataset fails loudly rather than skipping the run.
@@ -121,6 +147,7 @@ def test_smoke_run_through_every_stage(module, arg, extra, tmp_path):
   assert "SMOKE RUN" in (tmp_path / "report.md").read_text()
 
 
+@pytest.mark.integration
 def test_the_override_makes_a_smoke_run_too(npz_file, tmp_path):
   """--config.smoke=True (set after get_config, as the flag does) cuts the schedules when the
   run starts; the report says it is a smoke run."""

@@ -30,11 +30,14 @@ DEFAULT_DATASET = "fashion_mnist"
 SMOKE = "smoke"  # the modifier: every schedule cut to SMOKE_STEPS, every shape kept
 SMOKE_STEPS = 2
 SMOKE_TEST_SIZE = 500  # test examples a smoke run evaluates on (after a public pool's)
-SMOKE_SYNTHETIC = 10_000  # DGD's synthetic set in a smoke run: room for any plan's queries
-# Schedule lengths the smoke modifier cuts, wherever they appear in a config. Everything else
-# keeps the preset's value (widths, batch sizes, teacher counts, latent sizes, number of
-# queries, the private set) but for the test split, PATE's public pool and DGD's synthetic
-# set (smoke_schedules).
+# A smoke run keeps every shape that decides memory and compilation (widths, batch sizes,
+# teacher counts, latent sizes, the query chunk) and cuts every count to what runs each
+# shape once:
+SMOKE_QUERIES = 500  # label queries: one full chunk of ensemble.QUERY_CHUNK
+SMOKE_SYNTHETIC = 1000  # synthetic samples: the queries and as many unlabelled ones again
+SMOKE_AUDIT_SPLITS = 2  # membership-audit splits (teachers audited: one per split)
+# Schedule lengths the smoke modifier cuts, wherever they appear in a config; the counts it
+# cuts are above (smoke_schedules), the private set is kept.
 SCHEDULES = ("num_steps", "rounds", "iterations_per_round", "inversion_steps")
 # Datasets whose paper classifier has the two extra fully connected layers (DGD IV-A).
 SVHN_LIKE = ("svhn_cropped", "cifar10")
@@ -248,8 +251,9 @@ def with_overrides(config: ml_collections.ConfigDict, overrides
 def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The config a run uses: ``config`` itself, or for a smoke run (``,smoke`` or
   ``--config.smoke=True``) a copy with every SCHEDULES field cut to SMOKE_STEPS, the
-  generator's learning-rate decay every round, logging and checkpoints every step, DGD's
-  synthetic set cut to SMOKE_SYNTHETIC, PATE's public pool to its queries plus
+  generator's learning-rate decay every round, logging every step and one checkpoint (the
+  last step), the label queries cut to SMOKE_QUERIES, every synthetic set to SMOKE_SYNTHETIC,
+  the audit to SMOKE_AUDIT_SPLITS splits, PATE's public pool to its queries plus
   SMOKE_TEST_SIZE, and the test split to SMOKE_TEST_SIZE examples after that pool, so that
   every code path runs at the preset's shapes in minutes. Idempotent."""
   if not config.get("smoke", False):
@@ -266,10 +270,18 @@ def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
         node[name] = 1
 
   cut(config)
-  config.log_every = config.checkpoint_every = 1
-  if "generator" in config:  # 0 = as many as the private set (60,000 x oversample: minutes)
-    config.generator.num_synthetic = min(config.generator.num_synthetic or SMOKE_SYNTHETIC,
-                                         SMOKE_SYNTHETIC)
+  config.log_every, config.checkpoint_every = 1, SMOKE_STEPS
+  if "queries" in config:  # 'auto' plans choose at most this many
+    q = config.queries
+    q.num_queries = min(q.num_queries, SMOKE_QUERIES)
+    if q.get("first_round", 0) >= q.num_queries:  # least_confident: two rounds still
+      q.first_round = q.num_queries // 2
+  for block in ("generator", "dpdfd"):  # 0 = as many as the private set (60,000)
+    if block in config and "num_synthetic" in config[block]:
+      config[block].num_synthetic = min(config[block].num_synthetic or SMOKE_SYNTHETIC,
+                                        SMOKE_SYNTHETIC)
+  if "audit" in config:
+    config.audit.splits = min(config.audit.splits, SMOKE_AUDIT_SPLITS)
   public = "pool" in config and config.pool.source == "public"
   if public:  # PATE's public pool: room for every query and as many unlabelled images again
     config.pool.size = min(config.pool.size, config.queries.num_queries + SMOKE_TEST_SIZE)
