@@ -6,9 +6,9 @@ import shutil
 
 # JAX's persistent compilation cache, set before jax is imported (subprocess tests inherit it):
 # the suite compiles the same small programs in many tests (every sweep point, resumed run
-# and CLI call), and reusing them from disk cut tests/test_pipeline.py + test_sweep.py from
-# 826 s to 566 s with an empty cache (README "Tests"). Results do not change: a hit is the
-# same XLA executable. One folder per pytest-xdist worker (jax writes entries without a lock).
+# and CLI call), so each is compiled once per worker and read from disk after that. Results
+# do not change: a hit is the same XLA executable. One folder per pytest-xdist worker (jax
+# writes entries without a lock).
 # An entry cut short (test_kill_resume SIGKILLs runs, possibly mid-write) fails jax's
 # decompression on read: jax warns and compiles afresh. Override with JAX_COMPILATION_CACHE_DIR.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(

@@ -1,4 +1,4 @@
-"""The comparison table's command (issue 19 part 3): every row's preset loads; a tiny table
+"""The comparison table's command: every row's preset loads; a tiny table
 is run, written, and rebuilt from the finished runs without training again."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The levers that make DGD learn (issue 16): augmentations, the generator's image priors, the
+"""The levers that make DGD learn: augmentations, the generator's image priors, the
 student's consistency term, the query-plan chooser, the restricted private set. Each loss term
 is checked against a hand computation."""
 from __future__ import annotations

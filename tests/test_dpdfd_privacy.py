@@ -1,4 +1,4 @@
-"""DPDFD accounting (issue 18): each relation equals dp-accounting's composition of the events it
+"""DPDFD accounting: each relation equals dp-accounting's composition of the events it
 names, built by hand here; the bounds the relations use hold for the code's ``bound``; the
 disjoint-teacher relation is refused for overlapping teachers; the direct step's sampling is the
 sampling the event accounts."""

@@ -389,7 +389,7 @@ def test_sampling_rate_is_stated_with_a_public_size(monkeypatch):
   assert dpsgd_plan.public_size(config, read=19999) == 20000
 
 
-# ---- issue 19 part 2: DGD with a DP-SGD baseline, one composed epsilon ------------------------
+# ---- DGD with a DP-SGD baseline, one composed epsilon ----------------------------------------
 
 @pytest.mark.integration
 @pytest.mark.slow  # a whole tiny DGD up to the queries: about a minute alone, more when shared

@@ -675,7 +675,7 @@ def reference_gnmax_rdp(counts, sigma, lam):
 
 GNMAX_ORDERS = [2.0, 5.0, 10.0, 20.0, 50.0]
 # sigma = 40, 250 teachers: q, per-query RDP at GNMAX_ORDERS, and (epsilon, order) of 100 such
-# queries under rdp_data_dependent / rdp_classic_data_dependent (computed 2026-11 in log space).
+# queries under rdp_data_dependent / rdp_classic_data_dependent (computed in log space).
 GNMAX_PINS = {
     "strong": ([240, 5, 5, 0, 0, 0, 0, 0, 0, 0], 1.099520266426104e-04,
                [3.583290572771637e-05, 4.0750963912999537e-05, 5.341100954411636e-05,
