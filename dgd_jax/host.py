@@ -4,12 +4,11 @@ Freed memory (``keep_freed_memory``, applied when dgd_jax is imported):
 
 glibc's malloc serves large blocks by ``mmap`` and returns freed memory to the kernel
 (``munmap``, heap trimming). XLA on CPU allocates and frees its large temporaries on every
-step, so each step pays page faults on freshly mapped, zeroed pages: on the 2-core
-development machine the baseline's 1500 steps spent 64 s in the kernel against 72 s of user
-time, and trained in 62 s. Keeping freed memory in the process (a mmap threshold and a trim
-threshold of 2 GiB) trains the same steps in 28 s (README, "Speed"). Results are unchanged:
-only where freed memory goes changes. The price is that the process keeps its peak heap:
-the quick start's peak resident memory was 2.28 GB with it, 2.22 GB without.
+step, so each step pays page faults on freshly mapped, zeroed pages, about as much time in
+the kernel as in the step itself on 2 cores. Keeping freed memory in the process (a mmap
+threshold and a trim threshold of 2 GiB) trains the same steps in less than half the time
+(docs/PERFORMANCE.md). Results are unchanged: only where freed memory goes changes. The
+price is that the process keeps its peak heap (a few percent more resident memory).
 Set ``DGD_KEEP_FREED_MEMORY=0`` to leave malloc as it is.
 
 One host device per core (``use_every_core``, applied by the command-line tools to a

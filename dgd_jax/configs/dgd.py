@@ -140,7 +140,7 @@ def inversion(config) -> None:
   the baseline (generative.invert: statistics matching w 10, jitter 1, 200 Adam steps per
   batch) makes 8000 samples, each optimised on its own, instead of DGD's generator, whose
   samples collapse towards class templates; the teachers agree with one another more on them
-  (synthetic -> real on their plurality labels: 77.0% against 71.7% at 3000 samples). The
+  (their plurality labels are more often a real image's class). The
   student mixes its labelled pairs (mixup 0.4), which resists the label noise, and, when the
   labels cover at most 5% of the pool (eps 1, small ensembles), learns the whole pool labelled
   by label propagation (stages/student.py; RESULTS.md)."""
