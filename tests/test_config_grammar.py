@@ -129,6 +129,20 @@ def test_the_command_line_refuses_a_bad_argument_in_one_line(module, tmp_path):
   assert not os.listdir(tmp_path)
 
 
+@pytest.mark.parametrize("override,expected", [
+    ("--config.seedd=1", "--config.seedd: the config has no field 'seedd' (did you mean 'seed'?)"),
+    ("--config.student.mixupp=1", "(did you mean 'student.mixup'?)"),
+    ("--config.seed=x", "--config.seed=x: invalid literal for int()"),
+])
+def test_a_bad_override_is_refused_in_one_line(override, expected, tmp_path):
+  result = _run("-m", "dgd_jax.main", "--config=dgd_jax/configs/dgd.py:fashion_mnist,cpu",
+                override, f"--workdir={tmp_path}")
+  assert result.returncode == 1
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and expected in lines[0], result.stderr
+  assert not os.listdir(tmp_path)
+
+
 def test_help_lists_every_config_file():
   result = _run("-m", "dgd_jax.main", "--help")  # absl's --help exits 1
   assert "Traceback" not in result.stderr, result.stderr
