@@ -5,9 +5,12 @@ images, audit splits) to what runs each shape once by the ``,smoke`` modifier, t
 stage of their method on real Fashion-MNIST. A crash on a shape or a config path shows up
 here, not on a user's GPU.
 
-The runs cost about a minute each on 2 CPU cores: they are marked ``smoke`` (and ``slow``, so
-the default test command leaves them out); ``.ci/run`` runs them after the suite
-(``bash launch/test.sh -m smoke``).
+The runs are marked ``smoke`` (and ``slow``, so the default test command leaves them out);
+``.ci/run`` runs them after the suite (``bash launch/test.sh -m smoke --dist loadgroup``).
+Presets that share a stage's config slice (DGD's teachers and baseline across its budgets,
+the teachers preset's) share its folder, as sweep points do: each stage is trained once per
+slice and reused by the other presets run in the same process (``xdist_group``: one
+process per method, so nothing is trained twice at the same time).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from dgd_jax import ensemble, methods, pipeline
 from dgd_jax.audit.__main__ import audit_run
 from dgd_jax.configs import common
 from dgd_jax.data import idx
-from dgd_jax.workdir import plain
+from dgd_jax.workdir import config_slice, fingerprint, plain
 
 FASHION = "/usr/share/datasets/fashion-mnist"
 
@@ -120,10 +123,29 @@ def test_smoke_cuts_the_audit_and_leaves_its_shapes():
   assert (audit.examples, audit.inversion_batch) == (full.examples, full.inversion_batch)
 
 
+@pytest.fixture(scope="session")
+def shared_stages(tmp_path_factory):
+  """This process's stage folders, one per stage and config slice (module docstring)."""
+  return tmp_path_factory.mktemp("smoke_stages")
+
+
+def link_shared_stages(config, workdir, shared) -> None:
+  """Links each planned stage's folder in ``workdir`` to the shared folder of its config
+  slice, so that a stage another preset already ran with the same slice is reused."""
+  config = pipeline.run_config(config)
+  workdir.mkdir()
+  for name in methods.plan_stages(config):
+    part = config_slice(config, methods.config_keys(name, config))
+    folder = shared / f"{name}-{fingerprint(part)}"
+    folder.mkdir(exist_ok=True)
+    os.symlink(folder, workdir / name)
+
+
 @pytest.mark.parametrize("module,arg,extra", [
-    pytest.param(*p, marks=[pytest.mark.smoke, pytest.mark.slow, pytest.mark.integration])
+    pytest.param(*p, marks=[pytest.mark.smoke, pytest.mark.slow, pytest.mark.integration,
+                            pytest.mark.xdist_group("dgd" if p[0] == "teachers" else p[0])])
     for p in PRESETS], ids=IDS)
-def test_smoke_run_through_every_stage(module, arg, extra, tmp_path):
+def test_smoke_run_through_every_stage(module, arg, extra, tmp_path, shared_stages):
   # As every real-data test: a missing dataset fails loudly rather than skipping the run.
   assert not idx.missing_files(FASHION), (
       f"Fashion-MNIST IDX files missing from {FASHION}: apt-get install dataset-fashion-mnist "
@@ -131,6 +153,8 @@ def test_smoke_run_through_every_stage(module, arg, extra, tmp_path):
   config = smoke_config(module, arg)
   method = methods.method(config)
   stages = tuple(methods.plan_stages(config)) + extra
+  tmp_path = tmp_path / "run"
+  link_shared_stages(config, tmp_path, shared_stages)
   report = pipeline.run(config, str(tmp_path))
   if "audit" in extra:  # as `python -m dgd_jax.audit --workdir=...` runs it
     report = audit_run(str(tmp_path), {})

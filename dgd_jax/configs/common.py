@@ -17,7 +17,6 @@ import dataclasses
 import difflib
 import functools
 import importlib
-import importlib.util
 import pkgutil
 import sys
 from typing import Mapping, NamedTuple
@@ -30,12 +29,12 @@ PRESETS = ("paper", "cpu")
 DEFAULT_DATASET = "fashion_mnist"
 SMOKE = "smoke"  # the modifier: every schedule cut to SMOKE_STEPS, every shape kept
 SMOKE_STEPS = 2
-SMOKE_TEST_SIZE = 500  # test examples a smoke run evaluates on (after a public pool's)
+SMOKE_TEST_SIZE = 100  # test examples a smoke run evaluates on (after a public pool's)
 # A smoke run keeps every shape that decides memory and compilation (widths, batch sizes,
 # teacher counts, latent sizes, the query chunk) and cuts every count to what runs each
 # shape once:
 SMOKE_QUERIES = 500  # label queries: one full chunk of ensemble.QUERY_CHUNK
-SMOKE_SYNTHETIC = 1000  # synthetic samples: the queries and as many unlabelled ones again
+SMOKE_SYNTHETIC = 1000  # every unlabelled pool: the queries and as many unlabelled again
 SMOKE_AUDIT_SPLITS = 2  # membership-audit splits (teachers audited: one per split)
 # Schedule lengths the smoke modifier cuts, wherever they appear in a config; the counts it
 # cuts are above (smoke_schedules), the private set is kept.
@@ -158,43 +157,6 @@ def parse_arg(arg: str | None, grammar: Grammar) -> Arg:
   return Arg(dataset or DEFAULT_DATASET, smoke, values, frozenset(flags))
 
 
-def _config_of(argv) -> ml_collections.ConfigDict | None:
-  """The config that the command line's ``--config=<file>[:<arg>]`` names, loaded from the
-  file (absl has not set the flag's value when an override fails), or None."""
-  found = [a[len("--config="):] for a in argv[1:] if a.startswith("--config=")]
-  if not found:
-    return None
-  path, _, arg = found[-1].partition(":")
-  spec = importlib.util.spec_from_file_location("_config_file", path)
-  if spec is None:
-    return None
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg or None)
-
-
-def _unknown_override(argv, config) -> str | None:
-  """The one-line refusal of the first ``--config.<name>=`` override that names no field of
-  ``config`` (with the closest field), or None."""
-  if config is None:
-    return None
-  fields = list(_field_names(config))
-  for arg in argv[1:]:
-    if arg.startswith("--config."):
-      name = arg[len("--config."):].split("=", 1)[0]
-      if name not in fields:
-        return f"--config.{name}: the config has no field {name!r}{_closest(name, fields)}."
-  return None
-
-
-def _field_names(node, prefix: str = ""):
-  """Every dotted field name of a ConfigDict: what a --config.<name> override may name."""
-  for name, value in node.items():
-    yield prefix + name
-    if isinstance(value, ml_collections.ConfigDict):
-      yield from _field_names(value, f"{prefix}{name}.")
-
-
 def _closest(token: str, valid) -> str:
   match = difflib.get_close_matches(token, list(valid), n=1, cutoff=0.5)
   return f" (did you mean {match[0]!r}?)" if match else ""
@@ -236,22 +198,18 @@ def parse_flags(argv):
   traceback. ml_collections re-raises the config file's error with the traceback in its
   message and absl wraps that in a flags error, so the message is the first error raised:
   the innermost UserInputError in the exception chain."""
+  from absl import app  # pylint: disable=g-import-not-at-top
   from absl import flags as absl_flags  # pylint: disable=g-import-not-at-top
   try:
     return absl_flags.FLAGS(argv)
-  except (absl_flags.Error, AttributeError, KeyError) as e:  # an override names no field
+  except absl_flags.Error as e:
     first, link = None, e
     while link is not None:
       first = link if isinstance(link, UserInputError) else first
       link = link.__cause__ or link.__context__
     if first is not None:
       sys.exit(f"error: {first}")
-    unknown = _unknown_override(argv, _config_of(argv))
-    if unknown:
-      sys.exit(f"error: {unknown}")
-    if not isinstance(e, absl_flags.Error):
-      raise
-    sys.exit(f"error: {e}")
+  return app.parse_flags_with_usage(argv)  # absl's own message for any other flag error
 
 
 def base_config(dataset: str, preset: str, smoke: bool = False) -> ml_collections.ConfigDict:
@@ -295,8 +253,8 @@ def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
   ``--config.smoke=True``) a copy with every SCHEDULES field cut to SMOKE_STEPS, the
   generator's learning-rate decay every round, logging every step and one checkpoint (the
   last step), the label queries cut to SMOKE_QUERIES, every synthetic set to SMOKE_SYNTHETIC,
-  the audit to SMOKE_AUDIT_SPLITS splits, PATE's public pool to its queries plus
-  SMOKE_TEST_SIZE, and the test split to SMOKE_TEST_SIZE examples after that pool, so that
+  the audit to SMOKE_AUDIT_SPLITS splits, PATE's public pool to SMOKE_SYNTHETIC images
+  too, and the test split to SMOKE_TEST_SIZE examples after that pool, so that
   every code path runs at the preset's shapes in minutes. Idempotent."""
   if not config.get("smoke", False):
     return config
@@ -325,8 +283,8 @@ def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
   if "audit" in config:
     config.audit.splits = min(config.audit.splits, SMOKE_AUDIT_SPLITS)
   public = "pool" in config and config.pool.source == "public"
-  if public:  # PATE's public pool: room for every query and as many unlabelled images again
-    config.pool.size = min(config.pool.size, config.queries.num_queries + SMOKE_TEST_SIZE)
+  if public:  # PATE's public pool, as a synthetic one: every query and unlabelled images
+    config.pool.size = min(config.pool.size, SMOKE_SYNTHETIC)
   with config.unlocked():  # a field only smoke configs have: other fingerprints stay as they were
     config.test_size = SMOKE_TEST_SIZE + (config.pool.size if public else 0)
   return config
