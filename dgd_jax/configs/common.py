@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import functools
 import importlib
+import importlib.util
 import pkgutil
 import sys
 from typing import Mapping, NamedTuple
@@ -157,6 +158,43 @@ def parse_arg(arg: str | None, grammar: Grammar) -> Arg:
   return Arg(dataset or DEFAULT_DATASET, smoke, values, frozenset(flags))
 
 
+def _config_of(argv) -> ml_collections.ConfigDict | None:
+  """The config that the command line's ``--config=<file>[:<arg>]`` names, loaded from the
+  file (absl has not set the flag's value when an override fails), or None."""
+  found = [a[len("--config="):] for a in argv[1:] if a.startswith("--config=")]
+  if not found:
+    return None
+  path, _, arg = found[-1].partition(":")
+  spec = importlib.util.spec_from_file_location("_config_file", path)
+  if spec is None:
+    return None
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg or None)
+
+
+def _unknown_override(argv, config) -> str | None:
+  """The one-line refusal of the first ``--config.<name>=`` override that names no field of
+  ``config`` (with the closest field), or None."""
+  if config is None:
+    return None
+  fields = list(_field_names(config))
+  for arg in argv[1:]:
+    if arg.startswith("--config."):
+      name = arg[len("--config."):].split("=", 1)[0]
+      if name not in fields:
+        return f"--config.{name}: the config has no field {name!r}{_closest(name, fields)}."
+  return None
+
+
+def _field_names(node, prefix: str = ""):
+  """Every dotted field name of a ConfigDict: what a --config.<name> override may name."""
+  for name, value in node.items():
+    yield prefix + name
+    if isinstance(value, ml_collections.ConfigDict):
+      yield from _field_names(value, f"{prefix}{name}.")
+
+
 def _closest(token: str, valid) -> str:
   match = difflib.get_close_matches(token, list(valid), n=1, cutoff=0.5)
   return f" (did you mean {match[0]!r}?)" if match else ""
@@ -198,18 +236,22 @@ def parse_flags(argv):
   traceback. ml_collections re-raises the config file's error with the traceback in its
   message and absl wraps that in a flags error, so the message is the first error raised:
   the innermost UserInputError in the exception chain."""
-  from absl import app  # pylint: disable=g-import-not-at-top
   from absl import flags as absl_flags  # pylint: disable=g-import-not-at-top
   try:
     return absl_flags.FLAGS(argv)
-  except absl_flags.Error as e:
+  except (absl_flags.Error, AttributeError, KeyError) as e:  # an override names no field
     first, link = None, e
     while link is not None:
       first = link if isinstance(link, UserInputError) else first
       link = link.__cause__ or link.__context__
     if first is not None:
       sys.exit(f"error: {first}")
-  return app.parse_flags_with_usage(argv)  # absl's own message for any other flag error
+    unknown = _unknown_override(argv, _config_of(argv))
+    if unknown:
+      sys.exit(f"error: {unknown}")
+    if not isinstance(e, absl_flags.Error):
+      raise
+    sys.exit(f"error: {e}")
 
 
 def base_config(dataset: str, preset: str, smoke: bool = False) -> ml_collections.ConfigDict:
