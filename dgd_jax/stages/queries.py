@@ -149,6 +149,32 @@ def selector_probabilities(ctx: Context, x: np.ndarray, y: np.ndarray, x_pool: n
                     np.float64)
 
 
+def apply_filter(config, plans: dict, indices, votes, labels, answered):
+  """Runs each relation's Renyi filter over the threshold bits ``answered`` in query order and
+  keeps the queries before the earliest stop: ((indices, votes, labels, answered) of the asked
+  queries, the realised record per relation, the filter's JSON). Dropping the later queries
+  equals never asking them: they release nothing."""
+  runs = {r: plans[r].run_filter(answered) for r in plans}
+  binding = min(runs, key=lambda r: runs[r].asked)
+  asked, stop = runs[binding].asked, runs[binding].stop_reason
+  kept = tuple(a[:asked] for a in (indices, votes, labels, answered))
+  records = {r: plans[r].realise(asked, kept[3], stop, kept[1]) for r in plans}
+  return kept, records, {**runs[binding].to_json(), "queries": len(indices),
+                         "relation": binding, "epsilon": config.privacy.max_epsilon}
+
+
+def release_smooth_sensitivity(config, key: jax.Array, votes, answered) -> dict:
+  """PATE 2018 Sec. 4: the answered queries' data-dependent epsilon released with noise scaled
+  to its smooth sensitivity (``privacy.smooth_sensitivity``), the noise drawn from ``key``."""
+  q = settings(config)
+  confident = q.aggregator == "confident_gnmax"
+  seed = int(jax.random.randint(key, (), 0, 2 ** 31 - 1))
+  return smooth_sensitivity.release_confident_gnmax(
+      votes, q.threshold if confident else None, q.sigma1 if confident else None,
+      q.noise_scale, config.privacy.delta, answered=answered,
+      rng=np.random.default_rng(seed)).to_json()
+
+
 def run(ctx: Context) -> dict:
   config = ctx.config
   p = config.privacy
@@ -208,27 +234,18 @@ def run(ctx: Context) -> dict:
     votes, labels, answered = (np.concatenate([a, b]) for a, b in
                                zip((votes, labels, answered), more))
   pate2018 = {}  # where the filter stopped; the smooth-sensitivity release
-  if filtered(config):  # one stop for every relation: the earliest of their filters
-    runs = {r: plans[r].run_filter(answered) for r in plans}
-    binding = min(runs, key=lambda r: runs[r].asked)
-    asked = runs[binding].asked
-    pate2018 = {"filter": {**runs[binding].to_json(), "queries": num, "relation": binding,
-                       "epsilon": p.max_epsilon}}
-    indices, votes, labels, answered = (a[:asked] for a in (indices, votes, labels, answered))
-    records = {r: plans[r].realise(asked, answered, runs[binding].stop_reason, votes)
-               for r in plans}
+  if filtered(config):
+    (indices, votes, labels, answered), records, pate2018["filter"] = apply_filter(
+        config, plans, indices, votes, labels, answered)
   else:
     records = {r: release(config, votes, answered, r) for r in plans}
   save_arrays(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
               answered=answered)
   save_array(os.path.join(ctx.stage.path, VOTES), votes)
   ledgers = {r: privacy.PrivacyLedger([*baseline[r], records[r]]) for r in plans}
-  if config.queries.get("smooth_sensitivity", False):  # PATE 2018 Sec. 4
-    confident = q.aggregator == "confident_gnmax"
-    seed = int(jax.random.randint(ctx.key("smooth_sensitivity"), (), 0, 2 ** 31 - 1))
-    pate2018["smooth_sensitivity"] = smooth_sensitivity.release_confident_gnmax(
-        votes, q.threshold if confident else None, q.sigma1 if confident else None,
-        q.noise_scale, p.delta, answered=answered, rng=np.random.default_rng(seed)).to_json()
+  if config.queries.get("smooth_sensitivity", False):
+    pate2018["smooth_sensitivity"] = release_smooth_sensitivity(
+        config, ctx.key("smooth_sensitivity"), votes, answered)
   plurality = np.argmax(votes, -1)
   local = {}
   if client == "ldp":  # the client side's own guarantee, per sample it sends
