@@ -118,6 +118,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                         text=True, timeout=120, check=False)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("module", ["dgd_jax.main", "dgd_jax.sweep"])
 def test_the_command_line_refuses_a_bad_argument_in_one_line(module, tmp_path):
   result = _run("-m", module, "--config=dgd_jax/configs/dgd.py:fashion_mnist,cpu,eps5",
@@ -134,6 +135,7 @@ def test_the_command_line_refuses_a_bad_argument_in_one_line(module, tmp_path):
     ("--config.student.mixupp=1", "(did you mean 'student.mixup'?)"),
     ("--config.seed=x", "--config.seed=x: invalid literal for int()"),
 ])
+@pytest.mark.integration
 def test_a_bad_override_is_refused_in_one_line(override, expected, tmp_path):
   result = _run("-m", "dgd_jax.main", "--config=dgd_jax/configs/dgd.py:fashion_mnist,cpu",
                 override, f"--workdir={tmp_path}")
@@ -143,6 +145,7 @@ def test_a_bad_override_is_refused_in_one_line(override, expected, tmp_path):
   assert not os.listdir(tmp_path)
 
 
+@pytest.mark.integration
 def test_help_lists_every_config_file():
   result = _run("-m", "dgd_jax.main", "--help")  # absl's --help exits 1
   assert "Traceback" not in result.stderr, result.stderr

@@ -44,6 +44,7 @@ def test_a_research_script_is_headed_by_its_question_answer_and_section(path):
   assert quoted and all(q in headings for q in quoted), (path.name, quoted)
 
 
+@pytest.mark.integration
 def test_every_experiment_answers_help():
   """All at once (each imports JAX for seconds): --help prints the script's docstring."""
   runs = {p.name: subprocess.Popen([sys.executable, str(p), "--help"], cwd=REPO, env=ENV,
@@ -56,6 +57,7 @@ def test_every_experiment_answers_help():
     assert first in out, (path.name, out[:300])
 
 
+@pytest.mark.integration
 def test_open_run_reads_a_finished_run_and_writes_nothing(finished_dgd):
   _, workdir, _ = finished_dgd
   before = {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")}
@@ -71,6 +73,7 @@ def test_open_run_reads_a_finished_run_and_writes_nothing(finished_dgd):
   assert after == before
 
 
+@pytest.mark.integration
 def test_open_run_refuses_what_is_not_a_run(finished_dgd, tmp_path):
   with pytest.raises(WorkdirConflictError, match="is not the workdir of"):
     pipeline.open_run(str(tmp_path), "student")
@@ -78,6 +81,7 @@ def test_open_run_refuses_what_is_not_a_run(finished_dgd, tmp_path):
     pipeline.open_run(finished_dgd[1], "dpsgd")
 
 
+@pytest.mark.integration
 def test_dpdfd_votes_runs_on_a_finished_run(finished_dgd):
   result = subprocess.run([sys.executable, "experiments/dpdfd_votes.py",
                            f"--workdir={finished_dgd[1]}"], cwd=REPO, env=ENV,

@@ -209,6 +209,7 @@ def test_vae_parameter_count():
   assert total == expected
 
 
+@pytest.mark.integration
 def test_vae_overfits_tiny_batch():
   model, variables, _ = _init_vae((28, 28, 1))
   x = _uniform_images(11, (16, 28, 28, 1))

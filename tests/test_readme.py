@@ -110,6 +110,7 @@ def test_readme_has_the_quick_start_and_own_data_early_and_stays_short():
   assert "frontier.png" in text and "dpsgd.py" in text and "npz:" in text
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("command", readme_commands())
 def test_readme_command_runs_as_written(command, tmp_path):
   argv = shlex.split(command)
@@ -136,6 +137,7 @@ def test_readme_command_runs_as_written(command, tmp_path):
     pytest.fail(f"README command of an unknown kind: {command}")
 
 
+@pytest.mark.integration
 def test_readme_privacy_planner_gives_the_quoted_query_count():
   """'prints the most GNMax queries at sigma 8 within eps 10 (114...)'."""
   command = next(c for c in readme_commands() if "--target_epsilon=10" in c)
@@ -150,6 +152,7 @@ def in_tmp(tmp_path, monkeypatch):
   return tmp_path
 
 
+@pytest.mark.integration
 def test_readme_npz_example_end_to_end_without_training(in_tmp):
   """The snippet's file is read by the npz loader, and the README's own-data command's config
   names it: 8,000 private images, 10,000 test images."""

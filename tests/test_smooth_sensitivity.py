@@ -113,6 +113,7 @@ def test_release_refuses_orders_where_c5_c6_fail():
     ss.release_confident_gnmax(votes, None, None, 20.0, 1e-5, order=32.0)
 
 
+@pytest.mark.integration
 def test_release_composes_the_gnss_cost_and_its_noise():
   votes = np.array(REF["votes"], float)
   answered = votes.max(axis=1) >= 150

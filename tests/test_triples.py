@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from dgd_jax import triples
 from dgd_jax.models.vae import VAE
@@ -38,6 +39,7 @@ def in_span_residual(vec, columns):
   return np.linalg.norm(vec - columns @ coef) / np.linalg.norm(vec)
 
 
+@pytest.mark.integration
 def test_tangent_in_jacobian_span_and_normal_orthogonal():
   with jax.enable_x64(True):  # a small finite step needs float64 to be first order
     z = jax.random.normal(jax.random.key(2), (3, C), jnp.float64)
