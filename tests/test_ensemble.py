@@ -30,6 +30,7 @@ def setup_ensemble(n=N, chunk=1):
   return model, tx, state, x, y, parts
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("chunk", [1, 2, 3])
 def test_lifted_step_equals_loop_over_members(chunk):
   model, tx, state, x, y, parts = setup_ensemble()

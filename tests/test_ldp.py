@@ -30,6 +30,7 @@ def test_bound_caps_the_infinity_norm():
   np.testing.assert_allclose(ldp.bound(x * 0.1, 1.0), x * 0.1)  # inside: unchanged
 
 
+@pytest.mark.integration
 def test_noise_scale_is_b_over_sigma():
   x = jnp.zeros((2000, 28, 28, 1))
   for sigma in (1.0, 5.0):
@@ -38,6 +39,7 @@ def test_noise_scale_is_b_over_sigma():
     assert float(jnp.mean(jnp.abs(noisy))) == pytest.approx(1.0 / sigma, rel=0.01)
 
 
+@pytest.mark.integration
 def test_worst_perturbation_stays_in_the_ball_and_raises_the_loss():
   model = Classifier(num_classes=10, width=0.125)
   x = jax.random.uniform(jax.random.key(1), (8, 28, 28, 1), minval=-1, maxval=1)
