@@ -161,15 +161,32 @@ class Priors:
   mirror: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class GeneratorSettings:
+  """The generator step's hyper-parameters (``config.generator``; static under jit)."""
+
+  batch_size: int
+  latent_dim: int
+  alpha: float = 5.0  # Eq. 2's entropy weight
+  beta: float = 0.1  # Eq. 2's activation weight
+  priors: Priors = Priors()
+
+  @classmethod
+  def from_config(cls, block) -> "GeneratorSettings":
+    return cls(block.batch_size, block.latent_dim, block.alpha, block.beta,
+               Priors(w_stats=block.w_stats, w_tv=block.w_tv, jitter=block.jitter,
+                      mirror=block.mirror))
+
+
 def generator_step(state: GeneratorState, key: jax.Array, baseline_apply: Callable,
-                   baseline_params: Any, batch_size: int, latent_dim: int, alpha: float,
-                   beta: float, priors: Priors = Priors(), targets=None
+                   baseline_params: Any, cfg: GeneratorSettings, targets=None
                    ) -> tuple[GeneratorState, dict[str, jnp.ndarray]]:
   """One generator update against the frozen baseline (the five steps of DGD III-B):
-  draw z, generate x, apply the baseline, Eq. 2 (+ ``priors``; ``targets`` = the private
+  draw z, generate x, apply the baseline, Eq. 2 (+ ``cfg.priors``; ``targets`` = the private
   set's ``layer_statistics`` when ``priors.w_stats`` > 0), back-propagate into the generator
   only."""
-  z = jax.random.normal(key, (batch_size, latent_dim))
+  priors = cfg.priors
+  z = jax.random.normal(key, (cfg.batch_size, cfg.latent_dim))
   aug_key = jax.random.fold_in(key, 1)
 
   def loss_fn(params):
@@ -177,7 +194,7 @@ def generator_step(state: GeneratorState, key: jax.Array, baseline_apply: Callab
                                 train=True, mutable=["batch_stats"])
     seen = augment.weak(aug_key, x, priors.jitter, priors.mirror)
     logits, features, stats = baseline_forward(baseline_apply, baseline_params, seen)
-    loss, metrics = generator_loss(logits, features, alpha, beta)
+    loss, metrics = generator_loss(logits, features, cfg.alpha, cfg.beta)
     if priors.w_stats > 0:
       metrics["statistics"] = statistics_loss(stats, targets)
       loss = loss + priors.w_stats * metrics["statistics"]

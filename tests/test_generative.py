@@ -92,7 +92,7 @@ def test_short_generator_run_raises_batch_entropy_and_traces_once():
   @chex.assert_max_traces(n=1)
   def step(state, key):
     return generative.generator_step(state, key, baseline.apply, baseline_params,
-                                     batch_size=64, latent_dim=16, alpha=5.0, beta=0.1)
+                                     generative.GeneratorSettings(batch_size=64, latent_dim=16))
 
   entropies = []
   for s in range(40):

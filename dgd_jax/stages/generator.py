@@ -45,38 +45,61 @@ def select_stable(logits: np.ndarray, shifted_logits: np.ndarray, num: int,
   return np.sort(np.concatenate([taken, rest]))
 
 
+def synthesise(ctx: Context, baseline, baseline_params, targets, num: int, init_key: jax.Array,
+               train_key: jax.Array, sample_key: jax.Array) -> np.ndarray:
+  """``num`` synthetic images against the baseline: DeepInversion's per-sample optimisation,
+  or DGD's generator trained (Eq. 2 + priors; resumable) and then sampled on fresh latents."""
+  config, data, g = ctx.config, ctx.dataset, ctx.config.generator
+  settings = generative.GeneratorSettings.from_config(g)
+  if g.synthesis == "inversion":  # DeepInversion: each sample's pixels optimised directly
+    return generative.invert(
+        sample_key, num, g.inversion_batch_size, g.inversion_steps, g.inversion_learning_rate,
+        data.num_classes, data.image_shape, baseline.apply, baseline_params, settings.priors,
+        targets)[0]
+  state = new_generator(config, data.image_shape, init_key)
+  step = jax.jit(lambda s, k: generative.generator_step(
+      s, k, baseline.apply, baseline_params, settings, targets), donate_argnums=0)
+  cfg = train.FitConfig(num_steps=g.rounds * g.iterations_per_round, batch_size=g.batch_size,
+                        checkpoint_every=config.checkpoint_every, log_every=config.log_every)
+  state = train.run_steps(state, step, train_key, cfg, ctx.stage.checkpoint_dir, "generator",
+                          ctx.log)
+  return generative.generate(state.apply_fn, generative.generator_variables(state), sample_key,
+                             num, g.batch_size, g.latent_dim)
+
+
+def synthetic_student_accuracy(ctx: Context, x_syn: np.ndarray, labels: np.ndarray,
+                               key: jax.Array) -> float:
+  """DGD Fig. 4's "data-free" bar: the baseline's architecture and schedule (or
+  ``generator.synthetic_student_steps`` of it) trained on the synthetic set with the
+  baseline's labels, its accuracy on the real test set."""
+  config, data = ctx.config, ctx.dataset
+  student = classifier(config, data.num_classes)
+  cfg = fit_config(config, "baseline")
+  if config.generator.synthetic_student_steps:
+    cfg = dataclasses.replace(cfg, num_steps=config.generator.synthetic_student_steps)
+  s_init, s_train = jax.random.split(key)
+  state = train.create_train_state(student, train.optimizer(cfg), s_init, data.image_shape)
+  state = train.fit(state, x_syn, labels, s_train, cfg,
+                    os.path.join(ctx.stage.path, "student_checkpoints"), "synthetic_student",
+                    ctx.log)
+  return train.accuracy(student.apply, state.params, data.x_test, data.y_test)
+
+
 def run(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   g = config.generator
-  synthesis = g.synthesis
   # DeepInversion differentiates the baseline at batch 250, where lax.conv is the faster
   # lowering (models/classifier.py); the generator path keeps the default.
   baseline, baseline_params = load_classifier(
-      ctx, "baseline", lowering="conv" if synthesis == "inversion" else "im2col")
+      ctx, "baseline", lowering="conv" if g.synthesis == "inversion" else "im2col")
   init_key, train_key, sample_key, student_key = jax.random.split(ctx.key("generator"), 4)
-  priors = generative.Priors(w_stats=g.w_stats, w_tv=g.w_tv, jitter=g.jitter, mirror=g.mirror)
   targets = None
-  if priors.w_stats > 0:  # private-set statistics: the generator path, not covered by epsilon
+  if g.w_stats > 0:  # private-set statistics: the generator path, not covered by epsilon
     targets = generative.layer_statistics(baseline.apply, baseline_params, data.x_train)
   num = g.num_synthetic or len(data.x_train)  # DGD IV-A: as many as the private set
   t0 = time.perf_counter()
-  if synthesis == "inversion":  # DeepInversion: each sample's pixels optimised directly
-    x_syn, _ = generative.invert(
-        sample_key, int(num * g.oversample), g.inversion_batch_size, g.inversion_steps,
-        g.inversion_learning_rate, data.num_classes, data.image_shape, baseline.apply,
-        baseline_params, priors, targets)
-  else:  # DGD's data-free generator (Eq. 2 + priors), then fresh latent draws
-    state = new_generator(config, data.image_shape, init_key)
-    step = jax.jit(lambda s, k: generative.generator_step(
-        s, k, baseline.apply, baseline_params, g.batch_size, g.latent_dim, g.alpha, g.beta,
-        priors, targets), donate_argnums=0)
-    cfg = train.FitConfig(num_steps=g.rounds * g.iterations_per_round,
-                          batch_size=g.batch_size, checkpoint_every=config.checkpoint_every,
-                          log_every=config.log_every)
-    state = train.run_steps(state, step, train_key, cfg, ctx.stage.checkpoint_dir, "generator",
-                            ctx.log)
-    x_syn = generative.generate(state.apply_fn, generative.generator_variables(state),
-                                sample_key, int(num * g.oversample), g.batch_size, g.latent_dim)
+  x_syn = synthesise(ctx, baseline, baseline_params, targets, int(num * g.oversample),
+                     init_key, train_key, sample_key)
   seconds = time.perf_counter() - t0
   logits = train.logits(baseline.apply, baseline_params, x_syn)
   if g.oversample > 1:  # keep the samples the baseline labels confidently and stably
@@ -90,30 +113,16 @@ def run(ctx: Context) -> dict:
   histogram = np.bincount(labels, minlength=data.num_classes)
   p = histogram[histogram > 0] / num
   entropy = float(-(p * np.log(p)).sum())
-
   plots.class_grid(os.path.join(ctx.stage.path, "samples.png"), x_syn, labels,
                    data.num_classes, "Synthetic samples by the baseline's predicted class")
-
-  # DGD Fig. 4 "data-free" bar: the baseline's architecture and schedule (or
-  # generator.synthetic_student_steps of it) on synthetic data.
-  student = classifier(config, data.num_classes)
-  student_cfg = fit_config(config, "baseline")
-  if g.synthetic_student_steps:
-    student_cfg = dataclasses.replace(student_cfg, num_steps=g.synthetic_student_steps)
-  s_init, s_train = jax.random.split(student_key)
-  s_state = train.create_train_state(student, train.optimizer(student_cfg), s_init,
-                                     data.image_shape)
-  s_state = train.fit(s_state, x_syn, labels, s_train, student_cfg,
-                      os.path.join(ctx.stage.path, "student_checkpoints"), "synthetic_student",
-                      ctx.log)
   return {
-      "synthesis": synthesis,
+      "synthesis": g.synthesis,
       "num_synthetic": num,
       "class_histogram": histogram.tolist(),
       "label_entropy": entropy,  # nats
       "label_entropy_fraction_of_max": entropy / float(np.log(data.num_classes)),
-      "synthetic_student_accuracy": train.accuracy(student.apply, s_state.params, data.x_test,
-                                                   data.y_test),
+      "synthetic_student_accuracy": synthetic_student_accuracy(ctx, x_syn, labels,
+                                                               student_key),
       "raw_student_accuracy": ctx.results["baseline"]["test_accuracy"],
       "synthetic_range": [float(x_syn.min()), float(x_syn.max())],
       "train_seconds": seconds,

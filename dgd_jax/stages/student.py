@@ -37,6 +37,7 @@ never reads the VAE, and training it cost a minute of the quick preset.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import jax
@@ -88,15 +89,90 @@ def consistency_loss(weak_logits: jnp.ndarray, strong_logits: jnp.ndarray, thres
   return jnp.mean(confident * ce), jnp.mean(confident)
 
 
-def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
-  """The jitted semi-supervised step (Eq. 1 = Eq. 5 + Eq. 6) with config block ``s``."""
-  num_classes = student.num_classes
-  mixup = s.mixup
+@dataclasses.dataclass(frozen=True)
+class StudentSettings:
+  """The student step's hyper-parameters, from ``config.student`` (static under jit)."""
+
+  batch_size: int
+  unlabelled_batch_size: int
+  augment: bool  # shift/mirror the labelled batch
+  mixup: float  # > 0: Eq. 5 on mixed pairs, lam ~ Beta(mixup, mixup)
+  w_consistency: float  # FixMatch's weight
+  consistency_augment: bool  # False: both views are the sample (pseudo-labels)
+  threshold: float  # FixMatch's confidence threshold
+  w_normal: float  # Eq. 6
+  w_tangent: float
+  w_entropy: float
+  eps1: float  # DGD's latent noise
+  eps_tangent: float  # Eq. 4
+  eps_normal: float
+  adversarial: bool  # Eq. 4's directions by the student's divergence (TNAR)
+
+  @classmethod
+  def from_config(cls, block) -> "StudentSettings":
+    return cls(**{f.name: block[f.name] for f in dataclasses.fields(cls)})
+
+
+def _triples(student, vae: VAE, vae_params, params, xu, k_z, k_noise, k_dir,
+             s: StudentSettings):
+  """Eq. 4's (x_hat, x_par, x_perp) of the unlabelled batch ``xu``: its VAE codes (with DGD's
+  eps1 noise) decoded, and moved along the tangent and normal directions (held fixed)."""
+  mean, logvar = vae.apply({"params": vae_params}, xu, method=VAE.encode)
+  z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(k_z, mean.shape)  # e_j ~ q(e|x_j)
+  if s.eps1 > 0:
+    z = triples.latent_noise(k_noise, z, s.eps1)  # DGD's eps1 term
+  divergence = None
+  if s.adversarial:
+    frozen = jax.lax.stop_gradient(params)
+
+    def divergence(x, x2):
+      p = jax.nn.log_softmax(student.apply(frozen, x))
+      q = jax.nn.log_softmax(student.apply(frozen, x2))
+      return jnp.sum(jnp.exp(p) * (p - q))
+
+  decode = lambda z: vae.apply({"params": vae_params}, z, method=VAE.decode)
+  return jax.lax.stop_gradient(
+      triples.triples(decode, z, k_dir, s.eps_tangent, s.eps_normal, divergence))  # Eq. 4
+
+
+def _labelled_loss(student, params, xb, yb, key, s: StudentSettings):
+  """Eq. 5 on the labelled batch: labels [B], or target distributions [B, K] (a self-training
+  round), on mixed pairs where ``s.mixup`` > 0."""
+  targets = yb if yb.ndim == 2 else jax.nn.one_hot(yb, student.num_classes)
+  if s.mixup > 0:  # Eq. 5 on mixed pairs (mixup, Zhang et al. 2018)
+    x_mix, t_mix = augment.mixup(jax.random.fold_in(key, 2), xb, targets, s.mixup)
+    return optax.softmax_cross_entropy(student.apply(params, x_mix), t_mix).mean()
+  if yb.ndim == 2:
+    return optax.softmax_cross_entropy(student.apply(params, xb), targets).mean()
+  return train.cross_entropy(student.apply(params, xb), yb)  # Eq. 5
+
+
+def _unlabelled_terms(student, params, loss, views, hats, s: StudentSettings
+                      ) -> tuple[jnp.ndarray, dict]:
+  """``loss`` plus FixMatch's consistency on the (weak, strong) ``views`` and Eq. 6 on the
+  triples ``hats`` (each None when off), weighted; and the terms."""
+  terms = {}
+  if views is not None:
+    terms["consistency"], terms["confident_fraction"] = consistency_loss(
+        student.apply(params, views[0]), student.apply(params, views[1]), s.threshold)
+    loss = loss + s.w_consistency * terms["consistency"]
+  if hats is not None:
+    x_hat, x_par, x_perp = hats
+    apply_f = lambda x: student.apply(params, x, with_features=True)
+    logits_hat, f_hat = apply_f(x_hat)
+    sq = lambda a, b: jnp.mean(jnp.sum((a - b) ** 2, axis=-1))
+    terms["normal"] = sq(f_hat, apply_f(x_perp)[1])  # Eq. 6, first term
+    terms["tangent"] = sq(f_hat, apply_f(x_par)[1])  # Eq. 6, second term
+    terms["entropy"] = jnp.mean(entropy(logits_hat))  # Eq. 6, third term (see docstring)
+    loss = (loss + s.w_normal * terms["normal"] + s.w_tangent * terms["tangent"]
+            + s.w_entropy * terms["entropy"])
+  return loss, terms
+
+
+def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s: StudentSettings):
+  """The jitted semi-supervised step (Eq. 1 = Eq. 5 + Eq. 6), ``step(state, key)``."""
   unsupervised = uses_vae(s)
   consistency = s.w_consistency > 0
-
-  def decode(z):
-    return vae.apply({"params": vae_params}, z, method=VAE.decode)
 
   def step(state, key):
     k_s, k_u, k_z, k_noise, k_dir = jax.random.split(key, 5)
@@ -105,53 +181,19 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s):
     k_aug, k_c, k_weak, k_strong = jax.random.split(jax.random.fold_in(key, 1), 4)
     if s.augment:
       xb = augment.weak(k_aug, xb)
+    views = hats = None
     if consistency:  # FixMatch: a weak and a strong view of unlabelled samples
       xc = x_u[jax.random.randint(k_c, (s.unlabelled_batch_size,), 0, x_u.shape[0])]
-      x_weak, x_strong = ((augment.weak(k_weak, xc), augment.strong(k_strong, xc))
-                          if s.consistency_augment else (xc, xc))  # else: pseudo-labels
+      views = ((augment.weak(k_weak, xc), augment.strong(k_strong, xc))
+               if s.consistency_augment else (xc, xc))  # else: pseudo-labels
     if unsupervised:
       xu = x_u[jax.random.randint(k_u, (s.unlabelled_batch_size,), 0, x_u.shape[0])]
-      mean, logvar = vae.apply({"params": vae_params}, xu, method=VAE.encode)
-      z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(k_z, mean.shape)  # e_j ~ q(e|x_j)
-      if s.eps1 > 0:
-        z = triples.latent_noise(k_noise, z, s.eps1)  # DGD's eps1 term
-      divergence = None
-      if s.adversarial:
-        frozen = jax.lax.stop_gradient(state.params)
-
-        def divergence(x, x2):
-          p = jax.nn.log_softmax(student.apply(frozen, x))
-          q = jax.nn.log_softmax(student.apply(frozen, x2))
-          return jnp.sum(jnp.exp(p) * (p - q))
-
-      x_hat, x_par, x_perp = jax.lax.stop_gradient(
-          triples.triples(decode, z, k_dir, s.eps_tangent, s.eps_normal, divergence))  # Eq. 4
+      hats = _triples(student, vae, vae_params, state.params, xu, k_z, k_noise, k_dir, s)
 
     def loss_fn(params):
-      # y_s: labels [N] (Eq. 5), or target distributions [N, K] (a self-training round)
-      targets = yb if yb.ndim == 2 else jax.nn.one_hot(yb, num_classes)
-      if mixup > 0:  # Eq. 5 on mixed pairs (mixup, Zhang et al. 2018)
-        x_mix, t_mix = augment.mixup(jax.random.fold_in(key, 2), xb, targets, mixup)
-        loss = optax.softmax_cross_entropy(student.apply(params, x_mix), t_mix).mean()
-      elif yb.ndim == 2:
-        loss = optax.softmax_cross_entropy(student.apply(params, xb), targets).mean()
-      else:
-        loss = train.cross_entropy(student.apply(params, xb), yb)  # Eq. 5
-      terms = {"ce": loss}
-      if consistency:
-        terms["consistency"], terms["confident_fraction"] = consistency_loss(
-            student.apply(params, x_weak), student.apply(params, x_strong), s.threshold)
-        loss = loss + s.w_consistency * terms["consistency"]
-      if unsupervised:
-        apply_f = lambda x: student.apply(params, x, with_features=True)
-        logits_hat, f_hat = apply_f(x_hat)
-        sq = lambda a, b: jnp.mean(jnp.sum((a - b) ** 2, axis=-1))
-        terms["normal"] = sq(f_hat, apply_f(x_perp)[1])  # Eq. 6, first term
-        terms["tangent"] = sq(f_hat, apply_f(x_par)[1])  # Eq. 6, second term
-        terms["entropy"] = jnp.mean(entropy(logits_hat))  # Eq. 6, third term (see docstring)
-        loss = (loss + s.w_normal * terms["normal"] + s.w_tangent * terms["tangent"]
-                + s.w_entropy * terms["entropy"])
-      return loss, terms
+      ce = _labelled_loss(student, params, xb, yb, key, s)
+      loss, terms = _unlabelled_terms(student, params, ce, views, hats, s)
+      return loss, {"ce": ce, **terms}
 
     (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     return state.apply_gradients(grads=grads), {**terms, "loss": loss}
@@ -176,7 +218,7 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
   def fit(x, y, name, checkpoint_dir):
     state = train.create_train_state(student, train.optimizer(cfg), init_key, x.shape[1:])
     step = make_step(student, *vae, jnp.asarray(x), jnp.asarray(y), jnp.asarray(x_u),
-                     config.student)
+                     StudentSettings.from_config(config.student))
     log = lambda metrics: ctx.workdir.log_metrics(name, metrics)  # its own curve
     return train.run_steps(state, step, train_key, cfg, checkpoint_dir, name, log).params
 
