@@ -6,8 +6,9 @@ with DGD's VAE-triple regulariser (the pool stands in for DGD's synthetic set).
 Argument: '<dataset>[,cpu][,plus][,ss][,eps1|eps2|eps3|eps5|eps10][,q100][,ldp1|ldp5]'. Protocol
 of PATE 2017 Sec. 4: the pool is the first 9,000 test examples (labels never read), the last
 1,000 evaluate the student; 1000 queries by default (``q100``: 100). PATE: LNMax, Laplace scale
-1/gamma = 20 (gamma = 0.05); its headline epsilon is PATE 2017's data-dependent one
-(``rdp_data_dependent``, not a DP release), with the data-independent epsilons beside it.
+1/gamma = 20 (gamma = 0.05); its headline epsilon is the data-independent one (``rdp``: every
+query charged, a DP guarantee), with PATE 2017's data-dependent one (``rdp_data_dependent``, a
+function of the votes, not a DP release) beside it as a diagnostic.
 ``plus``: Confident-GNMax (T = 200, sigma1 = 150, sigma2 = 40; PATE 2018 Table 2, MNIST) under a
 Renyi filter (Feldman & Zrnic 2021) of budget ``eps3`` unless another is given: the GNMax step
 is charged only on answered queries, querying stops before the budget could be exceeded, and
@@ -46,7 +47,7 @@ def get_config(arg: str | None = None):
   config.pool = common.pool_config("public", size=9000)  # PATE 2017 Sec. 4
   config.vae = common.vae_config(preset == "paper")
   budget = BUDGETS[arg["budget"]] if arg["budget"] else 0.0
-  config.privacy = common.privacy_config(max_epsilon=budget, accountant="rdp_data_dependent")
+  config.privacy = common.privacy_config(max_epsilon=budget, accountant="rdp")
   if plus:
     config.queries = common.queries_config(num_queries, "confident_gnmax", noise_scale=40.0)
     config.queries.update(threshold=200.0, sigma1=150.0)  # PATE 2018 Table 2 (MNIST)
