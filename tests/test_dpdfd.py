@@ -156,6 +156,7 @@ def test_ensemble_queries_each_synthetic_sample_once(npz_file, tmp_path):
     pipeline.run(config, str(tmp_path / "s2"))
 
 
+@pytest.mark.integration
 def test_synthetic_step_releases_the_rows_in_order(npz_file):
   from dgd_jax.data import load_private
   from dgd_jax.stages import dpdfd as stage
@@ -235,6 +236,7 @@ def test_direct_training_on_private_data(npz_file, tmp_path):
   assert direct.epsilon == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
 
 
+@pytest.mark.integration
 def test_uniform_reference_releases_depend_on_the_teachers_only(npz_file):
   from dgd_jax.data import load_private
   from dgd_jax.stages import dpdfd as stage

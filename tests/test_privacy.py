@@ -175,6 +175,7 @@ def test_laplace_event_is_conservative_for_the_histogram(scale):
     assert a.get_epsilon(DELTA) >= b.get_epsilon(DELTA)
 
 
+@pytest.mark.integration
 def test_report_states_each_claimed_relation_with_its_epsilon():
   from dgd_jax import report  # pylint: disable=g-import-not-at-top
   shuffle = {"replace_one": privacy.PrivacyLedger([privacy.GNMaxQueries(40.0, 300)])}
