@@ -1,4 +1,4 @@
-"""The front page's commands run as written (issue 36): every fenced shell command of
+"""The front page's commands run as written: every fenced shell command of
 README.md is checked without training. A ``python -m dgd_jax.<module>`` command's flags must
 be ones the module defines (its ``--help``), its config argument must load through the config
 file, and each ``--config.<field>=<value>`` / ``--set=<field>=...`` must name a field of that
