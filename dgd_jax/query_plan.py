@@ -13,9 +13,10 @@ accuracy a = P(noisy argmax = plurality) on the assumed histogram (Monte Carlo, 
 are computed. The chosen candidate maximises the *clean-equivalent* labels Q * kappa^4,
 kappa = (K a - 1) / (K - 1) (the signal left in a label flipped uniformly with probability
 1 - a), with Q capped by ``max_queries`` (the pool, or what the user allows). The exponent is
-empirical: students on the quick DGD preset's real votes (README, query plans) ranked
-GNMax sigma 30 / 40 (70.3% / 69.5%) above sigma 60 with 4x the queries (66.5%) and above
-sigma 20 (58.7%); Q * kappa^2 would have chosen sigma 60, Q * kappa^4 chooses sigma 40.
+empirical: students on the quick DGD preset's real votes (RESULTS.md, DGD, "Query plan and
+student") ranked GNMax sigma 30 / 40 (70.3% / 69.5%) above sigma 60 with 4x the queries
+(66.5%) and above sigma 20 (58.7%); Q * kappa^2 would have chosen sigma 60, Q * kappa^4
+chooses sigma 40.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from dgd_jax.privacy.releases import build_release
 # noise that matters is relative to the vote gaps, which scale with n.
 NOISE_FRACTIONS = (0.01, 0.015, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.2, 0.24)
 AGGREGATORS = ("lnmax", "gnmax")
-KAPPA_EXPONENT = 4  # module docstring: fitted to measured students (README)
+KAPPA_EXPONENT = 4  # module docstring: fitted to measured students (RESULTS.md)
 
 # The ensemble a run chooses when config.num_teachers = 0: shards of about IMAGES_PER_TEACHER
 # private images, at most MAX_TEACHERS (DGD IV-A's 250) and at least MIN_TEACHERS. On 8,000

@@ -413,14 +413,16 @@ def student_config() -> ml_collections.ConfigDict:
       learning_rate=1e-3,  # decaying linearly to 0 (DGD IV-A)
       end_learning_rate=0.0,
       # Eq. 6 weights. Off by default: on the quick DGD preset no setting tried beat CE only
-      # (README ablation).
+      # (RESULTS.md, DGD, "Query plan and student").
       w_normal=0.0,
       w_tangent=0.0,
       w_entropy=0.0,
       eps_tangent=1.0,  # latent step along the tangent direction
       eps_normal=1.0,  # input-space L2 step along the normal direction
       adversarial=True,  # TNAR-style adversarial directions (False: random)
-      eps1=0.0,  # DGD's latent Laplace term (paper: 0.01); 0 = off, see README
+      # DGD's latent Laplace term (paper: 0.01); 0 = off, see RESULTS.md, DGD, "Query plan and
+      # student"
+      eps1=0.0,
       augment=False,  # shift/mirror the labelled batch (post-processing, no epsilon)
       mixup=0.0,  # > 0: mixup's Beta(mixup, mixup) on the labelled batch (stages/student.py)
       w_consistency=0.0,  # FixMatch consistency on the unlabelled pool (stages/student.py)

@@ -17,7 +17,7 @@ whose data-independent epsilon (``privacy.accountant``, delta 1e-5) exceeds
 ``privacy.max_epsilon``. ``private_baseline`` trains the baseline with DP-SGD and accounts it
 with the queries in one epsilon (``private``).
 
-COMMAND (quick CPU preset; README results):
+COMMAND (quick CPU preset; results: RESULTS.md, DGD, "The presets now"):
   python -m dgd_jax.main --config=dgd_jax/configs/dgd.py:fashion_mnist,cpu \
       --workdir=workdirs/dgd_cpu
 COMMAND (standard CPU preset, eps 1):
@@ -25,7 +25,7 @@ COMMAND (standard CPU preset, eps 1):
       --workdir=workdirs/dgd_standard_eps1
 
 The student's VAE-triple regulariser (DGD Eq. 4-6) and its FixMatch consistency term are
-implemented but off by default (README ablation).
+implemented but off by default (RESULTS.md, DGD, "Query plan and student").
 """
 import ml_collections
 
@@ -72,15 +72,15 @@ def get_config(arg: str | None = None):
   config.student = common.student_config()
   config.student.diagnose_noiseless = True  # report what the label noise costs
   if not (paper or table1):
-    config.student.width = 0.5  # a wider student than the 0.25 teachers (README ablation)
-  if standard:  # a longer generator schedule measured worse (README ablation): not here
+    config.student.width = 0.5  # a wider student than the 0.25 teachers (RESULTS.md)
+  if standard:  # a longer generator schedule measured worse (RESULTS.md): not here
     config.teachers.num_steps = 600
     config.student.width = 1.0
   if not (paper or table1 or private_baseline or generator):
     inversion(config)
-    if not standard:  # the quick preset's 10 minutes (README): half the inversion steps
+    if not standard:  # the quick preset's 10 minutes (RESULTS.md): half the inversion steps
       config.generator.update(QUICK)
-    if budget == "eps1":  # 48 labels of 8000: self-training carries them to the rest (README)
+    if budget == "eps1":  # 48 labels of 8000: self-training carries them to the rest (RESULTS.md)
       config.student.self_training = 3
   if private_baseline:
     private(config, budget)
@@ -109,10 +109,10 @@ def generator_config(paper: bool, table1: bool = False) -> ml_collections.Config
       w_tv=0.0,  # total variation
       jitter=0,  # random shift (pixels) of the samples the baseline sees
       mirror=False,  # random left-right mirror of the samples the baseline sees
-      # > 1: generate this many times num_synthetic, keep the most stable (README ablation)
+      # > 1: generate this many times num_synthetic, keep the most stable (RESULTS.md, Synthesis)
       oversample=1.0 if table1 else 2.0,
       # 'generator' (the above) or 'inversion': DeepInversion, each sample's pixels optimised
-      # against the baseline with the same priors (generative.invert; README ablation)
+      # against the baseline with the same priors (generative.invert; RESULTS.md, Synthesis)
       synthesis="generator",
       inversion_steps=200,  # Adam steps per batch of inverted samples
       inversion_learning_rate=0.1,
@@ -124,21 +124,22 @@ def generator_config(paper: bool, table1: bool = False) -> ml_collections.Config
 
 
 # The CPU presets' synthesis (``inversion``): DeepInversion, 8000 samples (more samples than
-# 4000 gave the quick student about 3 points on the same teachers: README ablation).
+# 4000 gave the quick student about 3 points on the same teachers: RESULTS.md, DGD, "The
+# presets now").
 INVERSION = dict(synthesis="inversion", w_stats=10.0, jitter=1, oversample=1.0,
                  num_synthetic=8000)
 
 
 # The quick preset's cuts (a 10-minute run on 2 cores): 100 inversion steps at twice the
-# learning rate (within half a point of 200 steps at 0.1: README ablation) and a 500-step
-# data-free diagnostic instead of the baseline's 1500.
+# learning rate (within half a point of 200 steps at 0.1: RESULTS.md, DGD, "The presets
+# now") and a 500-step data-free diagnostic instead of the baseline's 1500.
 QUICK = dict(inversion_steps=100, inversion_learning_rate=0.2, synthetic_student_steps=500)
 
 
 def inversion(config) -> None:
-  """The CPU presets' synthesis and student (README ablation): DeepInversion against
-  the baseline (generative.invert: statistics matching w 10, jitter 1, 200 Adam steps per
-  batch) makes 8000 samples, each optimised on its own, instead of DGD's generator, whose
+  """The CPU presets' synthesis and student (RESULTS.md, DGD, "Synthesis"): DeepInversion
+  against the baseline (generative.invert: statistics matching w 10, jitter 1, 200 Adam steps
+  per batch) makes 8000 samples, each optimised on its own, instead of DGD's generator, whose
   samples collapse towards class templates; the teachers agree with one another more on them
   (their plurality labels are more often a real image's class). The
   student mixes its labelled pairs (mixup 0.4), which resists the label noise, and, when the

@@ -10,10 +10,11 @@ that keeps the planned steps within it under ``privacy.accountant`` and ``privac
 B T releases of 2C, the teachers' shards being disjoint), queried once on DGD's DeepInversion
 set (``synthetic``; that set is not covered by the epsilon, as in DGD);
 ``ensemble,generator`` queries them on Algorithm 1's generator instead (everything covered,
-but it collapses to one class: README). ``direct`` trains on the labelled private data with the
-same mechanism (Sec. 4.4; relation 'direct': T steps on B of N drawn without replacement).
-``direct`` is LABEL DP only: its update back-propagates through the private inputs without
-noise, so its epsilon protects the labels, not the examples (``privacy.dpdfd``).
+but it collapses to one class: RESULTS.md, "DPDFD"). ``direct`` trains on the labelled
+private data with the same mechanism (Sec. 4.4; relation 'direct': T steps on B of N drawn
+without replacement). ``direct`` is LABEL DP only: its update back-propagates through the
+private inputs without noise, so its epsilon protects the labels, not the examples
+(``privacy.dpdfd``).
 
 Noise convention: ``dpdfd.noise`` is sigma in Eq. 4, a multiplier of C (noise std sigma*C).
 Relation: 'whole_batch' (default for one teacher: B T releases of 2C, what the code releases
@@ -32,9 +33,9 @@ from dgd_jax.configs import dgd as dgd_config
 
 BUDGETS = {"eps10": 10.0, "eps1": 1.0}  # DPDFD Table 1
 # The ensemble's synthetic samples queried per budget (the rest only in self-training): the
-# best measured on the quick teachers (README probes): at eps 10, 2048 rows beat 1024 / 4096 /
-# 8000; at eps 1, 256 beat 128 / 512 / 1024 / 8000 (the noise per row grows as the square
-# root of their number).
+# best measured on the quick teachers (RESULTS.md, "DPDFD"): at eps 10, 2048 rows beat
+# 1024 / 4096 / 8000; at eps 1, 256 beat 128 / 512 / 1024 / 8000 (the noise per row grows as
+# the square root of their number).
 QUERIED = {"eps10": 2048, "eps1": 256}
 
 
@@ -103,14 +104,16 @@ def get_config(arg: str | None = None):
   # disjoint shards, replace-one; checked on the shards) | direct (LABEL DP only) | theorem3
   config.privacy.relation = ("direct" if direct else "disjoint_teachers" if ensemble
                              else "whole_batch")
-  if ensemble and not generator:  # the ensemble on a class-spanning synthetic set (README)
+  # the ensemble on a class-spanning synthetic set (RESULTS.md, "DPDFD")
+  if ensemble and not generator:
     synthetic(config, paper)
   return config
 
 
 def synthetic(config, paper: bool) -> None:
   """The ensemble queried once on DGD's DeepInversion set: Algorithm 1's generator
-  collapses to one class the teachers agree on (README); the inverted set spans the classes.
+  collapses to one class the teachers agree on (RESULTS.md, "DPDFD"); the inverted set spans
+  the classes.
   8000 inverted samples, ``QUERIED`` of them queried once each (at eps 10: T = 32 steps of
   B = 64; reference 'uniform': each row a noisy soft vote of the teachers); the student then
   replays the released rows for 30 epochs, mixed (mixup 0.4), on targets sharpened by gamma

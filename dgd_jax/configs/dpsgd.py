@@ -11,7 +11,7 @@ COMMAND (end-to-end tanh CNN, eps 3):
   python -m dgd_jax.main --config=dgd_jax/configs/dpsgd.py:fashion_mnist,eps3,cnn \
       --workdir=workdirs/dpsgd_cnn_eps3
 Presets: ``eps1``, ``eps3`` (default), ``eps10``; ``cnn`` / ``scatternet_cnn`` pick the model.
-Measured results: README.
+Measured results: RESULTS.md, "DP-SGD".
 """
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ def get_config(arg: str | None = None):
   config.dpsgd = dpsgd_config(arg["model"])
   # PLD (dp-accounting's privacy-loss-distribution accountant) is the tightest valid bound for
   # Poisson-sampled Gaussian steps: calibrated under it the same epsilon needs about 7% less
-  # noise than under RDP (+0.15 to +0.3 points for ScatterNet + linear at eps 3, README).
+  # noise than under RDP (+0.15 to +0.3 points for ScatterNet + linear at eps 3, RESULTS.md,
+  # "DP-SGD").
   config.privacy = common.privacy_config(EPSILONS[arg["budget"]], accountant="pld")
   config.log_every = 20
   config.checkpoint_every = 100

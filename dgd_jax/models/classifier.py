@@ -11,8 +11,9 @@ plain dot, which XLA runs well on every backend and under ``jax.vmap`` (a vmappe
 ``lax.conv`` becomes a grouped convolution, which is slow on XLA:CPU; see
 shared/REFERENCE.md Section 7). A model that is never vmapped may take ``lowering='conv'``:
 on XLA:CPU its steps run faster than im2col's at batch 250 or at width 0.5 and slower at
-small batches and width 0.25 (README, "Speed"), so DeepInversion's view of the baseline and
-the student take it. The parameters are the same under both.
+small batches and width 0.25 (docs/PERFORMANCE.md, "What XLA:CPU needs from the host and
+from the model"), so DeepInversion's view of the baseline and the student take it. The
+parameters are the same under both.
 """
 from __future__ import annotations
 
