@@ -34,7 +34,8 @@ from dgd_jax import parallel, train
 from dgd_jax.errors import ConfigError
 
 # Teachers per vmapped chunk when the config says 0 ("auto"): measured with
-# `python -m dgd_jax.bench teachers` on a 2-core CPU (README, Speed).
+# `python -m dgd_jax.bench teachers` on a 2-core CPU (docs/PERFORMANCE.md, "Teacher
+# training against a PyTorch loop").
 AUTO_CHUNK = {"cpu": 1}
 QUERY_CHUNK = 500  # queries each teacher labels at a time (memory: n x QUERY_CHUNK labels)
 

@@ -25,7 +25,8 @@ Yin et al. 2020): x = tanh(v) with v free, target classes y dealt in turn,
   L = mean_i CE(o(jitter(x_i)), y_i) + w_stats * R_feature(x) + w_tv * TV(x)
 
 the same priors and private-set statistics; every sample has its own optimisation, so the
-set cannot collapse onto a few templates as a generator's can (README ablation).
+set cannot collapse onto a few templates as a generator's can (RESULTS.md, DGD, "Synthesis:
+DeepInversion against DGD's generator").
 
 The paper prints "+ beta ||f||_1" but motivates the term by real data having *higher*
 activations, so the activation is rewarded, as in DAFL's code (-features.abs().mean()).
