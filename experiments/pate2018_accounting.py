@@ -1,8 +1,17 @@
-r"""How many labels each PATE 2018 accounting buys at a budget, on recorded vote histograms:
-the data-independent plan (every query charged), the Renyi filter (GNMax charged when
-answered; a DP guarantee) and the smooth-sensitivity release of the data-dependent epsilon
-(the longest prefix of the queries whose expected released epsilon fits). Accounting only: no
-student is trained; the labels' agreement with the plurality vote stands in for their quality.
+r"""How many labels each PATE 2018 accounting buys at a budget, on recorded votes.
+
+Question: on the quick start's vote histograms (250 teachers, 2852 synthetic queries), how many
+Confident-GNMax (200, 150, 40) labels, and how clean, does each accounting buy at eps 1, 3, 10:
+the data-independent plan (every query charged), the Renyi filter (GNMax charged only when
+answered; a DP guarantee), the smooth-sensitivity release of the data-dependent epsilon (the
+longest prefix of queries whose expected released epsilon fits), and plain GNMax sigma 40?
+Answer: at eps 1 and 3 the filter answers about 2.6 times the labels of the plan (eps 1: 44
+against 17; eps 3: 325 against 122) at 87-89% agreement with the plurality, against GNMax's 48
+and 358 labels at 79-80%; at eps 10 the pool runs out first (1026 answered).
+Feeds: RESULTS.md, "PATE 2018 accounting: labels per budget".
+
+Accounting only: no student is trained; the labels' agreement with the plurality vote stands
+in for their quality.
 
   .venv/bin/python experiments/pate2018_accounting.py \
       --votes=workdirs/quickstart_cpu/queries/votes.npy --epsilons=1,3,10
