@@ -145,3 +145,17 @@ def test_a_seed_axis_is_summarised_as_mean_and_range_per_setting(tmp_path):
   sweep._write(str(tmp_path / "no_seed"), axes[1:], [{k: v for k, v in r.items() if k != "seed"}
                                                      for r in rows[:2]], False)
   assert not (tmp_path / "no_seed" / "seeds.json").exists()
+
+
+def test_a_joined_axis_whose_first_field_repeats_plots_every_point(tmp_path, monkeypatch):
+  drawn = {}
+  monkeypatch.setattr(sweep.plots, "line_plot",
+                      lambda path, xs, series, **kw: drawn.setdefault(os.path.basename(path),
+                                                                      (xs, series)))
+  names = ("dpsgd.batch_size", "dpsgd.num_steps", "dpsgd.width")
+  rows = [{**dict(zip(names, (16384, 147, w))), "test_accuracy": acc, "epsilon": 3.0,
+           "workdir": f"w{w}"} for w, acc in ((16, 0.5), (32, 0.6))]
+  sweep._write(str(tmp_path), [(names, [(16384, 147, 16), (16384, 147, 32)])], rows, False)
+  xs, series = drawn["accuracy.png"]
+  assert xs == ["16384:147:16", "16384:147:32"]
+  assert series["test_accuracy"] == [0.5, 0.6]  # neither point overwrites the other

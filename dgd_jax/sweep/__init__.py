@@ -194,15 +194,17 @@ def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only
            columns: Sequence[str] = ()) -> None:
   table = list(dict.fromkeys(k for r in rows for k in r))  # every field of every row
   write_csv(os.path.join(workdir, "sweep.csv"), rows, table)
-  x_name = axes[0][0][0]
+  x_names = axes[0][0]  # a joined axis (a,b=v1:w1,...) is one x: its values joined by ':'
+  x_name = ",".join(x_names)
+  x_of = lambda r: r[x_names[0]] if len(x_names) == 1 else ":".join(str(r[n]) for n in x_names)
   rest = [n for names, _ in axes[1:] for n in names]
-  xs = list(dict.fromkeys(r[x_name] for r in rows))
+  xs = list(dict.fromkeys(x_of(r) for r in rows))
 
   def series(value_key: str) -> dict[str, list]:
     out = {}
     for r in rows:
       label = ", ".join(f"{n.split('.')[-1]}={r[n]}" for n in rest) or value_key
-      out.setdefault(label, [None] * len(xs))[xs.index(r[x_name])] = r.get(value_key)
+      out.setdefault(label, [None] * len(xs))[xs.index(x_of(r))] = r.get(value_key)
     return out
 
   pictures = []
