@@ -75,11 +75,11 @@ def bench_teachers() -> dict:
   examples = ensemble.place_examples(mesh, parts, x, y)
   state = ensemble.init_teachers(model, tx, jax.random.key(0), n, shape, mesh)
   step = ensemble.make_train_step(mesh, b, chunk)
-  state, metrics = step(state, *examples, jax.random.key(1))  # compile + warm-up
+  state, metrics = step(state, jax.random.key(1), *examples)  # compile + warm-up
   jax.block_until_ready(metrics)
   t = time.perf_counter()
   for s in range(_STEPS.value):
-    state, metrics = step(state, *examples, jax.random.key(2 + s))
+    state, metrics = step(state, jax.random.key(2 + s), *examples)
   jax.block_until_ready(metrics)
   seconds = (time.perf_counter() - t) / _STEPS.value
   flops = n * b * train_flops_per_example(_SIZE.value, _CHANNELS.value, _CONV1.value,

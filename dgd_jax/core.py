@@ -11,7 +11,8 @@ from typing import Any, Callable, Union
 import jax
 import ml_collections
 
-from dgd_jax.data import Dataset
+from dgd_jax.data import Dataset, load_private
+from dgd_jax.errors import ConfigError
 from dgd_jax.workdir import Stage, Workdir
 
 Config = ml_collections.ConfigDict
@@ -51,6 +52,24 @@ class Context:
     return os.path.join(self.workdir.path, name)
 
 
+def private_size(config: Config) -> int:
+  """N, the private training set's size, read from the data (a stage's ``ctx.dataset`` has
+  it; this is for planning before any stage runs)."""
+  return len(load_private(config).x_train)
+
+
+def planned_noise(block: str, noise: float, max_epsilon: float,
+                  calibrate: Callable[[], float]) -> float:
+  """``config.<block>.noise`` where it is set (> 0), else ``calibrate()``: the least noise whose
+  plan fits ``config.privacy.max_epsilon``, refused when there is no budget to fit."""
+  if noise > 0:
+    return noise
+  if max_epsilon <= 0:
+    raise ConfigError(f"config.{block}.noise=0 asks for the least noise within "
+                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
+  return calibrate()
+
+
 Requires = Union[tuple[str, ...], Callable[[Config], tuple[str, ...]]]
 
 
@@ -80,6 +99,10 @@ class Method:
   # The releases the epsilon covers, in one line: a format string over the privacy stage's
   # result, e.g. "{num_steps} DPDFD steps" (a result's own "covered" line takes precedence).
   covers: str = ""
+
+  # What else the epsilon does not cover in this run, from its config and stage results:
+  # report.json's further "not_covered" notes (e.g. a pool of private images).
+  uncovered: Callable[[Config, dict], list[str]] = lambda config, results: []
 
   def note(self, config: Config) -> str:
     return self.privacy_note(config) if callable(self.privacy_note) else self.privacy_note

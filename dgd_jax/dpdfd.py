@@ -226,7 +226,7 @@ def replay_step(state: train_state.TrainState, key: jax.Array, released_x: jnp.n
   return state.apply_gradients(grads=grads), {"loss": loss}
 
 
-def sample_batch(key: jax.Array, dataset_size: int, batch_size: int) -> jnp.ndarray:
+def sample_indices(key: jax.Array, dataset_size: int, batch_size: int) -> jnp.ndarray:
   """``batch_size`` distinct indices drawn uniformly without replacement from
   range(``dataset_size``), with a key that does not depend on the data: the sampling that
   ``privacy.dpdfd`` relation 'direct' accounts (``SampledWithoutReplacementDpEvent``)."""
@@ -242,7 +242,7 @@ def direct_step(state: DpdfdState, key: jax.Array, x: jnp.ndarray, y: jnp.ndarra
   LABEL DP ONLY: the update back-propagates the targets through the model at the private
   inputs xb without noise, so only the labels are protected (``privacy.dpdfd``)."""
   idx_key, noise_key = jax.random.split(key)
-  idx = sample_batch(idx_key, x.shape[0], cfg.batch_size)  # B of N, without replacement
+  idx = sample_indices(idx_key, x.shape[0], cfg.batch_size)  # B of N, without replacement
   xb, yb = x[idx], y[idx]
   s_logits = student_apply(state.params, xb)
   g = jax.grad(lambda s: optax.softmax_cross_entropy_with_integer_labels(s, yb).sum())(

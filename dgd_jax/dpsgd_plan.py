@@ -11,7 +11,8 @@ import functools
 import numpy as np
 
 from dgd_jax import privacy, query_plan
-from dgd_jax.data import config_teachers_changed, load_private
+from dgd_jax.core import planned_noise, private_size
+from dgd_jax.data import config_teachers_changed
 from dgd_jax.errors import ConfigError
 from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.models import scattering
@@ -45,7 +46,7 @@ def public_size(config, read: int | None = None) -> int:
   size = config.private_size
   if size:
     return size
-  return read if read is not None else len(load_private(config).x_train)
+  return read if read is not None else private_size(config)
 
 
 def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpsgdSteps:
@@ -61,13 +62,8 @@ def noise_multiplier(config, dataset_size: int | None = None) -> float:
   in, noise multiplier out: jax-privacy's calibration, confirmed by the ledger)."""
   check(config)
   d, p = config.dpsgd, config.privacy
-  if d.noise > 0:
-    return d.noise
-  if p.max_epsilon <= 0:
-    raise ConfigError("config.dpsgd.noise=0 asks for the least noise within "
-                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
-  return privacy.dpsgd_noise_multiplier(release(config, 1.0, dataset_size), p.max_epsilon,
-                                        p.delta, p.accountant)
+  return planned_noise("dpsgd", d.noise, p.max_epsilon, lambda: privacy.dpsgd_noise_multiplier(
+      release(config, 1.0, dataset_size), p.max_epsilon, p.delta, p.accountant))
 
 
 def inputs(config, images: np.ndarray) -> np.ndarray:
@@ -106,18 +102,16 @@ def baseline_releases(config, neighbours: str = "replace_one", dataset_size: int
                       "spends the whole budget on queries).")
   template = privacy.DpsgdSteps(d.noise or 1.0, d.batch_size, public_size(config, dataset_size),
                                 b.num_steps, d.norm_bound, d.sampling, relation=neighbours)
-  if d.noise > 0:
-    return [template]
-  if p.max_epsilon <= 0:
-    raise ConfigError("config.baseline.dpsgd.noise=0 asks for the least noise within "
-                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
-  shape = (template.batch_size, template.dataset_size, template.steps, template.norm_bound)
-  queries = [query_plan.release(config, neighbours=r)
-             for r in config_teachers_changed(config)]
-  return [template.with_noise(max(
-      _noise_with(shape, (q.mechanism, q.noise_parameter, q.count, q.teachers_changed,
-                          q.neighbours), p.max_epsilon, p.delta, p.accountant)
-      for q in queries))]
+
+  def calibrate() -> float:  # the least noise that fits beside every relation's queries
+    shape = (template.batch_size, template.dataset_size, template.steps, template.norm_bound)
+    return max(_noise_with(shape, (q.mechanism, q.noise_parameter, q.count, q.teachers_changed,
+                                   q.neighbours), p.max_epsilon, p.delta, p.accountant)
+               for q in (query_plan.release(config, neighbours=r)
+                         for r in config_teachers_changed(config)))
+
+  return [template.with_noise(planned_noise("baseline.dpsgd", d.noise, p.max_epsilon,
+                                            calibrate))]
 
 
 @functools.lru_cache(maxsize=16)

@@ -105,17 +105,17 @@ def init_teachers(model: nn.Module, tx: optax.GradientTransformation, key: jax.A
   return init(key)
 
 
-def member_step(state: train.TrainState, x_all: jnp.ndarray, y_all: jnp.ndarray,
-                indices: jnp.ndarray, size: jnp.ndarray, key: jax.Array, batch_size: int,
+def member_step(state: train.TrainState, key: jax.Array, x_all: jnp.ndarray,
+                y_all: jnp.ndarray, indices: jnp.ndarray, size: jnp.ndarray, batch_size: int,
                 robust=None):
   """One teacher's step: a minibatch drawn uniformly (with replacement) from its own
   partition ``indices[:size]`` (rows of ``x_all``, ``y_all``: its device's examples), then
-  one optimizer update; ``robust(state, xb, yb, key)``
+  one optimizer update; ``robust(state, key, xb, yb)``
   replaces the plain update (e.g. ``ldp.robust_update``, LDP Eq. 3)."""
   rows = jax.random.randint(key, (batch_size,), 0, size)
   idx = indices[rows]
   if robust is not None:
-    return robust(state, x_all[idx], y_all[idx], jax.random.fold_in(key, 1))
+    return robust(state, jax.random.fold_in(key, 1), x_all[idx], y_all[idx])
   return train.update(state, x_all[idx], y_all[idx])
 
 
@@ -126,7 +126,7 @@ def lift(fn, chunk: int):
 
 
 def make_train_step(mesh: Mesh, batch_size: int, chunk: int, robust=None):
-  """A jitted ``step(state, x_shards, y_shards, indices, sizes, key) -> (state, metrics
+  """A jitted ``step(state, key, x_shards, y_shards, indices, sizes) -> (state, metrics
   [n])``; ``x_shards``/``y_shards`` [S, U, ...] and the partitions from
   ``Partitions.localize(S)`` for the mesh's S devices. Member i uses ``split(key, n)[i]``.
   The state is donated. ``robust``: see ``member_step``."""
@@ -134,14 +134,14 @@ def make_train_step(mesh: Mesh, batch_size: int, chunk: int, robust=None):
   def local(state, x_shard, y_shard, indices, sizes, keys):
     def one(args):
       s, idx, size, k = args
-      return member_step(s, x_shard[0], y_shard[0], idx, size, k, batch_size, robust)
+      return member_step(s, k, x_shard[0], y_shard[0], idx, size, batch_size, robust)
     return lift(one, chunk)((state, indices, sizes, keys))
 
   sharded = jax.shard_map(local, mesh=mesh, in_specs=P(parallel.AXIS),
                           out_specs=P(parallel.AXIS))
 
   @functools.partial(jax.jit, donate_argnums=0)
-  def step(state, x_shards, y_shards, indices, sizes, key):
+  def step(state, key, x_shards, y_shards, indices, sizes):
     keys = jax.random.split(key, indices.shape[0])
     return sharded(state, x_shards, y_shards, indices, sizes, keys)
 
@@ -149,7 +149,7 @@ def make_train_step(mesh: Mesh, batch_size: int, chunk: int, robust=None):
 
 
 def place_examples(mesh: Mesh, parts: Partitions, x_train: np.ndarray, y_train: np.ndarray):
-  """The arguments ``make_train_step``'s step takes after the state: (x_shards, y_shards,
+  """The arguments ``make_train_step``'s step takes after the state and key: (x_shards, y_shards,
   indices, sizes) on the mesh, each device holding only its own teachers' examples."""
   rows, local = parts.localize(mesh.size)
   sharding = NamedSharding(mesh, P(parallel.AXIS))

@@ -35,7 +35,9 @@ smaller in natural-log units. alpha = 5, beta = 0.1 (DGD Section III-B).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import tempfile
 from typing import Any, Callable
 
 import jax
@@ -43,12 +45,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import linen as nn
+from flax import struct
 from flax.training import train_state
 
-from dgd_jax import augment
+from dgd_jax import augment, train
 from dgd_jax.models.classifier import Conv3x3
 from dgd_jax.models.vae import VAE, elbo_terms
-from dgd_jax.progress import Progress
 
 # How the generator stage synthesises: DGD's generator (Eq. 2) or DeepInversion's direct
 # optimisation of each sample's pixels (``invert``).
@@ -224,35 +226,79 @@ def inversion_loss(x: jnp.ndarray, y: jnp.ndarray, key: jax.Array, baseline_appl
   return loss
 
 
-def invert(key: jax.Array, num: int, batch_size: int, steps: int, learning_rate: float,
-           num_classes: int, image_shape: tuple[int, ...], baseline_apply: Callable,
-           baseline_params: Any, priors: Priors, targets=None) -> tuple[np.ndarray, np.ndarray]:
-  """``num`` images synthesised by DeepInversion: each batch's pixels, x = tanh(v) in [-1, 1]
-  and v ~ N(0, 1) at the start, minimise ``inversion_loss`` for ``steps`` Adam steps, with the
-  target classes dealt in turn (a balanced set). Returns (x, targets). A Python loop of jitted
-  steps: a conv inside ``lax.scan`` runs ~25x slower on CPU (REFERENCE Sec. 8)."""
+@struct.dataclass
+class InversionState:
+  """DeepInversion in progress, a train state like any other (``train.run_steps``
+  checkpoints and resumes it): ``v`` the current batch's free pixels (x = tanh(v)) and
+  ``opt_state`` their Adam state, ``images`` the finished batches' images [batches * B, ...];
+  ``step`` counts the steps of every batch (batch b's step s is b * steps + s)."""
+
+  step: int
+  v: jax.Array
+  opt_state: Any
+  images: jax.Array
+
+
+def inversion_step(key: jax.Array, steps: int, learning_rate: float, num_classes: int,
+                   batch_size: int, image_shape: tuple[int, ...], baseline_apply: Callable,
+                   baseline_params: Any, priors: Priors, targets=None) -> Callable:
+  """``step(state, _) -> (state, metrics)`` on an ``InversionState``: batch b starts (its step
+  0) from v ~ N(0, 1) drawn with ``fold_in(key, b)`` and a fresh Adam, takes Adam step s on
+  ``inversion_loss`` with ``fold_in(fold_in(key, b), s + 1)``, and after its last step writes
+  tanh(v) into the batch's rows. The keys come from ``key`` and the state's step, not from the
+  key ``run_steps`` folds (ignored), so that the set does not depend on how the steps are
+  grouped. A Python function around one jitted Adam step: a conv inside ``lax.scan`` runs
+  ~25x slower on CPU (REFERENCE Sec. 8)."""
   tx = optax.adam(learning_rate)
   y = jnp.arange(batch_size) % num_classes
 
   @jax.jit
-  def step(v, opt_state, key):
+  def update(v, opt_state, key):
     loss, grads = jax.value_and_grad(lambda v: inversion_loss(
         jnp.tanh(v), y, key, baseline_apply, baseline_params, priors, targets))(v)
     updates, opt_state = tx.update(grads, opt_state)
     return optax.apply_updates(v, updates), opt_state, loss
 
-  batches = -(-num // batch_size)
-  progress = Progress("inversion batches", batches, examples_per_step=batch_size)
-  images = []
-  for b in range(batches):
+  def step(state: InversionState, _) -> tuple[InversionState, dict]:
+    b, s = divmod(int(state.step), steps)
     batch_key = jax.random.fold_in(key, b)
-    v = jax.random.normal(batch_key, (batch_size,) + tuple(image_shape))
-    opt_state = tx.init(v)
-    for s in range(steps):
-      v, opt_state, loss = step(v, opt_state, jax.random.fold_in(batch_key, s + 1))
-    images.append(np.asarray(jnp.tanh(v)))
-    progress.update(b + 1, {"loss": float(loss)})
-  return np.concatenate(images)[:num], np.resize(np.asarray(y, np.int32), num)
+    v, opt_state, images = state.v, state.opt_state, state.images
+    if s == 0:  # a new batch
+      v = jax.random.normal(batch_key, (batch_size,) + tuple(image_shape))
+      opt_state = tx.init(v)
+    v, opt_state, loss = update(v, opt_state, jax.random.fold_in(batch_key, s + 1))
+    if s == steps - 1:  # the batch is finished
+      images = images.at[b * batch_size:(b + 1) * batch_size].set(jnp.tanh(v))
+    return state.replace(step=state.step + 1, v=v, opt_state=opt_state, images=images), {
+        "loss": loss}
+
+  return step
+
+
+def invert(key: jax.Array, num: int, batch_size: int, steps: int, learning_rate: float,
+           num_classes: int, image_shape: tuple[int, ...], baseline_apply: Callable,
+           baseline_params: Any, priors: Priors, targets=None, checkpoint_dir: str | None = None,
+           log: Callable[[dict], None] = lambda m: None, checkpoint_every: int = 500,
+           log_every: int = 100) -> tuple[np.ndarray, np.ndarray]:
+  """``num`` images synthesised by DeepInversion: each batch's pixels, x = tanh(v) in [-1, 1]
+  and v ~ N(0, 1) at the start, minimise ``inversion_loss`` for ``steps`` Adam steps, with the
+  target classes dealt in turn (a balanced set). Returns (x, targets). The steps run through
+  ``train.run_steps`` (``inversion_step``), checkpointed in ``checkpoint_dir`` and resumed
+  from it to the same set (None: a temporary folder, not resumable)."""
+  batches = -(-num // batch_size)
+  shape = (batch_size,) + tuple(image_shape)
+  state = InversionState(step=0, v=jnp.zeros(shape), opt_state=optax.adam(learning_rate).init(
+      jnp.zeros(shape)), images=jnp.zeros((batches * batch_size,) + tuple(image_shape)))
+  step = inversion_step(key, steps, learning_rate, num_classes, batch_size, image_shape,
+                        baseline_apply, baseline_params, priors, targets)
+  fit = train.FitConfig(num_steps=batches * steps, batch_size=batch_size,
+                        checkpoint_every=checkpoint_every, log_every=log_every)
+  with contextlib.ExitStack() as stack:
+    if checkpoint_dir is None:
+      checkpoint_dir = stack.enter_context(tempfile.TemporaryDirectory())
+    state = train.run_steps(state, step, key, fit, checkpoint_dir, "inversion", log)
+  y = np.arange(batch_size) % num_classes
+  return np.asarray(state.images)[:num], np.resize(y.astype(np.int32), num)
 
 
 def vae_step(state: train_state.TrainState, key: jax.Array, model: VAE, x: jnp.ndarray,

@@ -29,7 +29,7 @@ def mask(key: jax.Array, x: jnp.ndarray, mu: float) -> jnp.ndarray:
   return x * (ranks >= zeros).reshape(x.shape).astype(x.dtype)
 
 
-def bound(x: jnp.ndarray, b: float) -> jnp.ndarray:
+def linf_bound(x: jnp.ndarray, b: float) -> jnp.ndarray:
   """x / max(1, ||x||_inf / B) (Algorithm 1 line 2)."""
   return x / jnp.maximum(1.0, jnp.max(jnp.abs(x)) / b)
 
@@ -41,7 +41,7 @@ def transform(key: jax.Array, x: jnp.ndarray, sigma: float, mu: float,
 
   def one(k, xi):
     k_mask, k_noise = jax.random.split(k)
-    xi = bound(mask(k_mask, xi, mu), b)
+    xi = linf_bound(mask(k_mask, xi, mu), b)
     return xi + (b / sigma) * jax.random.laplace(k_noise, xi.shape)  # line 3
 
   return jax.vmap(one)(jax.random.split(key, x.shape[0]), x)
@@ -87,10 +87,10 @@ def robust_step(state: Any, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray,
   """One robust-teacher step on a minibatch drawn uniformly from (x, y)."""
   batch_key, update_key = jax.random.split(key)
   idx = jax.random.randint(batch_key, (cfg.batch_size,), 0, x.shape[0])
-  return robust_update(state, x[idx], y[idx], update_key, cfg)
+  return robust_update(state, update_key, x[idx], y[idx], cfg)
 
 
-def robust_update(state: Any, xb: jnp.ndarray, yb: jnp.ndarray, key: jax.Array,
+def robust_update(state: Any, key: jax.Array, xb: jnp.ndarray, yb: jnp.ndarray,
                   cfg: RobustSettings) -> tuple[Any, dict]:
   """One robust-teacher update (Algorithm 2, Eq. 3): (1 - lambda) CE on clean samples plus
   lambda CE on their client-transformed copies moved by the worst r, ||r||_2 <= eta."""

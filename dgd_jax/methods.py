@@ -69,6 +69,30 @@ _DPDFD_SYNTHETIC_NOTE = (
     "are NOT covered, as in DGD. The teachers' noisy answers on it are. "
     + privacy.FIXED_INPUTS_NOTE)
 
+_STATISTICS_NOTE = (
+    "generator.w_stats > 0: the generator also matches per-channel statistics of the "
+    "baseline's activations on the private training set (computed without noise); like the "
+    "baseline, they are not covered.")
+_DIAGNOSTICS_NOTE = (
+    "Diagnostics computed by the server and not released: the student trained on the "
+    "teachers' noiseless plurality (student_accuracy_noiseless_labels) and the agreement of "
+    "the noisy labels with the plurality and with the baseline.")
+_RAW_POOL_NOTE = (
+    "pool.source='train': the student's unlabelled pool is the private training set itself "
+    "(a stand-in for public data, DGD Fig. 4 and 7). The student sees those images without "
+    "noise, so this run's student has no differential-privacy guarantee for them.")
+
+
+def _uncovered_inputs(config: Config, results: dict) -> list[str]:
+  """What reaches a run's released model or diagnostics without noise, beyond its method's
+  note: a pool of private images, private-set statistics in the generator, and the server's
+  noiseless diagnostics."""
+  return (([_RAW_POOL_NOTE] if config.get("pool", {}).get("source") == "train" else [])
+          + ([_STATISTICS_NOTE] if config.get("generator", {}).get("w_stats", 0) > 0 else [])
+          + ([_DIAGNOSTICS_NOTE] if "student_accuracy_noiseless_labels"
+             in results.get("student", {}) else []))
+
+
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("baseline", ("baseline",), headline_stage="baseline", privacy_note=(
         "Trained on the private training set without noise: no differential-privacy "
@@ -77,12 +101,14 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("teacher_sweep", ("teacher_sweep",), privacy_note=_TEACHERS_NOTE),
     Method("dgd", ("baseline", "teachers", "generator", "vae", "queries", "student"),
            headline_stage="student", privacy_stage="queries", releases=queries.releases,
+           uncovered=_uncovered_inputs,
            neighbours=queries.neighbours, covers=QUERIES_COVER, privacy_note=lambda c: (
                _DGD_PRIVATE_BASELINE_NOTE if "dpsgd" in c.baseline else _DGD_NOTE),
            # baseline.check refuses every private-baseline setting that bypasses the noise
            audited=lambda c: ("baseline", "student") if "dpsgd" in c.baseline else ()),
     Method("pate", ("teachers", "vae", "queries", "student"), headline_stage="student",
            privacy_stage="queries", releases=queries.releases, neighbours=queries.neighbours,
+           uncovered=_uncovered_inputs,
            covers=QUERIES_COVER,
            privacy_note=(
                "The epsilon covers the teachers' noisy answers to the student's label "
@@ -91,6 +117,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            audited=lambda c: ("student",) if c.pool.source == "public" else ()),
     Method("dpdfd", ("baseline", "teachers", "generator", "dpdfd", "dpdfd_samples"),
            headline_stage="dpdfd", privacy_stage="dpdfd", releases=dpdfd.releases,
+           uncovered=_uncovered_inputs,
            neighbours=dpdfd.neighbours,
            covers="{num_steps} DPDFD steps (A_{{C,sigma}} releases)",
            default_stages=lambda c: (("dpdfd",) if c.dpdfd.teacher == "private_data"

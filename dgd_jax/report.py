@@ -9,18 +9,6 @@ from dgd_jax.configs.common import SMOKE_STEPS
 from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING, RELATION_NAMES
 from dgd_jax.workdir import plain, write_json, write_text
 
-STATISTICS_NOTE = (
-    "generator.w_stats > 0: the generator also matches per-channel statistics of the "
-    "baseline's activations on the private training set (computed without noise); like the "
-    "baseline, they are not covered.")
-DIAGNOSTICS_NOTE = (
-    "Diagnostics computed by the server and not released: the student trained on the "
-    "teachers' noiseless plurality (student_accuracy_noiseless_labels) and the agreement of "
-    "the noisy labels with the plurality and with the baseline.")
-RAW_POOL_NOTE = (
-    "pool.source='train': the student's unlabelled pool is the private training set itself "
-    "(a stand-in for public data, DGD Fig. 4 and 7). The student sees those images without "
-    "noise, so this run's student has no differential-privacy guarantee for them.")
 # Stage results that report.json also shows at its top level.
 TOP_LEVEL = ("generator", "vae", "ldp", "audit")
 
@@ -73,12 +61,7 @@ def _privacy(config, results: dict) -> dict:
                                 # the warning belongs to a data-dependent headline only
                                 + [n for n in p["not_covered"]
                                    if data_dependent or n != DATA_DEPENDENT_WARNING]
-                                + ([RAW_POOL_NOTE] if config.get("pool", {}).get("source")
-                                   == "train" else [])
-                                + ([STATISTICS_NOTE] if config.get("generator", {}).get(
-                                    "w_stats", 0) > 0 else [])
-                                + ([DIAGNOSTICS_NOTE] if "student_accuracy_noiseless_labels"
-                                   in results.get("student", {}) else [])},
+                                + method.uncovered(config, results)},
   }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import flax.linen as nn
 import jax
@@ -24,6 +24,20 @@ from dgd_jax import progress as progress_lib
 from dgd_jax.errors import ConfigError
 
 TrainState = train_state.TrainState
+
+
+class Step(Protocol):
+  """The one training-step contract, what ``run_steps`` runs: ``step(state, key) -> (state,
+  metrics)``. Every library step takes the state and the key first, then its data and its
+  settings (a frozen dataclass or static numbers): ``train_step``, ``ensemble.member_step``
+  (and its lift, ``ensemble.make_train_step``), ``ldp.robust_step``, ``ldp.robust_update``,
+  ``generative.generator_step``, ``generative.vae_step``, ``dpdfd.step``,
+  ``dpdfd.direct_step``, ``dpdfd.synthetic_step``, ``dpdfd.replay_step``,
+  ``dpsgd.dpsgd_step``; a stage closes over the rest and jits the result with the state
+  donated."""
+
+  def __call__(self, state: Any, key: jax.Array) -> tuple[Any, dict[str, jax.Array]]:
+    ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +213,7 @@ def summarize(metrics: dict[str, jax.Array]) -> dict[str, float]:
   return out
 
 
-def run_steps(state: Any, step_fn: Callable, key: jax.Array, cfg: FitConfig,
+def run_steps(state: Any, step_fn: Step, key: jax.Array, cfg: FitConfig,
               checkpoint_dir: str, name: str, log: Callable[[dict], None] = lambda m: None,
               examples_per_step: int | None = None) -> Any:
   """Runs ``state, metrics = step_fn(state, fold_in(key, s))`` for s in [start, num_steps),

@@ -82,8 +82,8 @@ def test_inversion_raises_the_target_class_probability():
   params = model.init(jax.random.key(0), np.zeros((1, 28, 28, 1)))
   target = 3
   before = jax.nn.softmax(model.apply(params, np.zeros((1, 28, 28, 1))))[0, target]
-  x = audit.invert(model.apply, params, [target], (28, 28, 1), jax.random.key(1), steps=30,
-                   batch=4)[0]
+  x = audit.invert_classes(model.apply, params, [target], (28, 28, 1), jax.random.key(1),
+                           steps=30, batch=4)[0]
   after = jax.nn.softmax(model.apply(params, x))[:, target]
   assert x.shape == (4, 28, 28, 1) and np.all(np.abs(x) <= 1)
   assert float(after.mean()) > float(before) + 0.3, (before, after)

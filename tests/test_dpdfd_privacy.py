@@ -173,15 +173,15 @@ def test_direct_step_samples_what_the_event_accounts(monkeypatch, npz_file):
   assert isinstance(sampled, dp_accounting.SampledWithoutReplacementDpEvent)
   assert (sampled.source_dataset_size, sampled.sample_size) == (n, 16)
   assert record.event().count == config.dpdfd.num_steps
-  # The step draws through sample_batch with N = len(x) and B = batch_size ...
+  # The step draws through sample_indices with N = len(x) and B = batch_size ...
   calls = []
-  real = algorithm.sample_batch
+  real = algorithm.sample_indices
 
   def recording(key, dataset_size, batch_size):
     calls.append((dataset_size, batch_size))
     return real(key, dataset_size, batch_size)
 
-  monkeypatch.setattr(algorithm, "sample_batch", recording)
+  monkeypatch.setattr(algorithm, "sample_indices", recording)
   student, state, cfg = stage._states(  # pylint: disable=protected-access
       type("Ctx", (), {"config": config, "dataset": type("D", (), {
           "image_shape": (28, 28, 1), "num_classes": 10})(),

@@ -382,7 +382,7 @@ def test_sampling_rate_is_stated_with_a_public_size(monkeypatch):
   def refuse(_):
     raise AssertionError("the plan read the private set's size")
 
-  monkeypatch.setattr(dpsgd_plan, "load_private", refuse)
+  monkeypatch.setattr(dpsgd_plan, "private_size", refuse)
   record = dpsgd_plan.release(config, 1.0)
   assert record.dataset_size == 20000
   assert record.sampling_probability == config.dpsgd.batch_size / 20000

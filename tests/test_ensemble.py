@@ -42,11 +42,11 @@ def test_lifted_step_equals_loop_over_members(chunk):
   for i in range(N):  # the same member code, one teacher at a time, same keys
     member = train.create_train_state(model, tx, jax.random.split(jax.random.key(0), N)[i],
                                       SHAPE)
-    member, metrics = ensemble.member_step(member, x, y, jnp.asarray(parts.indices[i]),
-                                           parts.sizes[i], keys[i], BATCH)
+    member, metrics = ensemble.member_step(member, keys[i], x, y, jnp.asarray(parts.indices[i]),
+                                           parts.sizes[i], BATCH)
     looped.append((member.params, metrics["loss"]))
-  new_state, metrics = step(state, *ensemble.place_examples(mesh, parts, np.asarray(x),
-                                                            np.asarray(y)), key)
+  new_state, metrics = step(state, key, *ensemble.place_examples(mesh, parts, np.asarray(x),
+                                                                 np.asarray(y)))
   for i, (params, loss) in enumerate(looped):
     chex.assert_trees_all_close(jax.tree.map(lambda a: a[i], new_state.params), params,
                                 rtol=1e-5, atol=1e-6)
@@ -63,7 +63,7 @@ def test_members_sample_only_their_partition():
   step = ensemble.make_train_step(mesh, BATCH, 1)
   examples = ensemble.place_examples(mesh, parts, np.asarray(x), y)
   for s in range(10):
-    state, _ = step(state, *examples, jax.random.key(s))
+    state, _ = step(state, jax.random.key(s), *examples)
   labels = ensemble.teacher_predictions(ensemble.make_predict_fn(mesh, model.apply, 1),
                                         state.params, np.asarray(x))
   assert np.all(labels[1] == 7) and np.all(labels[0] == 0) and np.all(labels[2] == 0)
@@ -127,7 +127,7 @@ SHARDED_SCRIPT = textwrap.dedent("""
       step = ensemble.make_train_step(mesh, 4, 1)
       args = ensemble.place_examples(mesh, parts, x, y)
       for s in range(3):
-        state, metrics = step(state, *args, jax.random.key(s))
+        state, metrics = step(state, jax.random.key(s), *args)
       predict = ensemble.make_predict_fn(mesh, model.apply, 1)
       votes = ensemble.vote_histograms(predict, state.params, np.asarray(x), 10, 40)
       out[name] = (jax.device_get(state.params), np.asarray(metrics["loss"]), votes,

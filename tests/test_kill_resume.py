@@ -2,7 +2,8 @@
 SIGKILLed at random moments (inside stages and between them) and rerun with the same
 command; the final report equals an uninterrupted run's. The baseline alone runs in the
 default suite; the tiny PATE pipeline (teachers, VAE, label queries, student: checkpoints,
-queried labels and votes) is marked slow. ``--kills=N`` kills more often."""
+queried labels and votes) is marked slow. DeepInversion's synthetic set is killed inside its
+batches and at their ends. ``--kills=N`` kills more often."""
 from __future__ import annotations
 
 import json
@@ -24,12 +25,12 @@ import tiny_configs
 from dgd_jax import pipeline
 config = getattr(tiny_configs, sys.argv[3])(sys.argv[1])
 config.checkpoint_every = 5  # several checkpoints per stage, so kills land between them
-pipeline.run(config, sys.argv[2])
+pipeline.run(config, sys.argv[2], tuple(sys.argv[4:]) or None)
 """
 
 
-def start(pipeline, npz_file, workdir, log):
-  return subprocess.Popen([sys.executable, "-c", RUN, npz_file, str(workdir), pipeline],
+def start(pipeline, npz_file, workdir, log, stages=()):
+  return subprocess.Popen([sys.executable, "-c", RUN, npz_file, str(workdir), pipeline, *stages],
                           cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -114,3 +115,39 @@ def test_killed_anywhere_resumes_to_the_same_report(pipeline, npz_file, tmp_path
   assert resumed.get("epsilon") == expected.get("epsilon")
   assert untimed(resumed["stages"]) == untimed(expected["stages"]), "\n".join(kills)
   assert not (workdir / "lock.json").exists()
+
+
+def latest_checkpoint(folder) -> int:
+  """The latest finished checkpoint's step in ``folder`` (0: none)."""
+  return max([int(n) for n in os.listdir(folder) if n.isdigit()] if folder.is_dir() else [],
+             default=0)
+
+
+@pytest.mark.integration
+def test_a_killed_deepinversion_resumes_to_the_same_synthetic_set(npz_file, tmp_path):
+  """DeepInversion (generator stage, synthesis='inversion': 3 batches of 30 steps) runs
+  through run_steps: killed inside a batch, at a batch's end and rerun each time, it ends with
+  the uninterrupted run's synthetic set, bit for bit."""
+  logs = tmp_path / "log.txt"
+  stages = ("generator",)
+  with open(logs, "ab") as log:
+    reference = start("dgd_inversion", npz_file, tmp_path / "uninterrupted", log, stages)
+    assert reference.wait(timeout=1800) == 0, logs.read_text()[-3000:]
+    workdir = tmp_path / "killed"
+    checkpoints = workdir / "generator" / "checkpoints"
+    kills = []
+    for target in (10, 35, 60):  # checkpointed every 5 steps; batch 2 starts at step 30
+      proc = start("dgd_inversion", npz_file, workdir, log, stages)
+      while latest_checkpoint(checkpoints) < target and proc.poll() is None:
+        time.sleep(0.02)
+      if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills.append(latest_checkpoint(checkpoints))
+    final = start("dgd_inversion", npz_file, workdir, log, stages)
+    assert final.wait(timeout=1800) == 0, logs.read_text()[-3000:]
+  assert [k for k in kills if 0 < k < 90], f"no kill landed inside the inversion: {kills}"
+  expected = np.load(tmp_path / "uninterrupted" / "generator" / "synthetic.npy")
+  np.testing.assert_array_equal(np.load(workdir / "generator" / "synthetic.npy"), expected)
+  assert untimed(json.loads((workdir / "generator" / "result.json").read_text())) == untimed(
+      json.loads((tmp_path / "uninterrupted" / "generator" / "result.json").read_text()))

@@ -44,7 +44,7 @@ state = ensemble.init_teachers(model, tx, jax.random.key(0), n, (28, 28, 1), mes
 examples = ensemble.place_examples(mesh, parts, x, y)
 step = ensemble.make_train_step(mesh, batch, chunk)
 for i in range(2):
-  state, metrics = step(state, *examples, jax.random.key(i))
+  state, metrics = step(state, jax.random.key(i), *examples)
 jax.block_until_ready(metrics)
 labels = ensemble.make_predict_fn(mesh, model.apply, chunk)(state.params, x[:ensemble.QUERY_CHUNK])
 jax.block_until_ready(labels)

@@ -30,6 +30,16 @@ def dgd_generative(data_file: str):
   return config
 
 
+def dgd_inversion(data_file: str):
+  """DGD's baseline and DeepInversion's synthetic set: 3 batches of 32 images, 30 Adam steps
+  each, and a 20-step synthetic student."""
+  config = dgd_generative(data_file)
+  config.generator.update(synthesis="inversion", num_synthetic=96, oversample=1.0,
+                          inversion_batch_size=32, inversion_steps=30,
+                          synthetic_student_steps=20)
+  return config
+
+
 def dgd(data_file: str):
   """The whole of DGD: 4 teachers, 50 queries, a 30-step student."""
   config = dgd_generative(data_file)

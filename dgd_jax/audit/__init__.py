@@ -27,6 +27,7 @@ import scipy.stats
 from jax_privacy import auditing
 
 from dgd_jax import train
+from dgd_jax.generative import total_variation
 
 SIGNIFICANCE = 0.05  # of the epsilon lower bound, over all of a model's splits (Bonferroni)
 
@@ -85,15 +86,10 @@ def membership(scores: Callable[[int], tuple[np.ndarray, np.ndarray]], splits: i
           "delta": delta, "splits": splits, "examples_per_side": k}
 
 
-def total_variation(x: jnp.ndarray) -> jnp.ndarray:
-  """Mean absolute difference of neighbouring pixels (the pixel prior)."""
-  return (jnp.abs(jnp.diff(x, axis=-3)).mean() + jnp.abs(jnp.diff(x, axis=-2)).mean())
-
-
-def invert(apply_fn: Callable, params, targets: Sequence[int], shape: tuple[int, ...],
-           key: jax.Array, steps: int, batch: int, decode: Callable | None = None,
-           latent_dim: int = 0, tv_weight: float = 0.05, learning_rate: float = 0.05
-           ) -> np.ndarray:
+def invert_classes(apply_fn: Callable, params, targets: Sequence[int], shape: tuple[int, ...],
+                   key: jax.Array, steps: int, batch: int, decode: Callable | None = None,
+                   latent_dim: int = 0, tv_weight: float = 0.05, learning_rate: float = 0.05
+                   ) -> np.ndarray:
   """For each target class k, ``batch`` inputs maximising log p(k | x) - prior (restarts
   from ``fold_in(key, k)``): with ``decode`` (z -> images), over latents z with an N(0, I)
   penalty 0.5 ||z||^2 / dim; else over pixels x = tanh(u) with ``tv_weight`` * total

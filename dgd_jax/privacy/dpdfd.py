@@ -55,7 +55,7 @@ Relations (``relation``):
   (``teachers_disjoint``, checked on the actual shards by ``shards_disjoint``); refused
   otherwise.
 * ``"direct"`` (Sec. 4.4, "direct training on private data"; ``dpdfd.direct_step``): each step
-  draws B of the N private examples uniformly WITHOUT replacement (``sample_batch``), with a key
+  draws B of the N private examples uniformly WITHOUT replacement (``sample_indices``), with a key
   that does not depend on the data, and releases the [B, K] noisy rows of those examples'
   bounded output gradients. LABEL DP ONLY: the step then back-propagates the targets through
   the model AT THE PRIVATE INPUTS x_i (the parameter gradient is sum_i J(x_i)^T (softmax(s_i) -

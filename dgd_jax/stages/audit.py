@@ -107,9 +107,9 @@ def inversion(ctx: Context, models: dict) -> tuple[dict, np.ndarray, list[str]]:
   means = np.stack([data.x_train[data.y_train == k].mean(0) for k in classes])
   rows, labels, out = [means], ["private class mean"], {"prior": prior}
   for name, (model, params) in models.items():
-    recon = audit.invert(model.apply, params, classes, data.image_shape,
-                         ctx.key("audit_inversion"), a.inversion_steps, a.inversion_batch,
-                         decode, latent_dim).mean(1)
+    recon = audit.invert_classes(model.apply, params, classes, data.image_shape,
+                                 ctx.key("audit_inversion"), a.inversion_steps,
+                                 a.inversion_batch, decode, latent_dim).mean(1)
     out[name] = audit.similarity(recon, means)
     rows.append(recon)
     labels.append(f"{name} inversion")

@@ -22,7 +22,7 @@ from flax.training import train_state
 
 from dgd_jax import artefacts, dpdfd, ensemble, generative, plots, privacy, train
 from dgd_jax.artefacts import SYNTHETIC, classifier
-from dgd_jax.core import Context
+from dgd_jax.core import Context, planned_noise, private_size
 from dgd_jax.data import config_shards, config_teachers_changed, load_private
 from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import dpdfd as dpdfd_privacy
@@ -54,12 +54,6 @@ RELATIONS = {"baseline": ("whole_batch", "theorem3"),
              "private_data": ("direct",)}
 
 
-def _dataset_size(config) -> int:
-  """N, the private training set's size (the direct steps sample B of N; the ensemble's
-  shards are dealt from range(N))."""
-  return len(load_private(config).x_train)
-
-
 def neighbours(config) -> tuple[str, ...]:
   """The neighbouring relations the steps are claimed for: 'whole_batch' assumes nothing about
   the teachers (both); 'disjoint_teachers' those the teacher partition covers; 'direct' and
@@ -86,7 +80,7 @@ def release(config, noise: float, dataset_size: int | None = None,
   n = config.num_teachers if d.teacher == "ensemble" else 1
   disjoint, changed = False, 1
   if relation == "disjoint_teachers" or relation == "direct":
-    dataset_size = dataset_size or _dataset_size(config)
+    dataset_size = dataset_size or private_size(config)  # direct: B of N; shards of range(N)
   if relation == "disjoint_teachers":
     data = load_private(config)
     disjoint = dpdfd_privacy.shards_disjoint(config_shards(config, data.x_train, data.y_train))
@@ -126,19 +120,15 @@ def noise_multiplier(config, dataset_size: int | None = None) -> float:
                       "released synthetic rows of a conversion; it must be >= 0, and 0 for "
                       "direct training (dpdfd.teacher='private_data'), whose rows are private "
                       "examples.")
-  if d.noise > 0:
-    return d.noise
-  if p.max_epsilon <= 0:
-    raise ConfigError("config.dpdfd.noise=0 asks for the least noise within "
-                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
-  return max(privacy.min_noise(release(config, 1.0, dataset_size, r), p.max_epsilon, p.delta,
-                               p.accountant) for r in neighbours(config))
+  return planned_noise("dpdfd", d.noise, p.max_epsilon, lambda: max(
+      privacy.min_noise(release(config, 1.0, dataset_size, r), p.max_epsilon, p.delta,
+                        p.accountant) for r in neighbours(config)))
 
 
 def releases(config, neighbours: str = "replace_one") -> list[privacy.Release]:
   """The planned DPDFD steps under the relation ``neighbours``, what the budget guard and
   ``sweep --accounting_only`` account before anything is trained."""
-  size = (_dataset_size(config) if config.privacy.relation in ("direct", "disjoint_teachers")
+  size = (private_size(config) if config.privacy.relation in ("direct", "disjoint_teachers")
           else None)
   return [release(config, noise_multiplier(config, size), size, neighbours)]
 
@@ -175,7 +165,8 @@ def _fit_targets(ctx: Context, state: train_state.TrainState, x: jnp.ndarray, y:
                  rounds: int) -> train_state.TrainState:
   """``dpdfd.replay_epochs`` epochs of ``replay_step`` on the rows (x, y)."""
   d = ctx.config.dpdfd
-  step = jax.jit(lambda s, k: dpdfd.replay_step(s, k, x, y, d.batch_size, d.mixup),
+  batch_size, mixup = d.batch_size, d.mixup  # static under jit
+  step = jax.jit(lambda s, k: dpdfd.replay_step(s, k, x, y, batch_size, mixup),
                  donate_argnums=0)
   fit = train.FitConfig(num_steps=int(np.ceil(d.replay_epochs * len(x) / d.batch_size)),
                         batch_size=d.batch_size, checkpoint_every=ctx.config.checkpoint_every,
@@ -207,22 +198,17 @@ def _replay(ctx: Context, student, state: dpdfd.DpdfdState, x_self: np.ndarray) 
                              d.self_training)
 
 
-def run(ctx: Context) -> dict:
-  config = ctx.config
-  size = len(ctx.dataset.x_train) if config.privacy.relation in ("direct",
-                                                                 "disjoint_teachers") else None
-  sigma = noise_multiplier(config, size)
-  student, state, cfg = _states(ctx, sigma)
-  d, self_training_inputs = config.dpdfd, None
-  teacher_logits, teacher_accuracy = None, None  # direct training has no teacher
-  if d.teacher != "private_data":
-    teacher_logits, teacher_accuracy = _teacher_logits(ctx)
+def _step(ctx: Context, student, state: dpdfd.DpdfdState, cfg: dpdfd.StepSettings,
+          teacher_logits):
+  """Algorithm 1's jitted step for the configured inputs, the state it starts from (no
+  generator but Algorithm 1's), and the synthetic set self-training reads (None: the
+  released rows)."""
+  d = ctx.config.dpdfd
   if d.teacher == "private_data":  # Sec. 4.4: no teacher, no generator
     x, y = jnp.asarray(ctx.dataset.x_train), jnp.asarray(ctx.dataset.y_train)
-    state = state.replace(generator=None)
-    step = jax.jit(lambda s, k: dpdfd.direct_step(s, k, x, y, student.apply, cfg),
-                   donate_argnums=0)
-  elif uses_synthetic(config):  # a fixed synthetic set, each of B T samples queried once
+    return jax.jit(lambda s, k: dpdfd.direct_step(s, k, x, y, student.apply, cfg),
+                   donate_argnums=0), state.replace(generator=None), None
+  if uses_synthetic(ctx.config):  # a fixed synthetic set, each of B T samples queried once
     synthetic = artefacts.load_synthetic(ctx)
     if len(synthetic) < d.batch_size * d.num_steps:
       raise ConfigError(
@@ -230,14 +216,25 @@ def run(ctx: Context) -> dict:
           f"{d.num_steps * d.batch_size} synthetic samples; the generator stage made "
           f"{len(synthetic)}. Lower num_steps to {len(synthetic) // d.batch_size} or raise "
           "generator.num_synthetic.")
-    self_training_inputs = synthetic  # all of it, queried or not (_replay)
     queried = jnp.asarray(synthetic[:d.batch_size * d.num_steps])
-    state = state.replace(generator=None)
     step = jax.jit(lambda s, k: dpdfd.synthetic_step(s, k, queried, teacher_logits,
                                                      student.apply, cfg), donate_argnums=0)
-  else:
-    step = jax.jit(lambda s, k: dpdfd.step(s, k, teacher_logits, student.apply, cfg),
-                   donate_argnums=0)
+    return step, state.replace(generator=None), synthetic  # all of it, queried or not
+  return jax.jit(lambda s, k: dpdfd.step(s, k, teacher_logits, student.apply, cfg),
+                 donate_argnums=0), state, None
+
+
+def run(ctx: Context) -> dict:
+  config = ctx.config
+  size = len(ctx.dataset.x_train) if config.privacy.relation in ("direct",
+                                                                 "disjoint_teachers") else None
+  sigma = noise_multiplier(config, size)
+  student, state, cfg = _states(ctx, sigma)
+  d = config.dpdfd
+  teacher_logits, teacher_accuracy = None, None  # direct training has no teacher
+  if d.teacher != "private_data":
+    teacher_logits, teacher_accuracy = _teacher_logits(ctx)
+  step, state, self_training_inputs = _step(ctx, student, state, cfg, teacher_logits)
   fit = train.FitConfig(num_steps=d.num_steps, batch_size=cfg.batch_size,
                         checkpoint_every=config.checkpoint_every, log_every=config.log_every)
   state = train.run_steps(state, step, ctx.key("dpdfd"), fit, ctx.stage.checkpoint_dir,

@@ -48,14 +48,16 @@ def select_stable(logits: np.ndarray, shifted_logits: np.ndarray, num: int,
 def synthesise(ctx: Context, baseline, baseline_params, targets, num: int, init_key: jax.Array,
                train_key: jax.Array, sample_key: jax.Array) -> np.ndarray:
   """``num`` synthetic images against the baseline: DeepInversion's per-sample optimisation,
-  or DGD's generator trained (Eq. 2 + priors; resumable) and then sampled on fresh latents."""
+  or DGD's generator trained (Eq. 2 + priors) and then sampled on fresh latents; either
+  resumes from the stage's checkpoints."""
   config, data, g = ctx.config, ctx.dataset, ctx.config.generator
   settings = generative.GeneratorSettings.from_config(g)
   if g.synthesis == "inversion":  # DeepInversion: each sample's pixels optimised directly
     return generative.invert(
         sample_key, num, g.inversion_batch_size, g.inversion_steps, g.inversion_learning_rate,
         data.num_classes, data.image_shape, baseline.apply, baseline_params, settings.priors,
-        targets)[0]
+        targets, ctx.stage.checkpoint_dir, ctx.log, config.checkpoint_every,
+        config.log_every)[0]
   state = new_generator(config, data.image_shape, init_key)
   step = jax.jit(lambda s, k: generative.generator_step(
       s, k, baseline.apply, baseline_params, settings, targets), donate_argnums=0)

@@ -20,8 +20,8 @@ CONFIG_KEYS = ("ldp",)
 
 def perturbed(config, key: jax.Array, x: np.ndarray) -> np.ndarray:
   """The client's transform of ``x`` (Algorithm 1) at the config's setting, in chunks."""
-  c = config.ldp
-  fn = jax.jit(lambda k, xb: ldp.transform(k, xb, c.sigma, c.mu, c.bound))
+  sigma, mu, bound = config.ldp.sigma, config.ldp.mu, config.ldp.bound  # static under jit
+  fn = jax.jit(lambda k, xb: ldp.transform(k, xb, sigma, mu, bound))
   return np.concatenate([np.asarray(fn(jax.random.fold_in(key, i), x[i:i + 1000]))
                          for i in range(0, len(x), 1000)])
 

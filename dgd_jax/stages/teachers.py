@@ -27,15 +27,15 @@ CONFIG_KEYS = ("num_teachers", "teachers", "ldp")
 SWEEP_KEYS = ("teachers", "sweep")
 
 
-def augmented_update(state, xb, yb, key):
+def augmented_update(state, key, xb, yb):
   """A plain update on a randomly shifted and mirrored minibatch (``teachers.augment``)."""
   return train.update(state, augment.weak(key, xb), yb)
 
 
-def robust_update(config):
+def member_update(config):
   """The member update when it is not the plain one: ``ldp.robust_update`` with the config's
   LDP setting, or ``augmented_update``; None for plain teachers."""
-  if "ldp" in config and config.ldp.get("robust_teachers", False):
+  if "ldp" in config and config.ldp.robust_teachers:
     return functools.partial(ldp.robust_update, cfg=ldp.RobustSettings.from_config(config.ldp))
   if config.teachers.augment:
     return augmented_update
@@ -51,9 +51,9 @@ def train_members(ctx: Context, rows: list[np.ndarray], name: str):
   init_key, train_key = jax.random.split(ctx.key(name))
   state, predict, mesh, chunk, cfg = new_teachers(config, data, len(rows), init_key)
   examples = ensemble.place_examples(mesh, parts, data.x_train, data.y_train)
-  step = ensemble.make_train_step(mesh, cfg.batch_size, chunk, robust_update(config))
+  step = ensemble.make_train_step(mesh, cfg.batch_size, chunk, member_update(config))
   t0 = time.perf_counter()
-  state = train.run_steps(state, lambda s, k: step(s, *examples, k),
+  state = train.run_steps(state, lambda s, k: step(s, k, *examples),
                           train_key, cfg, ctx.stage.checkpoint_dir, name, ctx.log,
                           examples_per_step=len(rows) * cfg.batch_size)
   seconds = time.perf_counter() - t0
