@@ -392,6 +392,10 @@ def queries_config(num_queries: int, aggregator: str, noise_scale: float
       plan="fixed",  # fixed: the fields above; auto: query_plan.choose for max_epsilon
       assumed_consensus=0.5,  # auto: the top class's assumed share of the votes (not read)
       num_classes=10,  # auto: the dataset's number of classes K
+      # (Confident-)GNMax under a Renyi filter of budget privacy.max_epsilon (Feldman & Zrnic
+      # 2021): GNMax charged only when answered; needs privacy.accountant='renyi_filter'
+      filter=False,
+      smooth_sensitivity=False,  # also release the data-dependent epsilon (PATE 2018 Sec. 4)
   ))
 
 

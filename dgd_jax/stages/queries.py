@@ -54,7 +54,7 @@ def releases(config, neighbours: str = "replace_one") -> list[privacy.Release]:
 
 def filtered(config) -> bool:
   """Whether the queries run under a Renyi filter (``config.queries.filter``)."""
-  return bool(config.queries.get("filter", False))
+  return bool(config.queries.filter)
 
 
 def planned(config, neighbours: str, before=()) -> privacy.Release:
@@ -102,7 +102,7 @@ def check(config) -> None:
     raise ConfigError("config.queries.filter with least_confident selection: the selecting "
                       "student would learn from first-round answers the filter may not let "
                       "through; use selection 'random' or 'representative'.")
-  if config.queries.get("smooth_sensitivity", False):
+  if config.queries.smooth_sensitivity:
     if q.aggregator not in ("gnmax", "confident_gnmax"):
       raise ConfigError("config.queries.smooth_sensitivity releases PATE 2018's data-dependent "
                         f"GNMax epsilon: use aggregator gnmax or confident_gnmax, not "
@@ -243,7 +243,7 @@ def run(ctx: Context) -> dict:
               answered=answered)
   save_array(os.path.join(ctx.stage.path, VOTES), votes)
   ledgers = {r: privacy.PrivacyLedger([*baseline[r], records[r]]) for r in plans}
-  if config.queries.get("smooth_sensitivity", False):
+  if config.queries.smooth_sensitivity:
     pate2018["smooth_sensitivity"] = release_smooth_sensitivity(
         config, ctx.key("smooth_sensitivity"), votes, answered)
   plurality = np.argmax(votes, -1)
