@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 import time
 
 import jax
-import ml_collections
 from absl import logging
 
 from dgd_jax import distributed, generative, methods, pool, query_plan
@@ -24,7 +22,7 @@ from dgd_jax.data import load_private
 from dgd_jax.errors import (ConfigError, PrivacyAuditError, UserInputError,
                             WorkdirConflictError)
 from dgd_jax.methods import STAGES
-from dgd_jax.workdir import Stage, Workdir, read_json
+from dgd_jax.workdir import Stage, Workdir
 
 
 def check_config(config: Config) -> None:
@@ -131,12 +129,8 @@ def open_run(workdir: str, stage: str) -> Context:
   (``artefacts.load_*``, ``pool.load``) without running anything. ``results`` holds the run's
   finished stages; nothing is written to the workdir (its metrics, lock and report included).
   Refused if the workdir is not a run or its stages were made by another config."""
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    raise WorkdirConflictError(f"{path} does not exist: {workdir} is not the workdir of a "
-                               "`python -m dgd_jax.main` run.")
-  config = ml_collections.ConfigDict(read_json(path))
   wd = Workdir(workdir, writer=False)
+  config = wd.read_config()  # refused if there is none, or of another workdir format
   planned = _planned_stages(config, wd, methods.plan_stages(config))
   results = {s.name: s.result() for s in planned if s.done()}
   target = next((s for s in planned if s.name == stage), None)
