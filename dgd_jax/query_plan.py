@@ -174,7 +174,7 @@ def settings(config) -> Settings:
   q, p = config.queries, config.privacy
   fixed = Settings(q.aggregator, q.noise_scale, q.num_queries, q.threshold, q.sigma1,
                    q.selection, q.first_round)
-  if q.get("plan", "fixed") == "fixed":
+  if q.plan == "fixed":
     return fixed
   if q.plan != "auto":
     raise ConfigError(f"config.queries.plan={q.plan!r}; use 'fixed' (the config's aggregator, "

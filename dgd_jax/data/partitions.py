@@ -73,7 +73,7 @@ def teachers_changed(partition: str) -> dict[str, int]:
 
 def config_teachers_changed(config) -> dict[str, int]:
   """``teachers_changed`` of the run's ``teachers.partition``."""
-  return teachers_changed(config.teachers.get("partition", "shuffle"))
+  return teachers_changed(config.teachers.partition)
 
 
 def stable_partition(x: np.ndarray, y: np.ndarray, num_teachers: int, seed: int

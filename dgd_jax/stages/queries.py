@@ -90,7 +90,7 @@ def check(config) -> None:
   q = settings(config)
   if q.selection not in SELECTIONS:
     raise ConfigError(f"config.queries.selection={q.selection!r}; use one of {SELECTIONS}.")
-  client = config.queries.get("client", "")
+  client = config.queries.client
   if client not in ("", "ldp") or (client == "ldp" and "ldp" not in config):
     raise ConfigError(f"config.queries.client={client!r}: use '' (the pool as is) or 'ldp' "
                       "(with an ldp block, e.g. the pate.py argument ldp1 or ldp5).")
@@ -190,7 +190,7 @@ def run(ctx: Context) -> dict:
   x_pool = pool.load(ctx)
   q = settings(config)
   num = q.num_queries
-  if config.queries.get("plan", "fixed") == "auto" and (
+  if config.queries.plan == "auto" and (
       config.queries.num_classes != ctx.dataset.num_classes):
     raise ConfigError(f"config.queries.num_classes={config.queries.num_classes} but the dataset "
                       f"has {ctx.dataset.num_classes} classes: the automatic plan assumes the "
@@ -201,7 +201,7 @@ def run(ctx: Context) -> dict:
                       "(generator.num_synthetic or pool.size).")
   select_key, noise_key = jax.random.split(ctx.key("queries"))
   params, predict, _ = artefacts.load_teachers(ctx)
-  client = config.queries.get("client", "")
+  client = config.queries.client
 
   client_key = ctx.key("ldp_client")
 
