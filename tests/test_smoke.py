@@ -7,10 +7,10 @@ here, not on a user's GPU.
 
 The runs are marked ``smoke`` (and ``slow``, so the default test command leaves them out);
 ``.ci/run`` runs them after the suite (``bash launch/test.sh -m smoke --dist loadgroup``).
-Presets that share a stage's config slice (DGD's teachers and baseline across its budgets,
-the teachers preset's) share its folder, as sweep points do: each stage is trained once per
-slice and reused by the other presets run in the same process (``xdist_group``: one
-process per method, so nothing is trained twice at the same time).
+Presets that share a stage's config slice (the paper teachers of the teachers, DGD and DPDFD
+ensemble presets, DGD's baseline and generator across its budgets) share its folder, as
+sweep points do: each stage is trained once per slice and reused by the other presets run in
+the same process (``xdist_group``, ``GROUPS``), so nothing is trained twice at once.
 """
 from __future__ import annotations
 
@@ -54,6 +54,9 @@ PRESETS = [
     ("dpsgd", "fashion_mnist,eps1,cnn", ()),
     ("dpsgd", "fashion_mnist,eps10,scatternet_cnn", ()),
 ]
+# Methods whose presets share the paper teachers' config slice run in one process (xdist_group)
+# so the 250 teachers are trained once for all of them; every other method is its own group.
+GROUPS = {"teachers": "dgd", "dpdfd": "dgd"}
 IDS = [f"{m}:{a}" + "".join(f"+{e}" for e in extra) for m, a, extra in PRESETS]
 
 
@@ -143,7 +146,7 @@ def link_shared_stages(config, workdir, shared) -> None:
 
 @pytest.mark.parametrize("module,arg,extra", [
     pytest.param(*p, marks=[pytest.mark.smoke, pytest.mark.slow, pytest.mark.integration,
-                            pytest.mark.xdist_group("dgd" if p[0] == "teachers" else p[0])])
+                            pytest.mark.xdist_group(GROUPS.get(p[0], p[0]))])
     for p in PRESETS], ids=IDS)
 def test_smoke_run_through_every_stage(module, arg, extra, tmp_path, shared_stages):
   # As every real-data test: a missing dataset fails loudly rather than skipping the run.
