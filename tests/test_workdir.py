@@ -42,6 +42,7 @@ def lock_record(path):
     return json.load(f)
 
 
+@pytest.mark.integration
 def test_a_second_run_is_refused_naming_the_first(holder, tmp_path, npz_file):
   path = str(tmp_path / "w")
   held = lock_record(path)
@@ -59,6 +60,7 @@ def test_a_second_run_is_refused_naming_the_first(holder, tmp_path, npz_file):
   assert sorted(os.listdir(path)) == [workdir.LOCK] and lock_record(path) == held
 
 
+@pytest.mark.integration
 def test_the_lock_of_a_killed_run_is_taken_over_and_released(holder, tmp_path):
   path = str(tmp_path / "w")
   killed = lock_record(path)
@@ -81,6 +83,7 @@ def write_lock(path, **record):
     json.dump(record, f)
 
 
+@pytest.mark.integration
 def test_a_reused_pid_is_not_taken_for_the_run_that_held_the_lock(tmp_path):
   path = str(tmp_path / "w")
   sleeper = subprocess.Popen(["sleep", "60"])
