@@ -75,8 +75,8 @@ ROWS = (
 LINES = {
     "dgd": "DGD",
     "dgd_private": "DGD end to end (private_baseline)",
-    "pate": "PATE (data-dependent epsilon)",
-    "pate_plus": "PATE+ (data-dependent epsilon)",
+    "pate": "PATE (LNMax, every query charged)",
+    "pate_plus": "PATE+ (Confident-GNMax, Renyi filter)",
     "dpdfd": "DPDFD, one teacher",
     "dpdfd_ensemble": "DPDFD, ensemble on a synthetic set",
     "dpsgd_scatternet": "DP-SGD, ScatterNet + linear",
