@@ -17,7 +17,8 @@ from absl import logging
 from dgd_jax import distributed, generative, methods, pool, query_plan
 from dgd_jax import report as report_lib
 from dgd_jax.configs.common import smoke_schedules
-from dgd_jax.core import Config, Context
+from dgd_jax.core import Config, Context, private_size
+from dgd_jax.data.partitions import config_teachers_changed
 from dgd_jax.data import load_private
 from dgd_jax.errors import (ConfigError, PrivacyAuditError, UserInputError,
                             WorkdirConflictError)
@@ -59,11 +60,17 @@ def run_config(config: Config) -> Config:
   """The config a run uses: ``smoke_schedules``, and ``num_teachers = 0`` replaced by the count
   chosen for the private set's size (``query_plan.num_teachers_for``), the reason kept in
   ``config.num_teachers_chosen`` (no stage reads it, so fingerprints are those of the count).
-  Idempotent."""
+  N is ``config.private_size`` when set, else the data's size: fixed under replace-one
+  neighbours; under add/remove-one it must be the public ``private_size``. Idempotent."""
   config = smoke_schedules(config)
   if config.get("num_teachers", None) != 0:
     return config
-  size = len(load_private(config).x_train)
+  if not config.private_size and "add_or_remove_one" in config_teachers_changed(config):
+    # One example more or less must not change the count (and so every shard): N is public.
+    raise ConfigError("num_teachers=0 chooses the count from N, the private set's size, which "
+                      "add/remove-one neighbours change (teachers.partition='stable'): set "
+                      "config.private_size to make N public, or set config.num_teachers.")
+  size = config.private_size or private_size(config)
   config = copy.deepcopy(config)
   with config.unlocked():
     config.num_teachers = query_plan.num_teachers_for(size)

@@ -47,7 +47,8 @@ MIN_TEACHERS = 10
 
 def num_teachers_for(num_private: int) -> int:
   """The teacher count for ``num_private`` private examples: N // IMAGES_PER_TEACHER within
-  [MIN_TEACHERS, MAX_TEACHERS]. It reads only N, the size the run is configured with."""
+  [MIN_TEACHERS, MAX_TEACHERS]. N must not differ between neighbouring datasets
+  (``pipeline.run_config``), or the count and so every shard could."""
   if num_private < MIN_TEACHERS:
     raise ConfigError(f"{num_private} private examples cannot be split among "
                       f"{MIN_TEACHERS} teachers; give a larger private set.")

@@ -69,3 +69,12 @@ def _auto(npz_file):
   config = tiny_configs.dgd(npz_file)
   config.num_teachers = 0
   return config
+
+
+def test_under_add_or_remove_one_the_count_needs_a_public_size(npz_file):
+  config = _auto(npz_file)
+  config.teachers.partition = "stable"  # claims add/remove-one, where N itself changes
+  with pytest.raises(ConfigError, match="config.private_size"):
+    pipeline.run_config(config)
+  config.private_size = 480  # a config value, the same for every neighbour
+  assert pipeline.run_config(config).num_teachers == 10
