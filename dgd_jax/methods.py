@@ -77,6 +77,12 @@ _DIAGNOSTICS_NOTE = (
     "Diagnostics computed by the server and not released: the student trained on the "
     "teachers' noiseless plurality (student_accuracy_noiseless_labels) and the agreement of "
     "the noisy labels with the plurality and with the baseline.")
+_SMOOTH_SENSITIVITY_NOTE = (
+    "queries.smooth_sensitivity: the smooth-sensitivity release of the data-dependent epsilon "
+    "(PATE 2018 Sec. 4) is a further release, not composed into the headline; its order and "
+    "beta are chosen from the votes, and the exact values printed beside it (the epsilon "
+    "before the release, the expected epsilon, the smooth sensitivity) are diagnostics, not "
+    "DP releases.")
 _RAW_POOL_NOTE = (
     "pool.source='train': the student's unlabelled pool is the private training set itself "
     "(a stand-in for public data, DGD Fig. 4 and 7). The student sees those images without "
@@ -85,12 +91,14 @@ _RAW_POOL_NOTE = (
 
 def _uncovered_inputs(config: Config, results: dict) -> list[str]:
   """What reaches a run's released model or diagnostics without noise, beyond its method's
-  note: a pool of private images, private-set statistics in the generator, and the server's
-  noiseless diagnostics."""
+  note: a pool of private images, private-set statistics in the generator, the server's
+  noiseless diagnostics, and a smooth-sensitivity release beside the headline."""
   return (([_RAW_POOL_NOTE] if config.get("pool", {}).get("source") == "train" else [])
           + ([_STATISTICS_NOTE] if config.get("generator", {}).get("w_stats", 0) > 0 else [])
           + ([_DIAGNOSTICS_NOTE] if "student_accuracy_noiseless_labels"
-             in results.get("student", {}) else []))
+             in results.get("student", {}) else [])
+          + ([_SMOOTH_SENSITIVITY_NOTE] if config.get("queries", {}).get("smooth_sensitivity")
+             else []))
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (

@@ -32,8 +32,9 @@ def neighbours(p: dict, accountant: str) -> str:
 
 
 def _privacy(config, results: dict) -> dict:
-  """Headline epsilon (``config.privacy.accountant``: data-independent for DGD and DPDFD,
-  PATE's data-dependent bound for PATE) and the rest, from the method's ledger."""
+  """Headline epsilon (``config.privacy.accountant``: data-independent, or a Renyi filter's
+  budget; a data-dependent accountant only where a config asks for one) and the rest, from
+  the method's ledger."""
   method = methods.method(config)
   stage = results[method.privacy_stage]
   p = stage["privacy"]
@@ -232,9 +233,11 @@ def _pate2018_lines(report: dict) -> list[str]:
   if "smooth_sensitivity" in stage:
     s = stage["smooth_sensitivity"]
     lines.append(f"Smooth-sensitivity release of the data-dependent epsilon (PATE 2018 Sec. 4, "
-                 f"GNMax charged on {s['charged']} queries): {s['released']:.4g} (expected "
-                 f"{s['epsilon']:.4g} +- {s['std']:.3g}; {s['epsilon_before']:.4g} before the "
-                 f"release; order {s['order']:g}, beta {s['beta']:.3g}).")
+                 f"GNMax charged on {s['charged']} queries; not composed into the headline): "
+                 f"{s['released']:.4g}. Diagnostics beside it (not DP releases; order and beta "
+                 f"chosen from the votes): expected {s['epsilon']:.4g} +- {s['std']:.3g}, "
+                 f"{s['epsilon_before']:.4g} before the release, order {s['order']:g}, beta "
+                 f"{s['beta']:.3g}.")
   return lines
 
 

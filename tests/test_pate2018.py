@@ -84,5 +84,7 @@ def test_smooth_sensitivity_release_in_the_queries_stage(npz_file, tmp_path):
   assert s["answered"] == report["stages"]["queries"]["answered"]
   assert s["epsilon"] == pytest.approx(s["epsilon_before"] + s["gnss_rdp"])
   assert s["conditions"] == {"C5": True, "C6": True}
-  assert "Smooth-sensitivity release of the data-dependent epsilon" in (
-      tmp_path / "p" / "report.md").read_text()
+  md = (tmp_path / "p" / "report.md").read_text()
+  assert "Smooth-sensitivity release of the data-dependent epsilon" in md
+  assert "not composed into the headline" in md and "not DP releases" in md
+  assert any("smooth-sensitivity release" in n for n in report["covers"]["not_covered"])
