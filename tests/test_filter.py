@@ -106,3 +106,15 @@ def test_realised_filter_record_keeps_its_diagnostics_apart():
   with pytest.raises(ConfigError, match="mask over the"):
     privacy.FilteredQueries(40.0, 300, 1.0, 1e-5, out.order, 200.0, 150.0, asked=3,
                             answered=np.ones(4, bool), stop_reason="budget")
+
+
+def test_a_budget_below_one_querys_worst_case_is_refused_before_any_query():
+  order = 10.0
+  step = sum(privacy.FilteredQueries(40.0, 10, 5.0, 1e-5, order, 200.0, 150.0).step_rdp())
+  budget = renyi_filter.rdp_budget(5.0, 1e-5, order)
+  # Spend all but half a query's worst case: the filter could ask nothing, so it is refused.
+  with pytest.raises(ConfigError, match="below one query's worst case"):
+    privacy.FilteredQueries(40.0, 10, 5.0, 1e-5, order, 200.0, 150.0,
+                            spent_before=budget - step / 2)
+  assert privacy.FilteredQueries(40.0, 10, 5.0, 1e-5, order, 200.0, 150.0,
+                                 spent_before=budget - 2 * step).budget == pytest.approx(2 * step)

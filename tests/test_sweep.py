@@ -159,3 +159,25 @@ def test_a_joined_axis_whose_first_field_repeats_plots_every_point(tmp_path, mon
   xs, series = drawn["accuracy.png"]
   assert xs == ["16384:147:16", "16384:147:32"]
   assert series["test_accuracy"] == [0.5, 0.6]  # neither point overwrites the other
+
+
+def test_a_reused_workdir_of_another_format_is_refused_before_anything_is_linked(npz_file,
+                                                                                tmp_path):
+  from dgd_jax.errors import WorkdirConflictError  # pylint: disable=g-import-not-at-top
+  old = tmp_path / "old"
+  old.mkdir()
+  (old / "config.json").write_text(json.dumps({"method": "dgd"}))  # no "format": format 1
+  config = tiny_configs.dgd(npz_file)
+  with pytest.raises(WorkdirConflictError, match="format 1"):
+    sweep.run(config, str(tmp_path / "s"), [sweep.parse_axis("seed=1", config)],
+              reuse=[str(old)])
+  assert not (tmp_path / "s").exists()
+
+
+def test_the_filter_with_an_automatic_plan_is_refused(npz_file):
+  from dgd_jax.stages import queries  # pylint: disable=g-import-not-at-top
+  config = tiny_configs.dgd(npz_file)
+  config.queries.update(plan="auto", filter=True, aggregator="gnmax")
+  config.privacy.accountant = "renyi_filter"
+  with pytest.raises(ConfigError, match="plan='fixed'"):
+    queries.check(config)

@@ -332,10 +332,11 @@ class FilteredQueries(TeacherRelease):
       object.__setattr__(self, "sigma1", checks.positive("sigma1 (threshold noise)",
                                                          self.sigma1))
       object.__setattr__(self, "threshold", float(self.threshold))
-    if not self.budget > 0:
+    if not self.budget >= sum(self.step_rdp()):  # the filter checks each query's worst case
       raise ConfigError(f"the filter's budget at order {self.filter_order:g} is "
-                        f"{self.budget:.6g} after the other records' {self.spent_before:.6g}: "
-                        "no query fits; raise the filter epsilon.")
+                        f"{self.budget:.6g} after the other records' {self.spent_before:.6g}, "
+                        f"below one query's worst case {sum(self.step_rdp()):.6g}: no query "
+                        "fits; raise the filter epsilon or the noise.")
     if self.asked is not None:
       asked = checks.count("asked", self.asked, minimum=0)
       if asked > self.queries:

@@ -87,6 +87,9 @@ def planned(config, neighbours: str, before=()) -> privacy.Release:
 
 def check(config) -> None:
   """Refuses query settings no run can use, before anything is trained."""
+  if filtered(config) and config.queries.plan == "auto":
+    raise ConfigError("config.queries.filter spends privacy.max_epsilon itself and stops when it "
+                      "is spent: use queries.plan='fixed' with num_queries as the most to ask.")
   q = settings(config)
   if q.selection not in SELECTIONS:
     raise ConfigError(f"config.queries.selection={q.selection!r}; use one of {SELECTIONS}.")

@@ -142,6 +142,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
     pipeline.check_config(c)
     if not accounting_only:
       methods.budget_guard(c)
+  for r in reuse:  # a workdir of another format is refused before anything is linked
+    Workdir(r, writer=False).check_format()
   workdir = os.path.abspath(workdir)
   rows = []
   with Workdir(workdir).lock():  # one sweep per workdir (each point's run locks its own)
