@@ -78,9 +78,8 @@ def model_of(config, num_classes: int):
   d = config.dpsgd
   if d.model in dpsgd_models.SCATTERING:
     return dpsgd_models.MODELS[d.model](num_classes=num_classes, groups=d.groups,
-                                  norm_affine=d.norm_affine)
+                                        norm_affine=d.norm_affine)
   return dpsgd_models.MODELS[d.model](num_classes=num_classes)
-
 
 
 # ---- DGD's private baseline -----------------------------------------------------------------
@@ -104,7 +103,8 @@ def baseline_releases(config, neighbours: str = "replace_one", dataset_size: int
                                 b.num_steps, d.norm_bound, d.sampling, relation=neighbours)
 
   def calibrate() -> float:  # the least noise that fits beside every relation's queries
-    shape = (template.batch_size, template.dataset_size, template.steps, template.norm_bound)
+    shape = (template.batch_size, template.dataset_size, template.steps, template.norm_bound,
+             template.sampling)
     return max(_noise_with(shape, (q.mechanism, q.noise_parameter, q.count, q.teachers_changed,
                                    q.neighbours), p.max_epsilon, p.delta, p.accountant)
                for q in (query_plan.release(config, neighbours=r)
@@ -119,9 +119,9 @@ def _noise_with(steps: tuple, queries: tuple, target: float, delta: float,
                 accountant: str) -> float:
   """The least baseline noise whose steps, composed with the fixed queries (under the
   queries' relation), fit ``target``."""
-  batch, size, count, norm = steps
+  batch, size, count, norm, sampling = steps
   mechanism, noise, num, changed, neighbours = queries
-  template = privacy.DpsgdSteps(1.0, batch, size, count, norm, relation=neighbours)
+  template = privacy.DpsgdSteps(1.0, batch, size, count, norm, sampling, relation=neighbours)
   fixed = privacy.MECHANISMS[mechanism](noise, num, teachers_changed=changed,
                                         neighbours=neighbours)
   alone = privacy.epsilon_of(fixed, delta, accountant)
