@@ -148,7 +148,8 @@ def parse_arg(arg: str | None, grammar: Grammar) -> Arg:
                f"{'|'.join(next(c.values for c in grammar.slots if c.name == slot))}")
       given[slot] = item
     else:
-      hint = _closest(item, grammar.tokens()) or _elsewhere(item) or " (the dataset is the first token only)"
+      hint = (_closest(item, grammar.tokens()) or _elsewhere(item)
+              or " (the dataset is the first token only)")
       refuse(f"unknown token {item!r}{hint}")
   named = flags | set(given.values())
   for token, needed in grammar.requires:

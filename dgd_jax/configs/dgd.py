@@ -17,7 +17,7 @@ whose data-independent epsilon (``privacy.accountant``, delta 1e-5) exceeds
 ``privacy.max_epsilon``. ``private_baseline`` trains the baseline with DP-SGD and accounts it
 with the queries in one epsilon (``private``).
 
-COMMAND (quick CPU preset; results: RESULTS.md, DGD, "The presets now"):
+COMMAND (quick CPU preset; results: RESULTS.md, DGD, "The presets"):
   python -m dgd_jax.main --config=dgd_jax/configs/dgd.py:fashion_mnist,cpu \
       --workdir=workdirs/dgd_cpu
 COMMAND (standard CPU preset, eps 1):
@@ -125,7 +125,7 @@ def generator_config(paper: bool, table1: bool = False) -> ml_collections.Config
 
 # The CPU presets' synthesis (``inversion``): DeepInversion, 8000 samples (more samples than
 # 4000 gave the quick student about 3 points on the same teachers: RESULTS.md, DGD, "The
-# presets now").
+# presets").
 INVERSION = dict(synthesis="inversion", w_stats=10.0, jitter=1, oversample=1.0,
                  num_synthetic=8000)
 
