@@ -74,7 +74,8 @@ def main() -> None:
   for eps in (float(e) for e in args.epsilons.split(",")):
     one = privacy.ConfidentGNMaxQueries(t, s1, s2, 1)
     plan = min(privacy.max_queries(one, eps, delta, "rdp"), len(votes))
-    run = renyi_filter.filter_queries(passed, eps, delta, "confident_gnmax", s2, s1)
+    order = renyi_filter.filter_order(eps, delta, "confident_gnmax", s2, s1)
+    run = privacy.FilteredQueries(s2, len(passed), eps, delta, order, t, s1).run_filter(passed)
     ss_n, ss = ss_prefix(votes, passed, t, s1, s2, eps, delta)
     gnmax = min(privacy.max_queries(privacy.GNMaxQueries(s2, 1), eps, delta, "rdp"), len(votes))
     auto, _ = query_plan.choose(n_teachers, n_classes, eps, delta, 0.5, len(votes))

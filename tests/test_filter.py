@@ -48,17 +48,26 @@ def test_realised_rdp_never_exceeds_the_budget_at_any_order():
       assert out.asked < bits.size
 
 
+def filtered_run(passed, epsilon, sigma2, sigma1=None):
+  """The stage's filter over ``passed``: the plan at the order chosen from public parameters."""
+  mechanism = "gnmax" if sigma1 is None else "confident_gnmax"
+  order = renyi_filter.filter_order(epsilon, 1e-5, mechanism, sigma2, sigma1)
+  plan = privacy.FilteredQueries(sigma2, len(passed), epsilon, 1e-5, order,
+                                 None if sigma1 is None else 200.0, sigma1)
+  return plan.run_filter(passed)
+
+
 def test_the_filtered_run_matches_what_the_stage_charges():
   rng = np.random.default_rng(1)
   votes = rng.multinomial(250, rng.dirichlet(np.full(10, 0.3)), size=400)
   passed = votes.max(axis=1) + rng.normal(0, 150, 400) >= 200
-  out = renyi_filter.filter_queries(passed, 1.0, 1e-5, "confident_gnmax", 40.0, 150.0)
+  out = filtered_run(passed, 1.0, 40.0, 150.0)
   assert out.stop_reason == "budget" and 0 < out.asked < 400
   lam = [out.order]
   cost = (out.asked * pate2018.threshold_rdp(150.0, lam)[0]
           + out.answered.sum() * pate2018.gnmax_rdp(40.0, lam)[0])
   assert cost == pytest.approx(out.spent) and cost <= out.budget
-  gnmax = renyi_filter.filter_queries(passed, 1.0, 1e-5, "gnmax", 40.0)
+  gnmax = filtered_run(passed, 1.0, 40.0)
   assert gnmax.answered.all() and gnmax.asked < out.asked  # every GNMax query is charged
 
 
@@ -93,7 +102,7 @@ def test_realised_filter_record_keeps_its_diagnostics_apart():
   rng = np.random.default_rng(2)
   votes = rng.multinomial(250, rng.dirichlet(np.full(10, 0.3)), size=300).astype(float)
   passed = votes.max(axis=1) + rng.normal(0, 150, 300) >= 200
-  out = renyi_filter.filter_queries(passed, 1.0, 1e-5, "confident_gnmax", 40.0, 150.0)
+  out = filtered_run(passed, 1.0, 40.0, 150.0)
   record = privacy.FilteredQueries(40.0, 300, 1.0, 1e-5, out.order, 200.0, 150.0,
                                    asked=out.asked, answered=out.answered,
                                    stop_reason=out.stop_reason, votes=votes[:out.asked])

@@ -298,12 +298,14 @@ def _pate2018(release: releases.Release, delta: float) -> tuple[releases.Release
   out, votes = {}, release.votes
   if _FILTER.value is not None:
     mechanism = "confident_gnmax" if confident else "gnmax"
-    run = renyi_filter.filter_queries(bits, _FILTER.value, delta, mechanism, sigma2, sigma1,
-                                      _FILTER_ORDER.value, k)
-    release = releases.FilteredQueries(
-        sigma2, release.queries, _FILTER.value, delta, run.order, threshold, sigma1,
-        asked=run.asked, answered=run.answered, stop_reason=run.stop_reason,
-        votes=votes[:run.asked], teachers_changed=k, neighbours=release.neighbours)
+    order = _FILTER_ORDER.value if _FILTER_ORDER.value is not None else (
+        renyi_filter.filter_order(_FILTER.value, delta, mechanism, sigma2, sigma1,
+                                  teachers_changed=k))
+    plan = releases.FilteredQueries(sigma2, release.queries, _FILTER.value, delta, order,
+                                    threshold, sigma1, teachers_changed=k,
+                                    neighbours=release.neighbours)
+    run = plan.run_filter(bits)
+    release = plan.realise(run.asked, run.answered, run.stop_reason, votes)
     out["filter"] = {"epsilon": _FILTER.value, "queries": int(bits.size), **run.to_json()}
     votes, bits = votes[:run.asked], run.answered
   if _SMOOTH.value:

@@ -120,18 +120,3 @@ def run_filter(passed, budget, threshold_cost, gnmax_cost) -> FilterOutcome:
 
 def _scalar(x: np.ndarray):
   return float(x[0]) if x.size == 1 else x
-
-
-def filter_queries(passed, epsilon: float, delta: float, mechanism: str, sigma2: float,
-                   sigma1: float | None = None, order: float | None = None,
-                   teachers_changed: int = 1, spent_before: float = 0.0) -> FilterOutcome:
-  """The filter over ``passed`` with the budget of ``epsilon`` at ``delta`` at ``order``
-  (default ``filter_order``), less ``spent_before`` (other records' RDP at that order)."""
-  if order is None:
-    order = filter_order(epsilon, delta, mechanism, sigma2, sigma1,
-                         teachers_changed=teachers_changed)
-  step1, step2 = step_rdp(mechanism, sigma2, sigma1, [order], teachers_changed)
-  budget = rdp_budget(epsilon, delta, order) - spent_before
-  passed = np.ones(len(passed), bool) if mechanism == "gnmax" else passed
-  out = run_filter(passed, budget, float(step1[0]), float(step2[0]))
-  return dataclasses.replace(out, order=float(order))

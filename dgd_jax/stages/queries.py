@@ -178,39 +178,35 @@ def release_smooth_sensitivity(config, key: jax.Array, votes, answered) -> dict:
       rng=np.random.default_rng(seed)).to_json()
 
 
-def run(ctx: Context) -> dict:
+def check_run(ctx: Context, num: int, pool_size: int) -> None:
+  """Refuses a run the loaded data cannot serve: an automatic plan for another class count,
+  more queries than the pool holds."""
   config = ctx.config
-  p = config.privacy
-  # A private baseline's DP-SGD steps, as they ran (the stage may be reused), compose with
-  # the queries in one ledger per relation.
-  baseline = {r: dpsgd_plan.recorded_baseline(ctx.results, r) for r in neighbours(config)}
-  steps = dpsgd_plan.recorded_baseline(ctx.results)
-  plans = {r: planned(config, r, baseline[r]) for r in neighbours(config)}
-  if steps and p.max_epsilon > 0:
-    for r in neighbours(config):
-      privacy.PrivacyLedger([*baseline[r], plans[r]]).check_budget(
-          p.max_epsilon, p.delta, p.accountant)
-  x_pool = pool.load(ctx)
-  q = settings(config)
-  num = q.num_queries
   if config.queries.plan == "auto" and (
       config.queries.num_classes != ctx.dataset.num_classes):
     raise ConfigError(f"config.queries.num_classes={config.queries.num_classes} but the dataset "
                       f"has {ctx.dataset.num_classes} classes: the automatic plan assumes the "
                       "dataset's number; set it to match.")
-  if num > len(x_pool):
-    raise ConfigError(f"config.queries.num_queries={num} exceeds the {len(x_pool)} "
+  if num > pool_size:
+    raise ConfigError(f"config.queries.num_queries={num} exceeds the {pool_size} "
                       "samples of the unlabelled pool; lower it or enlarge the pool "
                       "(generator.num_synthetic or pool.size).")
+
+
+def ask_teachers(ctx: Context, x_pool: np.ndarray):
+  """The queries in their rounds: (indices into the pool, vote histograms, noisy labels,
+  answered mask), in the order they were asked. Selection reads public information only
+  (the pool, and for least-confident selection a student of the first round's answers)."""
+  config = ctx.config
+  q = settings(config)
+  num = q.num_queries
   select_key, noise_key = jax.random.split(ctx.key("queries"))
   params, predict, _ = artefacts.load_teachers(ctx)
-  client = config.queries.client
-
   client_key = ctx.key("ldp_client")
 
   def ask(indices, key, round_index):  # the teachers' votes on x_pool[indices], answers
     sent = x_pool[indices]
-    if client == "ldp":  # the client masks and perturbs what it sends (LDP Algorithm 1)
+    if config.queries.client == "ldp":  # the client masks and perturbs (LDP Algorithm 1)
       c = config.ldp
       sent = np.asarray(ldp.transform(jax.random.fold_in(client_key, round_index),
                                       jnp.asarray(sent), c.sigma, c.mu, c.bound))
@@ -225,17 +221,57 @@ def run(ctx: Context) -> dict:
     indices = np.sort(np.asarray(jax.random.choice(select_key, len(x_pool), (first,),
                                                    replace=False)))
   votes, labels, answered = ask(indices, noise_key, 0)
-  if q.selection == "least_confident":  # PATE App. C.2: a student picks the second round
-    if not answered.any():
-      raise ConfigError("no first-round query was answered, so no student can pick the "
-                        "rest: raise config.queries.first_round or lower the threshold.")
-    probs = selector_probabilities(ctx, x_pool[indices[answered]], labels[answered], x_pool)
-    probs[indices] = np.inf  # never ask twice
-    second = least_confident(probs, num - first)
-    more = ask(second, jax.random.fold_in(noise_key, 1), 1)
-    indices = np.concatenate([indices, second])
-    votes, labels, answered = (np.concatenate([a, b]) for a, b in
-                               zip((votes, labels, answered), more))
+  if q.selection != "least_confident":
+    return indices, votes, labels, answered
+  if not answered.any():  # PATE App. C.2: a student picks the second round
+    raise ConfigError("no first-round query was answered, so no student can pick the "
+                      "rest: raise config.queries.first_round or lower the threshold.")
+  probs = selector_probabilities(ctx, x_pool[indices[answered]], labels[answered], x_pool)
+  probs[indices] = np.inf  # never ask twice
+  second = least_confident(probs, num - first)
+  more = ask(second, jax.random.fold_in(noise_key, 1), 1)
+  return (np.concatenate([indices, second]),
+          *(np.concatenate([a, b]) for a, b in zip((votes, labels, answered), more)))
+
+
+def diagnostics(ctx: Context, x_pool, indices, labels, answered, steps) -> dict:
+  """What the result says beside the ledgers: the client's local epsilon, what the
+  epsilon covers, the labels' agreement with the baseline's, why this plan."""
+  config = ctx.config
+  q = settings(config)
+  local = {}
+  if config.queries.client == "ldp":  # the client side's own guarantee, per sample it sends
+    local = {"ldp_local_epsilon": privacy.ldp_local_epsilon(
+        config.ldp.sigma, int(np.prod(x_pool.shape[1:])), config.ldp.mu)}
+  if steps:
+    local["covered"] = (f"the private baseline's {steps[0].steps} DP-SGD steps and the "
+                        f"{q.aggregator} answers to {len(indices)} label queries, composed "
+                        "(everything the student saw derives from these)")
+  if config.pool.source == "synthetic":  # the baseline's labels of the queried samples
+    named = artefacts.load_synthetic_labels(ctx)[indices]
+    local["label_accuracy_vs_baseline"] = float(np.mean(labels[answered] == named[answered]))
+  if q.chosen:  # why this plan: every candidate's expected label accuracy and epsilon
+    local["plan"] = {"chosen": q.chosen[0], "candidates": q.chosen[1],
+                     "assumed_consensus": config.queries.assumed_consensus}
+  return local
+
+
+def run(ctx: Context) -> dict:
+  config = ctx.config
+  p = config.privacy
+  # A private baseline's DP-SGD steps, as they ran (the stage may be reused), compose with
+  # the queries in one ledger per relation.
+  baseline = {r: dpsgd_plan.recorded_baseline(ctx.results, r) for r in neighbours(config)}
+  steps = dpsgd_plan.recorded_baseline(ctx.results)
+  plans = {r: planned(config, r, baseline[r]) for r in neighbours(config)}
+  if steps and p.max_epsilon > 0:
+    for r in neighbours(config):
+      privacy.PrivacyLedger([*baseline[r], plans[r]]).check_budget(
+          p.max_epsilon, p.delta, p.accountant)
+  x_pool = pool.load(ctx)
+  q = settings(config)
+  check_run(ctx, q.num_queries, len(x_pool))
+  indices, votes, labels, answered = ask_teachers(ctx, x_pool)
   pate2018 = {}  # where the filter stopped; the smooth-sensitivity release
   if filtered(config):
     (indices, votes, labels, answered), records, pate2018["filter"] = apply_filter(
@@ -250,22 +286,8 @@ def run(ctx: Context) -> dict:
     pate2018["smooth_sensitivity"] = release_smooth_sensitivity(
         config, ctx.key("smooth_sensitivity"), votes, answered)
   plurality = np.argmax(votes, -1)
-  local = {}
-  if client == "ldp":  # the client side's own guarantee, per sample it sends
-    local = {"ldp_local_epsilon": privacy.ldp_local_epsilon(
-        config.ldp.sigma, int(np.prod(x_pool.shape[1:])), config.ldp.mu)}
-  if steps:
-    local["covered"] = (f"the private baseline's {steps[0].steps} DP-SGD steps and the "
-                        f"{q.aggregator} answers to {len(indices)} label queries, composed "
-                        "(everything the student saw derives from these)")
-  if config.pool.source == "synthetic":  # the baseline's labels of the queried samples
-    named = artefacts.load_synthetic_labels(ctx)[indices]
-    local["label_accuracy_vs_baseline"] = float(np.mean(labels[answered] == named[answered]))
-  if q.chosen:  # why this plan: every candidate's expected label accuracy and epsilon
-    local["plan"] = {"chosen": q.chosen[0], "candidates": q.chosen[1],
-                     "assumed_consensus": config.queries.assumed_consensus}
   return {
-      **local,
+      **diagnostics(ctx, x_pool, indices, labels, answered, steps),
       **pate2018,
       "aggregator": q.aggregator,
       "noise_scale": q.noise_scale,
