@@ -141,7 +141,9 @@ def load_dpsgd(ctx: Context):
 def load_teachers(ctx: Context):
   """The finished teachers stage's stacked parameters [n, ...] on the teacher mesh, its
   prediction function, and the teachers per vmapped chunk it planned (its result's
-  ``chunk``)."""
+  ``chunk``). Prediction holds no gradients or optimizer state, so the chunk planned for
+  training fits any device at least as large as the one that trained; on a smaller one,
+  rerun the teachers stage there (its memory plan picks the chunk)."""
   config, data = ctx.config, ctx.dataset
   n, chunk = config.num_teachers, ctx.results["teachers"]["chunk"]
   model, mesh = classifier(config, data.num_classes), parallel.teacher_mesh(n)
