@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -91,7 +93,7 @@ def test_smoke_keeps_every_shape_and_cuts_every_schedule(module, arg, extra):
   for k in schedules:
     assert after[k] <= common.SMOKE_STEPS, k
   counts = {"test_size", "queries.num_queries", "queries.first_round", "generator.num_synthetic",
-            "dpdfd.num_synthetic", "pool.size", "audit.splits"}
+            "dpdfd.num_synthetic", "pool.size", "audit.splits", "teachers.eval_size"}
   allowed = schedules | {k for k in before if k.split(".")[-1] == "decay_every"} | {
       "smoke", "log_every", "checkpoint_every"} | counts
   assert changed <= allowed, changed - allowed  # widths, batches, teacher counts, latents: kept
@@ -103,6 +105,8 @@ def test_smoke_keeps_every_shape_and_cuts_every_schedule(module, arg, extra):
     if f"{block}.num_synthetic" in before:  # 0 (as many as the private set) is cut too
       assert 0 < after[f"{block}.num_synthetic"] <= common.SMOKE_SYNTHETIC
       assert after[f"{block}.num_synthetic"] >= after.get("queries.num_queries", 0)
+  if "teachers" in smoke:
+    assert 0 < after["teachers.eval_size"] <= common.SMOKE_TEST_SIZE
   public = "pool" in smoke and smoke.pool.source == "public"
   assert smoke.test_size == common.SMOKE_TEST_SIZE + (smoke.pool.size if public else 0)
   if public:  # every query still fits the pool
@@ -124,6 +128,35 @@ def test_smoke_cuts_the_audit_and_leaves_its_shapes():
   assert audit.splits == common.SMOKE_AUDIT_SPLITS < full.splits
   assert audit.inversion_steps == common.SMOKE_STEPS
   assert (audit.examples, audit.inversion_batch) == (full.examples, full.inversion_batch)
+
+
+TOY_GROUPS = """
+import os, pytest
+@pytest.mark.parametrize("i", [pytest.param(i, marks=pytest.mark.xdist_group("g" if i < 4 else
+                                                                             f"h{i}"))
+                               for i in range(8)])
+def test_toy(i):
+  with open(os.path.join(os.environ["TOY_OUT"], str(i)), "w") as f:
+    f.write(os.environ["PYTEST_XDIST_WORKER"])
+"""
+
+
+@pytest.mark.integration
+def test_loadgroup_runs_a_group_in_one_process(tmp_path):
+  """The smoke runs share trained stages within a group (GROUPS): that holds only if
+  ``--dist loadgroup`` (as .ci/run passes it) keeps a group's tests on one worker with the
+  installed pytest and pytest-xdist."""
+  (tmp_path / "test_toy.py").write_text(TOY_GROUPS)
+  (tmp_path / "pytest.ini").write_text("[pytest]\n")
+  out = tmp_path / "out"
+  out.mkdir()
+  run = subprocess.run(
+      [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup",
+       "-p", "no:cacheprovider", str(tmp_path / "test_toy.py")],
+      cwd=tmp_path, env={**os.environ, "TOY_OUT": str(out)}, capture_output=True, text=True)
+  assert run.returncode == 0, run.stdout + run.stderr
+  workers = {int(f.name): f.read_text() for f in out.iterdir()}
+  assert len(workers) == 8 and len({workers[i] for i in range(4)}) == 1, workers
 
 
 @pytest.fixture(scope="session")

@@ -296,9 +296,10 @@ def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
   ``--config.smoke=True``) a copy with every SCHEDULES field cut to SMOKE_STEPS, the
   generator's learning-rate decay every round, logging every step and one checkpoint (the
   last step), the label queries cut to SMOKE_QUERIES, every synthetic set to SMOKE_SYNTHETIC,
-  the audit to SMOKE_AUDIT_SPLITS splits, PATE's public pool to SMOKE_SYNTHETIC images
-  too, and the test split to SMOKE_TEST_SIZE examples after that pool, so that
-  every code path runs at the preset's shapes in minutes. Idempotent."""
+  the audit to SMOKE_AUDIT_SPLITS splits, the teachers' evaluation to SMOKE_TEST_SIZE images,
+  PATE's public pool to SMOKE_SYNTHETIC images too, and the test split to SMOKE_TEST_SIZE
+  examples after that pool, so that every code path runs at the preset's shapes in minutes.
+  Idempotent."""
   if not config.get("smoke", False):
     return config
   config = copy.deepcopy(config)
@@ -325,6 +326,9 @@ def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
                                         SMOKE_SYNTHETIC)
   if "audit" in config:
     config.audit.splits = min(config.audit.splits, SMOKE_AUDIT_SPLITS)
+  if "teachers" in config:  # 0 = the whole test split, a public pool's images included
+    config.teachers.eval_size = min(config.teachers.eval_size or SMOKE_TEST_SIZE,
+                                    SMOKE_TEST_SIZE)
   public = "pool" in config and config.pool.source == "public"
   if public:  # PATE's public pool, as a synthetic one: every query and unlabelled images
     config.pool.size = min(config.pool.size, SMOKE_SYNTHETIC)
