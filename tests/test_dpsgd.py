@@ -240,6 +240,22 @@ def test_scattering_shape_filters_and_invariance():
   assert feature_change < 0.5 * pixel_change
 
 
+def test_scattering_features_of_the_same_bytes_are_computed_once():
+  rng = np.random.default_rng(1)
+  images = rng.uniform(0, 1, (3, 28, 28, 1)).astype(np.float32)
+  first = scattering.features(images)
+  assert scattering.features(images.copy()) is first and not first.flags.writeable
+  np.testing.assert_array_equal(first, np.asarray(scattering.scatter(jnp.asarray(images))))
+  other = images.copy()
+  other[0, 0, 0, 0] += 0.5  # one pixel more: computed afresh
+  assert scattering.features(other) is not first
+  assert not np.array_equal(scattering.features(other)[0], first[0])
+  for k in range(scattering.FEATURES_KEPT):  # the oldest results make room
+    scattering.features(images + k + 1)
+  assert scattering.features(images) is not first
+  np.testing.assert_array_equal(scattering.features(images), first)
+
+
 # ---- planner CLI ------------------------------------------------------------------------------
 
 def planner(*args):
