@@ -62,6 +62,7 @@ def test_finished_models_are_read_without_building_their_training_state(finished
   assert {r.tobytes() for r in kept} <= {r.tobytes() for r in x}
 
 
+@pytest.mark.integration
 def test_load_items_reads_only_the_items_it_names(tmp_path):
   """The checkpoint holds Adam's state too; the parameters are read without it."""
   model = Classifier(width=0.25)

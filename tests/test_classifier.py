@@ -55,6 +55,7 @@ def test_classifier_shapes_and_params(image_shape, hidden, width, expected_param
   np.testing.assert_allclose(model.apply(params, x, method=Classifier.backbone), features)
 
 
+@pytest.mark.integration
 def test_both_lowerings_share_parameters_and_compute_the_same_function():
   """'conv' (lax.conv, for models never vmapped) and 'im2col' read the same parameters and give
   the same logits and input gradients, so a stage may load a checkpoint under either."""

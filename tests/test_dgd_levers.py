@@ -66,6 +66,7 @@ def test_total_variation_by_hand():
   assert float(generative.total_variation(x)) == pytest.approx(3.0)
 
 
+@pytest.mark.integration
 def test_statistics_loss_and_layer_statistics_by_hand():
   stats = [(jnp.array([1.0, 2.0]), jnp.array([1.0, 1.0]))]
   targets = [(np.array([1.0, 0.0]), np.array([4.0, 5.0]))]

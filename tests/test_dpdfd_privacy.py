@@ -100,6 +100,7 @@ def test_direct_relation_is_t_sampled_without_replacement_gaussians():
     privacy.DpdfdSteps(sigma, "multiplier", C, b, t, relation="direct", dataset_size=32)
 
 
+@pytest.mark.integration
 def test_the_code_bounds_are_the_sensitivities_the_relations_use():
   # per-sample rows: each < C, matrix < sqrt(B) C; batch: matrix < C; ensemble, per-sample: each
   # teacher's row < C; ensemble, batch over the [n, B, K] stack: sum over teachers < sqrt(n) C.
@@ -164,6 +165,7 @@ def test_stage_grants_disjoint_only_on_checked_shards(monkeypatch, npz_file):
     stage.release(config, 300.0)
 
 
+@pytest.mark.integration
 def test_direct_step_samples_what_the_event_accounts(monkeypatch, npz_file):
   config = dpdfd_config.get_config(f"npz:{npz_file},cpu,direct")
   config.dpdfd.batch_size = 16

@@ -165,6 +165,7 @@ def test_clipped_per_example_gradients_match_a_hand_computation():
   assert float(jnp.sqrt(sum(jnp.sum(v ** 2) for v in jax.tree.leaves(total)))) <= 5 * clip + 1e-6
 
 
+@pytest.mark.integration
 def test_closed_form_linear_clipping_equals_jax_privacy():
   # ScatterNet + linear's ghost-clipped sum against jax-privacy's clipped_grad on the same
   # model: some examples clipped, some not, two padded; the same norms, losses and sum.
@@ -197,6 +198,7 @@ def test_closed_form_linear_clipping_equals_jax_privacy():
   assert set(generic["params"]) == {"GroupNorm_0", "Dense_0"}
 
 
+@pytest.mark.integration
 def test_scatter_linear_is_a_softmax_layer_on_non_affine_group_norm():
   # Tramer & Boneh's group norm has no learnt scale or shift: the only parameters are the
   # head's, and an example's gradient is (softmax - onehot) x [normalised features; 1].

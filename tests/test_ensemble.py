@@ -53,6 +53,7 @@ def test_lifted_step_equals_loop_over_members(chunk):
     np.testing.assert_allclose(metrics["loss"][i], loss, rtol=1e-5)
 
 
+@pytest.mark.integration
 def test_members_sample_only_their_partition():
   # Member 1 owns examples 16..30; labels elsewhere are 0, on its partition 7: after
   # training on its own data only, it predicts 7 everywhere.
@@ -69,6 +70,7 @@ def test_members_sample_only_their_partition():
   assert np.all(labels[1] == 7) and np.all(labels[0] == 0) and np.all(labels[2] == 0)
 
 
+@pytest.mark.integration
 def test_vote_histograms_sum_to_teachers_and_match_predictions():
   model, _, state, x, _, _ = setup_ensemble()
   mesh = parallel.teacher_mesh(N, jax.devices()[:1])

@@ -127,6 +127,7 @@ def test_inversion_reaches_its_targets_balanced_in_range_and_deterministic():
   np.testing.assert_array_equal(generative.invert(*args)[0], x)
 
 
+@pytest.mark.integration
 def test_vae_loss_falls_and_traces_once():
   x = jnp.asarray(square_images(128)[0])
   model = VAE(latent_dim=8, features=8)

@@ -139,6 +139,7 @@ def test_vae_shapes(image_shape):
   assert decoded.shape == (4, *image_shape)
 
 
+@pytest.mark.integration
 def test_vae_encode_and_decode_range():
   _, variables, x = _init_vae((28, 28, 1))
   apply = _vae_apply((28, 28, 1))
@@ -155,6 +156,7 @@ def test_vae_encode_and_decode_range():
   assert float(jnp.max(jnp.abs(decoded))) > 0.99  # saturates rather than being rescaled
 
 
+@pytest.mark.integration
 def test_vae_sampling_depends_only_on_key():
   _, variables, x = _init_vae((28, 28, 1))
   apply = _vae_apply((28, 28, 1))

@@ -48,6 +48,7 @@ def test_short_training_on_fashion_mnist_beats_chance(fashion_mnist, tmp_path):
   assert acc > 0.7, acc  # chance is 0.1
 
 
+@pytest.mark.integration
 def test_fit_resumes_exactly(npz_file, tmp_path):
   with np.load(npz_file) as f:
     x = f["x_train"][..., None].astype(np.float32) / 127.5 - 1
