@@ -86,11 +86,6 @@ def summary(name, test_votes, y_test, pool_votes, named, per_teacher, transfer):
         flush=True)
 
 
-def histograms(predictions: np.ndarray, classes: int) -> np.ndarray:
-  """[T, Q] predicted classes -> [Q, K] vote counts."""
-  return np.stack([np.bincount(p, minlength=classes) for p in predictions.T])
-
-
 def main(argv):
   del argv
   progress.setup_cli_logging()
@@ -123,9 +118,9 @@ def main(argv):
   test_pred = predict_heads(jnp.asarray(unit_features(data.x_test)))
   pool_pred = predict_heads(jnp.asarray(unit_features(x_pool)))
   print(f"ScatterNet heads: {time.time() - t0:.0f} s", flush=True)
-  summary("ScatterNet + softmax regression", histograms(test_pred, k), data.y_test,
-          histograms(pool_pred, k), named, np.mean(test_pred == data.y_test[None], axis=1),
-          transfer)
+  summary("ScatterNet + softmax regression", np.asarray(ensemble.histogram(test_pred, k)),
+          data.y_test, np.asarray(ensemble.histogram(pool_pred, k)), named,
+          np.mean(test_pred == data.y_test[None], axis=1), transfer)
 
 
 if __name__ == "__main__":
