@@ -157,8 +157,9 @@ def test_readme_npz_example_end_to_end_without_training(in_tmp):
   """The snippet's file is read by the npz loader, and the README's own-data command's config
   names it: 8,000 private images, 10,000 test images."""
   fmnist = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
-  if not os.path.exists(fmnist):
-    pytest.skip("the Debian package dataset-fashion-mnist is not installed")
+  # As every real-data test: a missing dataset fails loudly rather than skipping.
+  assert os.path.exists(fmnist), ("Fashion-MNIST IDX files missing: apt-get install "
+                                  "dataset-fashion-mnist (.ci/run does this).")
   from dgd_jax.data import loaders
   snippet = "\n".join(re.findall(r"^```python\n(.*?)^```", _read("README.md"), re.M | re.S))
   exec(compile(snippet, "README.md", "exec"), {"__name__": "readme"})  # pylint: disable=exec-used
