@@ -1,4 +1,5 @@
-"""Noisy aggregation of teacher votes: LNMax, GNMax, Confident-GNMax.
+"""Noisy aggregation of teacher votes: LNMax, GNMax, Confident-GNMax, and the Gaussian
+histogram (GNMax's noisy histogram released whole).
 
 All functions are pure, keyed and jittable. They take vote histograms ``votes`` [Q, K]
 (``ensemble.vote_histograms``: how many teachers chose each of K classes for each of Q
@@ -20,6 +21,8 @@ class Aggregate(NamedTuple):
   labels: jnp.ndarray  # [Q] int32; -1 where the query was not answered
   answered: jnp.ndarray  # [Q] bool
   votes: jnp.ndarray  # [Q, K] the histograms the labels came from (private)
+  # [Q, K] the noisy histograms where they are the release (gaussian_histogram), else None
+  released: jnp.ndarray | None = None
 
 
 def _require_positive(name: str, value: float) -> None:
@@ -60,6 +63,16 @@ def gnmax(key: jax.Array, votes: jnp.ndarray, sigma: float) -> Aggregate:
   _require_histograms(votes)
   noisy = votes + sigma * jax.random.normal(key, votes.shape)
   return plurality(noisy)._replace(votes=votes)
+
+
+def gaussian_histogram(key: jax.Array, votes: jnp.ndarray, sigma: float) -> Aggregate:
+  """The noisy histogram n + N(0, sigma^2 I) released whole, labels its argmax: the Gaussian
+  mechanism whose data-independent RDP bounds GNMax (PATE 2018 Prop. 8), so it costs what a
+  GNMax answer costs; its entries, unbiased for the vote counts, are the student's targets."""
+  _require_positive("sigma", sigma)
+  _require_histograms(votes)
+  noisy = votes + sigma * jax.random.normal(key, votes.shape)
+  return plurality(noisy)._replace(votes=votes, released=noisy)
 
 
 def confident_gnmax(key: jax.Array, votes: jnp.ndarray, threshold: float, sigma1: float,

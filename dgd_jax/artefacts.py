@@ -26,7 +26,9 @@ CHECKPOINTS = "checkpoints"  # <stage>/checkpoints: the stage's Orbax checkpoint
 REPLAY_CHECKPOINTS = "replay_checkpoints"
 SYNTHETIC = "synthetic.npy"  # generator (and dpdfd_samples): the synthetic images
 SYNTHETIC_LABELS = "synthetic_labels.npy"  # generator: the baseline's labels of them
-QUERIES = "queries.npz"  # queries: indices into the pool, noisy labels, answered mask
+# queries: indices into the pool, noisy labels, answered mask (and, for the gaussian_histogram
+# aggregator, the released noisy histograms)
+QUERIES = "queries.npz"
 VOTES = "votes.npy"  # queries: the teachers' vote histograms: PRIVATE, accounting only
 
 
@@ -212,7 +214,8 @@ def load_synthetic_labels(ctx: Context) -> np.ndarray:
 
 
 def load_queries(ctx: Context) -> dict[str, np.ndarray]:
-  """The queries stage's ``indices`` (into the pool), noisy ``labels`` and ``answered``."""
+  """The queries stage's ``indices`` (into the pool), noisy ``labels`` and ``answered`` (and
+  ``histograms``, the released noisy vote histograms, where the aggregator releases them)."""
   return dict(load_array(os.path.join(ctx.stage_path("queries"), QUERIES)))
 
 

@@ -112,7 +112,7 @@ def propagate(f: np.ndarray, labelled: np.ndarray, labels: np.ndarray, num_class
               neighbours: int = 10, alpha: float = 0.99, iterations: int = 30
               ) -> tuple[np.ndarray, np.ndarray]:
   """(label distributions [N, K], reached [N]) for every pool row (module docstring): labels
-  of the rows ``labelled`` spread over the symmetric k-NN graph of ``f`` (weights: cosine
+  (class indices [L], or distributions [L, K]) of the rows ``labelled`` spread over the symmetric k-NN graph of ``f`` (weights: cosine
   similarity, clipped at 0), each class's column then divided by its total (class mass
   normalisation, Zhu et al. 2003: a class with many labels does not flood the graph) and each
   row normalised. A row no label reached within ``iterations`` hops (``reached`` False) has
@@ -125,7 +125,10 @@ def propagate(f: np.ndarray, labelled: np.ndarray, labels: np.ndarray, num_class
   inv = 1.0 / np.sqrt(np.maximum(np.asarray(w.sum(1)).ravel(), 1e-12))
   s = sparse.diags(inv) @ w @ sparse.diags(inv)  # D^-1/2 W D^-1/2
   y = np.zeros((n, num_classes))
-  y[labelled, labels] = 1.0
+  if np.ndim(labels) == 2:
+    y[labelled] = labels
+  else:
+    y[labelled, labels] = 1.0
   out = y
   for _ in range(iterations):
     out = alpha * (s @ out) + (1.0 - alpha) * y  # Zhou et al. 2004, Eq. (1)

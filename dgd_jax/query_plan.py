@@ -17,6 +17,12 @@ empirical: students on the quick DGD preset's real votes (RESULTS.md, DGD, "Quer
 student") ranked GNMax sigma 30 / 40 (70.3% / 69.5%) above sigma 60 with 4x the queries
 (66.5%) and above sigma 20 (58.7%); Q * kappa^2 would have chosen sigma 60, Q * kappa^4
 chooses sigma 40.
+
+The ``gaussian_histogram`` aggregator releases each query's noisy histogram whole (the same
+data-independent epsilon as a GNMax label), and the student learns the noisy vote shares, an
+unbiased estimate whose noise averages out over many samples. Its plan is no trade-off of
+label accuracy against count: ``num_queries`` histograms with the least sigma that fits the
+budget (RESULTS.md, DGD on a small private set: 2,000 queries beat 1,000 and 8,000).
 """
 from __future__ import annotations
 
@@ -171,6 +177,10 @@ def _choose(n, k, eps, delta, consensus, cap, accountant, teachers_changed):
   return best, tuple(found)
 
 
+def _histograms(sigma: float, queries: int, teachers_changed: int) -> privacy.Release:
+  return privacy.HistogramQueries(sigma, queries, teachers_changed=teachers_changed)
+
+
 def settings(config) -> Settings:
   q, p = config.queries, config.privacy
   fixed = Settings(q.aggregator, q.noise_scale, q.num_queries, q.threshold, q.sigma1,
@@ -186,6 +196,13 @@ def settings(config) -> Settings:
   accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
   # Planned for the claimed relation whose change moves the most teachers (the largest epsilon).
   worst = max(config_teachers_changed(config).values())
+  if q.aggregator == "gaussian_histogram":  # num_queries histograms, the least noise that fits
+    sigma = privacy.min_noise(_histograms(1.0, q.num_queries, worst), p.max_epsilon, p.delta,
+                              accountant)
+    chosen = {"aggregator": q.aggregator, "noise_scale": sigma, "num_queries": q.num_queries,
+              "epsilon": privacy.epsilon_of(_histograms(sigma, q.num_queries, worst), p.delta,
+                                            accountant)}
+    return dataclasses.replace(fixed, noise_scale=sigma, chosen=(chosen, []))
   best, found = _choose(config.num_teachers, q.num_classes, p.max_epsilon, p.delta,
                         q.assumed_consensus, q.num_queries, accountant, worst)
   return dataclasses.replace(
@@ -207,5 +224,7 @@ def release(config, votes=None, answered=None, neighbours: str = "replace_one"
     return privacy.LNMaxQueries(q.noise_scale, q.num_queries, votes, **teacher)
   if q.aggregator == "gnmax":
     return privacy.GNMaxQueries(q.noise_scale, q.num_queries, votes, **teacher)
+  if q.aggregator == "gaussian_histogram":  # no data-dependent analysis: never the votes
+    return privacy.HistogramQueries(q.noise_scale, q.num_queries, **teacher)
   return privacy.ConfidentGNMaxQueries(q.threshold, q.sigma1, q.noise_scale, q.num_queries,
                                        answered, votes, **teacher)

@@ -19,7 +19,10 @@ with Q queries under `rdp`, delta 1e-5) it draws Q of the run's pool samples and
 accuracy of each round:
 
   hard:    one-hot argmax h~ (GNMax's label, what DGD releases)
-  soft:    softmax(h~ / (sigma / 2))
+  soft:    softmax(h~ / (sigma * temperature)), temperature 0.5 by default
+  raw:     h~ / n, unclipped (an unbiased estimate of the vote shares; with --propagation
+           only, where the graph averages it)
+  simplex: h~ projected onto the simplex scaled to the teacher count, normalised
   clip:    max(h~, 0), normalised
   clean:   the noiseless vote shares n / sum n (no privacy: the ceiling)
 
@@ -35,14 +38,29 @@ import time
 from absl import app, flags
 import numpy as np
 
-from dgd_jax import artefacts, ensemble, pipeline, pool, privacy, progress, train
+from dgd_jax import (artefacts, ensemble, pipeline, pool, privacy, progress, propagation,
+                     train)
 from dgd_jax.stages import student as student_stage
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 _PLANS = flags.DEFINE_string("plans", "1:48:40;1:4000", "'eps:Q[:sigma]' items, ';'-separated.")
 _TARGETS = flags.DEFINE_list("targets", ["hard", "soft", "clean"], "hard, soft, clip, clean.")
 _SELF = flags.DEFINE_integer("self_training", 0, "Self-training rounds after each student.")
+_STUDENT = flags.DEFINE_list("student", [], "Overrides of config.student, 'field=value'.")
 _SEED = flags.DEFINE_integer("seed", 1, "Seed of the query draw and of the noise.")
+_TEMPERATURE = flags.DEFINE_float("temperature", 0.5, "soft: the softmax temperature / sigma.")
+_PROPAGATION = flags.DEFINE_integer(
+    "propagation", 0, "k > 0: spread the targets over the pool's k-NN graph "
+    "(propagation.propagate) and train on the whole pool, the queried samples keeping theirs.")
+_PROPAGATED = flags.DEFINE_enum("propagated", "hard", ["hard", "soft"],
+                                "The other samples' targets: the likeliest class, or the "
+                                "propagated distribution.")
+_LOSS = flags.DEFINE_enum("loss", "ce", ["ce", "brier"],
+                          "The labelled loss: cross-entropy (Eq. 5), or the Brier score "
+                          "(stages.student.brier_score), bounded for negative targets.")
+_OWN = flags.DEFINE_enum("own", "released", ["released", "propagated"],
+                         "With --propagation, the queried samples' targets: their own, or "
+                         "those propagated (as the others').")
 flags.mark_flag_as_required("workdir")
 
 
@@ -50,12 +68,21 @@ def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float) -> np
   if kind == "hard":
     return np.eye(votes.shape[1])[noisy.argmax(1)]
   if kind == "soft":
-    z = noisy / (sigma / 2)
+    z = noisy / (sigma * _TEMPERATURE.value)
     e = np.exp(z - z.max(1, keepdims=True))
     return e / e.sum(1, keepdims=True)
   if kind == "clip":
     c = np.maximum(noisy, 0)
     return c / np.maximum(c.sum(1, keepdims=True), 1e-9)
+  if kind == "simplex":  # Euclidean projection of h~ onto {v >= 0, sum v = n}, normalised
+    n = votes.sum(1, keepdims=True)
+    u = -np.sort(-noisy, 1)
+    cum = (np.cumsum(u, 1) - n) / np.arange(1, u.shape[1] + 1)
+    rho = np.sum(u > cum, 1, keepdims=True)  # the entries that stay positive
+    v = np.maximum(noisy - np.take_along_axis(cum, rho - 1, 1), 0)
+    return v / n
+  if kind == "raw":  # h~ / n itself, negative entries kept: linear in h~, so unbiased
+    return noisy / votes.sum(1, keepdims=True)
   if kind == "clean":
     return votes / votes.sum(1, keepdims=True)
   raise ValueError(f"unknown target kind {kind!r}")
@@ -67,6 +94,9 @@ def main(argv):
   ctx = pipeline.open_run(_WORKDIR.value, "student")
   config, data = ctx.config, ctx.dataset
   config.student.self_training = _SELF.value
+  for item in _STUDENT.value:
+    field, value = item.split("=")
+    config.student[field] = type(config.student[field])(value)
   x = pool.load(ctx)
   teachers, predict, _ = artefacts.load_teachers(ctx)
   votes_all = ensemble.vote_histograms(predict, teachers, x, data.num_classes)  # PRIVATE
@@ -89,9 +119,20 @@ def main(argv):
     for kind in _TARGETS.value:
       t0 = time.time()
       name = f"probe_{plan.replace(':', '_')}_{kind}"
+      t = targets(kind, noisy, votes, sigma).astype(np.float32)
+      x_s, rest = x[idx], np.delete(x, idx, axis=0)
+      if _PROPAGATION.value:  # queried samples first, as the student stage orders them
+        x_s = np.concatenate([x_s, rest])
+        p, _ = propagation.propagate(propagation.features(x_s), np.arange(q), t,
+                                     data.num_classes, _PROPAGATION.value)
+        if _PROPAGATED.value == "hard":
+          p = np.eye(data.num_classes)[p.argmax(1)]
+        else:  # raw targets can leave negative entries
+          p = np.maximum(p, 0) / np.maximum(np.maximum(p, 0).sum(1, keepdims=True), 1e-12)
+        t = (p if _OWN.value == "propagated" else np.concatenate([t, p[q:]])).astype(np.float32)
       model, rounds = student_stage.train_student(
-          ctx, vae, x[idx], targets(kind, noisy, votes, sigma).astype(np.float32),
-          np.delete(x, idx, axis=0), name, os.path.join(folder, name))
+          ctx, vae, x_s, t, rest, name, os.path.join(folder, name),
+          brier=_LOSS.value == "brier")
       accuracies = [train.accuracy(model.apply, p, data.x_test, data.y_test) for p in rounds]
       print(f"  {kind:6s} " + " -> ".join(f"{a:.2%}" for a in accuracies)
             + f"  ({time.time() - t0:.0f} s)", flush=True)

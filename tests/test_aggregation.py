@@ -1,4 +1,4 @@
-"""Noisy aggregation: LNMax, GNMax, Confident-GNMax."""
+"""Noisy aggregation: LNMax, GNMax, the Gaussian histogram, Confident-GNMax."""
 from __future__ import annotations
 
 import jax
@@ -69,7 +69,21 @@ def test_confident_gnmax():
   assert bool((some.labels[~some.answered] == -1).all())
 
 
+def test_gaussian_histogram_releases_gnmax_noisy_histogram_whole():
+  """The released histograms are the votes plus N(0, sigma^2) per count, the labels their
+  argmax, and the same key gives GNMax's label: GNMax releases this histogram's argmax."""
+  agg = aggregation.gaussian_histogram(jax.random.key(3), VOTES, 20.0)
+  noise = np.asarray(agg.released) - np.asarray(VOTES)
+  assert abs(noise.mean()) < 4 * 20.0 / np.sqrt(noise.size)  # 4 standard errors
+  assert noise.std() == pytest.approx(20.0, rel=0.02)
+  np.testing.assert_array_equal(agg.labels, np.argmax(agg.released, -1))
+  np.testing.assert_array_equal(agg.labels, aggregation.gnmax(jax.random.key(3), VOTES, 20.0).labels)
+  assert bool(agg.answered.all()) and agg.votes is VOTES
+  assert aggregation.gnmax(jax.random.key(3), VOTES, 20.0).released is None  # the argmax only
+
+
 @pytest.mark.parametrize("call", [
+    lambda: aggregation.gaussian_histogram(jax.random.key(0), VOTES, 0.0),
     lambda: aggregation.lnmax(jax.random.key(0), VOTES, 0.0),
     lambda: aggregation.lnmax(jax.random.key(0), VOTES, -1.0),
     lambda: aggregation.gnmax(jax.random.key(0), VOTES, 0.0),

@@ -194,6 +194,10 @@ def test_label_propagation_spreads_labels_along_the_graph():
   p, reached = propagation.propagate(f, np.array([3]), np.array([1]), 3, neighbours=20)
   np.testing.assert_array_equal(reached, truth == 0)
   assert np.allclose(p[~reached], 1 / 3) and (p[reached].argmax(1) == 1).all()
+  # Label distributions propagate as their one-hot labels do (Y's rows are the distributions).
+  hard, _ = propagation.propagate(f, many, np.array([0] * 10 + [1]), 3, neighbours=20)
+  soft, _ = propagation.propagate(f, many, np.eye(3)[[0] * 10 + [1]], 3, neighbours=20)
+  np.testing.assert_allclose(soft, hard)
 
 
 def test_representative_queries_cover_the_clusters():
@@ -218,3 +222,46 @@ def test_propagation_runs_only_for_few_labels():
   assert not student.propagates(config, 2852, 8000)  # the quick preset's: a third labelled
   config.student.propagation = 0
   assert not student.propagates(config, 114, 8000)
+
+
+def test_histogram_plan_spends_the_budget_on_num_queries_histograms():
+  """plan='auto' with the gaussian_histogram aggregator: num_queries histograms at the least
+  sigma that fits the budget, recorded as a HistogramQueries release."""
+  from dgd_jax import privacy
+  config = dgd_config.get_config("fashion_mnist,cpu")
+  config.num_teachers = 50
+  config.queries.update(aggregator="gaussian_histogram", num_queries=2000)
+  q = query_plan.settings(config)
+  assert q.aggregator == "gaussian_histogram" and q.num_queries == 2000
+  record = query_plan.release(config)
+  assert isinstance(record, privacy.HistogramQueries) and record.sigma == q.noise_scale
+  assert 9.99 < privacy.epsilon_of(record, 1e-5, "rdp") <= 10.0
+  assert privacy.epsilon_of(record.with_noise(0.99 * q.noise_scale), 1e-5, "rdp") > 10.0
+  assert q.chosen[0]["epsilon"] == pytest.approx(privacy.epsilon_of(record, 1e-5, "rdp"))
+  config.privacy.max_epsilon = 1.0  # a tighter budget: more noise for the same count
+  assert query_plan.settings(config).noise_scale > 5 * q.noise_scale
+
+
+def test_brier_score_is_linear_in_the_targets():
+  """The Brier score's gradient is linear in the targets, so zero-mean noise on the targets
+  leaves the expected gradient unchanged (the released vote shares are unbiased); and it stays
+  bounded for targets with negative entries, where the cross-entropy is not."""
+  logits = jax.random.normal(jax.random.key(0), (5, 4))
+  t1 = jax.nn.softmax(jax.random.normal(jax.random.key(1), (5, 4)))
+  noise = 0.7 * jax.random.normal(jax.random.key(2), (5, 4))
+  grad = jax.grad(student.brier_score)
+  np.testing.assert_allclose(grad(logits, t1 + noise) + grad(logits, t1 - noise),
+                             2 * grad(logits, t1), atol=1e-6)
+  p = jax.nn.softmax(logits)
+  assert float(student.brier_score(logits, t1)) == pytest.approx(
+      float(jnp.mean(jnp.sum((p - t1) ** 2, -1))), rel=1e-6)
+  negative = jnp.full((5, 4), -0.5).at[:, 0].set(2.5)
+  huge = jnp.zeros((5, 4)).at[:, 1:].set(-100.0)  # all mass on class 0: bounded loss
+  assert float(student.brier_score(huge, negative)) < 4 * (3.0 ** 2)
+
+
+def test_released_histograms_become_vote_shares():
+  h = np.array([[30.5, -2.0, 21.5], [0.0, 50.0, 0.0]])
+  s = student.shares(h, 50)
+  assert s.dtype == np.float32
+  np.testing.assert_allclose(s, h / 50)  # negative entries kept: unbiased

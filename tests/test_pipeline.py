@@ -377,3 +377,30 @@ def test_dgd_with_every_issue16_lever_end_to_end(fashion_mnist_subset, tmp_path)
   assert len(rounds) == 2 and rounds[-1] == report["stages"]["student"]["test_accuracy"]
   assert {"student_self_training_1", "student_noiseless_self_training_1"} <= {
       m["stage"] for m in logged}
+
+
+def test_dgd_with_released_histograms(finished_dgd_copy):
+  """queries.aggregator='gaussian_histogram': the queries stage keeps the released noisy
+  histograms beside the labels (their argmax), the ledger charges the Gaussian histogram with
+  no data-dependent value, and the student learns the vote shares under the Brier score."""
+  npz_file, workdir, _ = finished_dgd_copy
+  for stage in ("queries", "student"):
+    shutil.rmtree(pathlib.Path(workdir) / stage)
+  config = tiny_configs.dgd(npz_file)
+  config.queries.update(aggregator="gaussian_histogram", plan="auto", num_queries=60)
+  config.privacy.max_epsilon = 3.0
+  config.student.diagnose_noiseless = True
+  report = pipeline.run(config, workdir)
+  q = dict(np.load(pathlib.Path(workdir) / "queries" / "queries.npz"))
+  votes = np.load(pathlib.Path(workdir) / "queries" / "votes.npy")
+  assert q["histograms"].shape == (60, 10) and q["histograms"].dtype == np.float32
+  np.testing.assert_array_equal(q["labels"], q["histograms"].argmax(1))
+  sigma = report["stages"]["queries"]["noise_scale"]
+  assert 0.5 * sigma < np.std(q["histograms"] - votes) < 1.5 * sigma  # the noise, not the votes
+  assert 2.99 < report["epsilon"] <= 3.0 and not report["epsilon_is_data_dependent"]
+  assert "gaussian_histogram" in report["covers"]["covered"]
+  student_result = report["stages"]["student"]
+  assert not student_result["propagated"] and student_result["num_labelled"] == 60
+  assert 0 <= student_result["student_accuracy_noiseless_labels"] <= 1
+  curve = [json.loads(l) for l in (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+  assert all(np.isfinite(m["loss"]) for m in curve if m["stage"] == "student")

@@ -13,7 +13,7 @@ import pytest
 from dp_accounting import pld as dp_pld
 from dp_accounting import rdp as dp_rdp
 
-from scipy import stats
+from scipy import optimize, stats
 from scipy.special import log_ndtr, logsumexp
 
 from dgd_jax import privacy
@@ -93,6 +93,33 @@ def test_gnmax_data_independent_reference():
   assert reports["rdp"].epsilon == pytest.approx(1.478121967952188, rel=REL)
   assert reports["rdp"].order == 13.0
   assert set(reports) == {"rdp", "rdp_classic", "pld"}  # no pure-DP accountants for Gaussians
+
+
+def test_gaussian_histogram_costs_gnmax_data_independent_and_has_no_data_dependent_bound():
+  """The whole noisy histogram is the Gaussian mechanism GNMax's data-independent bound is
+  stated for (L2 sensitivity sqrt 2 per changed vote, k sqrt 2 for k moved teachers): the same
+  epsilon under every accountant, no votes carried, so no data-dependent value."""
+  for k in (1, 2):
+    hist = privacy.HistogramQueries(33.49, 2000, teachers_changed=k)
+    gnmax = privacy.GNMaxQueries(33.49, 2000, teachers_changed=k)
+    a = privacy.PrivacyLedger([hist]).epsilons(DELTA)
+    b = privacy.PrivacyLedger([gnmax]).epsilons(DELTA, data_dependent=False)
+    assert set(a) == set(b) == {"rdp", "rdp_classic", "pld"}
+    for name in a:
+      assert a[name].epsilon == pytest.approx(b[name].epsilon, rel=1e-12)
+      assert not a[name].data_dependent
+  # Independently: 2000 Gaussians of noise multiplier 33.49 / sqrt 2 compose to one of
+  # multiplier m = 33.49 / sqrt(2 * 2000); the analytic Gaussian mechanism (Balle & Wang 2018,
+  # Thm. 8) has delta(eps) = Phi(r/2 - eps/r) - e^eps Phi(-r/2 - eps/r), r = 1/m.
+  r = math.sqrt(2 * 2000) / 33.49
+  delta_of = lambda e: stats.norm.cdf(r / 2 - e / r) - math.exp(e) * stats.norm.cdf(-r / 2 - e / r)
+  exact = optimize.brentq(lambda e: delta_of(e) - DELTA, 0.1, 50.0)
+  pld = privacy.PrivacyLedger([privacy.HistogramQueries(33.49, 2000)]).epsilons(DELTA)["pld"]
+  assert pld.epsilon == pytest.approx(exact, abs=1e-3)
+  with pytest.raises(ConfigError, match="no data-dependent analysis"):
+    releases.build_release("gaussian_histogram", queries=3, noise_scale=1.0, votes=np.ones((3, 10)))
+  assert privacy.min_noise(privacy.HistogramQueries(1.0, 2000), 10.0, DELTA) == pytest.approx(
+      privacy.min_noise(privacy.GNMaxQueries(1.0, 2000), 10.0, DELTA))
 
 
 # ---- DGD Table I replay -------------------------------------------------------------------------
@@ -622,7 +649,7 @@ def test_budget_ignores_votes_and_json_flags_data_dependence():
 
 
 def test_every_vote_mechanism_lists_the_unprotected_models():
-  for mechanism in ("lnmax", "gnmax", "confident_gnmax"):
+  for mechanism in ledger.VOTE_MECHANISMS:
     text = ledger.NOT_COVERED[mechanism]
     assert "teachers" in text and "baseline" in text and "generator" in text, mechanism
     assert "synthetic data" in text, mechanism

@@ -385,7 +385,7 @@ def queries_config(num_queries: int, aggregator: str, noise_scale: float
   """Label queries to the teacher ensemble (DGD Eq. 3, PATE)."""
   return ml_collections.ConfigDict(dict(
       num_queries=num_queries,  # |D_s|
-      aggregator=aggregator,  # lnmax | gnmax | confident_gnmax
+      aggregator=aggregator,  # lnmax | gnmax | gaussian_histogram | confident_gnmax
       noise_scale=noise_scale,  # the Laplace scale b, or the Gaussian sigma (sigma2)
       threshold=0.0,  # Confident-GNMax only
       sigma1=0.0,  # Confident-GNMax only
@@ -394,7 +394,9 @@ def queries_config(num_queries: int, aggregator: str, noise_scale: float
       selection="random",
       first_round=0,  # least_confident: random queries that train the selecting student
       client="",  # "ldp": the client transforms its queries first (LDP Algorithm 1)
-      plan="fixed",  # fixed: the fields above; auto: query_plan.choose for max_epsilon
+      # fixed: the fields above; auto: query_plan.choose for max_epsilon (gaussian_histogram:
+      # num_queries histograms with the least noise that fits it)
+      plan="fixed",
       assumed_consensus=0.5,  # auto: the top class's assumed share of the votes (not read)
       num_classes=10,  # auto: the dataset's number of classes K
       # (Confident-)GNMax under a Renyi filter of budget privacy.max_epsilon (Feldman & Zrnic

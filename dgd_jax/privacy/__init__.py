@@ -33,15 +33,15 @@ from dgd_jax.privacy.ledger import (ACCOUNTANTS, DATA_DEPENDENT_ONLY, DATA_DEPEN
                                     relations_json)
 from dgd_jax.privacy.local import ldp_local_epsilon, vae_latent_epsilon, vae_latent_noise_scale
 from dgd_jax.privacy.releases import (MECHANISMS, ConfidentGNMaxQueries, DpdfdSteps, DpsgdSteps,
-                                      FilteredQueries, GNMaxQueries, LNMaxQueries, PureDpRelease,
-                                      Release)
+                                      FilteredQueries, GNMaxQueries, HistogramQueries,
+                                      LNMaxQueries, PureDpRelease, Release)
 
 __all__ = [
     "ACCOUNTANTS", "DATA_DEPENDENT_ONLY", "DATA_DEPENDENT_WARNING", "DEFAULT_MOMENT_ORDERS",
     "FIXED_INPUTS_NOTE",
     "DEFAULT_RDP_ORDERS", "MECHANISMS", "ConfidentGNMaxQueries", "DpdfdSteps", "DpsgdSteps",
     "EpsilonReport", "FilteredQueries",
-    "GNMaxQueries", "LNMaxQueries", "PrivacyLedger", "PureDpRelease", "Release", "classic_epsilon",
+    "GNMaxQueries", "HistogramQueries", "LNMaxQueries", "PrivacyLedger", "PureDpRelease", "Release", "classic_epsilon",
     "dpsgd_noise_multiplier", "epsilon_of", "improved_epsilon", "ldp_local_epsilon", "max_queries", "min_noise",
     "moments_epsilon", "relations_json", "vae_latent_epsilon", "vae_latent_noise_scale",
 ]

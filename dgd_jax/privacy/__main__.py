@@ -151,6 +151,9 @@ def _describe(release: releases.Release) -> str:
             f"(per-query pure epsilon 2/b = {release.eps0:.6g})")
   if isinstance(release, releases.GNMaxQueries):
     return f"gnmax, {release.queries} queries, Gaussian sigma = {release.sigma:g}"
+  if isinstance(release, releases.HistogramQueries):
+    return (f"gaussian_histogram, {release.queries} noisy vote histograms released whole, "
+            f"Gaussian sigma = {release.sigma:g}")
   if isinstance(release, releases.ConfidentGNMaxQueries):
     answered = (f" ({release.num_answered} answered: realised, used only by rdp_answered_only)"
                 if release.realised else "")

@@ -106,6 +106,9 @@ NOT_COVERED = {
     "gnmax": (
         "Covers the noisy label answers only. Not covered: the teachers, and any baseline, "
         "generator or synthetic data derived from the private data without noise (DGD+)."),
+    "gaussian_histogram": (
+        "Covers the noisy vote histograms released whole (every count of every queried sample "
+        "with its Gaussian noise). " + _DGD_EXCLUSIONS),
     "confident_gnmax": (
         "Covers the noisy threshold checks and label answers only. Not covered: the teachers "
         "(no DP guarantee), and any baseline classifier, generator, synthetic data or VAE derived "
@@ -141,7 +144,7 @@ NOT_COVERED = {
         "added to the total as the paper does (never makes the total smaller)."),
 }
 
-VOTE_MECHANISMS = ("lnmax", "gnmax", "confident_gnmax")
+VOTE_MECHANISMS = ("lnmax", "gnmax", "gaussian_histogram", "confident_gnmax")
 
 
 @dataclasses.dataclass(frozen=True)

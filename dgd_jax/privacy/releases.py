@@ -191,6 +191,29 @@ class GNMaxQueries(TeacherRelease):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class HistogramQueries(TeacherRelease):
+  """``queries`` noisy vote histograms released whole, n + N(0, sigma^2 I) each: the Gaussian
+  mechanism of L2 sensitivity k sqrt(2) (one changed vote moves one count down and another up),
+  whose RDP is GNMax's data-independent bound (PATE 2018 Prop. 8). GNMax's data-dependent
+  analysis bounds the argmax alone, so this record never carries votes: every accountant
+  charges the data-independent curve."""
+
+  sigma: float
+  queries: int
+
+  mechanism: ClassVar[str] = "gaussian_histogram"
+  noise_field: ClassVar[str] = "sigma"
+  count_field: ClassVar[str] = "queries"
+
+  def __post_init__(self):
+    self._check_neighbours()
+    self._check_queries("sigma (histogram noise)")
+
+  def event(self) -> dp_accounting.DpEvent:
+    return pate2018.gnmax_event(self.sigma, self.queries, self.teachers_changed)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class ConfidentGNMaxQueries(TeacherRelease):
   """``queries`` Confident-GNMax queries: a noisy threshold check (std ``sigma1``) on every query,
   a GNMax answer (std ``sigma2``) on the answered ones.
@@ -621,8 +644,8 @@ class PureDpRelease(Release):
     raise ConfigError("a PureDpRelease has no dp-accounting event: the ledger adds its epsilon.")
 
 
-MECHANISMS = {cls.mechanism: cls for cls in (LNMaxQueries, GNMaxQueries, ConfidentGNMaxQueries,
-                                             DpdfdSteps, DpsgdSteps)}
+MECHANISMS = {cls.mechanism: cls for cls in (LNMaxQueries, GNMaxQueries, HistogramQueries,
+                                             ConfidentGNMaxQueries, DpdfdSteps, DpsgdSteps)}
 
 
 def _need(mechanism: str, **values) -> None:
@@ -658,6 +681,11 @@ def build_release(mechanism: str, *, queries: int | None, noise_scale: float | N
   if mechanism == "gnmax":
     _need(mechanism, noise_scale=noise_scale, queries=queries)
     return GNMaxQueries(noise_scale, queries, votes, **teacher)
+  if mechanism == "gaussian_histogram":
+    if votes is not None:
+      raise ConfigError("gaussian_histogram has no data-dependent analysis: drop --votes.")
+    _need(mechanism, noise_scale=noise_scale, queries=queries)
+    return HistogramQueries(noise_scale, queries, **teacher)
   if mechanism == "confident_gnmax":
     _need(mechanism, threshold=threshold, sigma1=sigma1, sigma2=sigma2, queries=queries)
     return ConfidentGNMaxQueries(threshold, sigma1, sigma2, queries, answered, votes, **teacher)

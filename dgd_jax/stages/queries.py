@@ -2,7 +2,8 @@
 synthetic set; PATE: the public pool) is labelled by the teacher ensemble through noisy
 aggregation (LNMax with Laplace scale 2/eps0, or GNMax / Confident-GNMax for DGD+/PATE+);
 every query and its vote histogram go into the privacy ledger. The rest, D_u, stays
-unlabelled.
+unlabelled. ``gaussian_histogram`` releases GNMax's noisy histogram whole instead of its
+argmax (at GNMax's data-independent epsilon): the student learns the noisy vote shares.
 
 The budget guard (``methods.budget_guard`` on ``releases``) runs before anything is trained or
 queried: a plan whose data-independent epsilon exceeds ``config.privacy.max_epsilon`` is
@@ -37,6 +38,7 @@ from dgd_jax.workdir import save_array, save_arrays
 
 CONFIG_KEYS = ("pool", "queries", "privacy")
 SELECTIONS = ("random", "least_confident", "representative")
+AGGREGATORS = ("lnmax", "gnmax", "gaussian_histogram", "confident_gnmax")
 
 
 def neighbours(config) -> tuple[str, ...]:
@@ -90,6 +92,9 @@ def check(config) -> None:
   if filtered(config) and config.queries.plan == "auto":
     raise ConfigError("config.queries.filter spends privacy.max_epsilon itself and stops when it "
                       "is spent: use queries.plan='fixed' with num_queries as the most to ask.")
+  if config.queries.aggregator not in AGGREGATORS:
+    raise ConfigError(f"config.queries.aggregator={config.queries.aggregator!r}; use one of "
+                      f"{AGGREGATORS}.")
   q = settings(config)
   if q.selection not in SELECTIONS:
     raise ConfigError(f"config.queries.selection={q.selection!r}; use one of {SELECTIONS}.")
@@ -129,6 +134,8 @@ def aggregate(config, key: jax.Array, votes: np.ndarray) -> aggregation.Aggregat
     return aggregation.lnmax(key, votes, q.noise_scale)  # DGD Eq. 3
   if q.aggregator == "gnmax":
     return aggregation.gnmax(key, votes, q.noise_scale)
+  if q.aggregator == "gaussian_histogram":
+    return aggregation.gaussian_histogram(key, votes, q.noise_scale)
   return aggregation.confident_gnmax(key, votes, q.threshold, q.sigma1, q.noise_scale)
 
 
@@ -195,7 +202,7 @@ def check_run(ctx: Context, num: int, pool_size: int) -> None:
 
 def ask_teachers(ctx: Context, x_pool: np.ndarray):
   """The queries in their rounds: (indices into the pool, vote histograms, noisy labels,
-  answered mask), in the order they were asked. Selection reads public information only
+  answered mask, the released noisy histograms or None), in the order they were asked. Selection reads public information only
   (the pool, and for least-confident selection a student of the first round's answers)."""
   config = ctx.config
   q = settings(config)
@@ -212,7 +219,8 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
                                       jnp.asarray(sent), c.sigma, c.mu, c.bound))
     votes = ensemble.vote_histograms(predict, params, sent, ctx.dataset.num_classes)
     agg = aggregate(config, key, votes)
-    return votes, np.asarray(agg.labels), np.asarray(agg.answered)
+    released = None if agg.released is None else np.asarray(agg.released, np.float32)
+    return votes, np.asarray(agg.labels), np.asarray(agg.answered), released
 
   first = q.first_round if q.selection == "least_confident" else num
   if q.selection == "representative":  # public information only: the pool's features
@@ -220,9 +228,9 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
   else:
     indices = np.sort(np.asarray(jax.random.choice(select_key, len(x_pool), (first,),
                                                    replace=False)))
-  votes, labels, answered = ask(indices, noise_key, 0)
+  votes, labels, answered, released = ask(indices, noise_key, 0)
   if q.selection != "least_confident":
-    return indices, votes, labels, answered
+    return indices, votes, labels, answered, released
   if not answered.any():  # PATE App. C.2: a student picks the second round
     raise ConfigError("no first-round query was answered, so no student can pick the "
                       "rest: raise config.queries.first_round or lower the threshold.")
@@ -231,7 +239,8 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
   second = least_confident(probs, num - first)
   more = ask(second, jax.random.fold_in(noise_key, 1), 1)
   return (np.concatenate([indices, second]),
-          *(np.concatenate([a, b]) for a, b in zip((votes, labels, answered), more)))
+          *(None if a is None else np.concatenate([a, b])
+            for a, b in zip((votes, labels, answered, released), more)))
 
 
 def diagnostics(ctx: Context, x_pool, indices, labels, answered, steps) -> dict:
@@ -271,15 +280,16 @@ def run(ctx: Context) -> dict:
   x_pool = pool.load(ctx)
   q = settings(config)
   check_run(ctx, q.num_queries, len(x_pool))
-  indices, votes, labels, answered = ask_teachers(ctx, x_pool)
+  indices, votes, labels, answered, released = ask_teachers(ctx, x_pool)
   pate2018 = {}  # where the filter stopped; the smooth-sensitivity release
   if filtered(config):
     (indices, votes, labels, answered), records, pate2018["filter"] = apply_filter(
         config, plans, indices, votes, labels, answered)
   else:
     records = {r: release(config, votes, answered, r) for r in plans}
+  histograms = {} if released is None else {"histograms": released}  # the release itself
   save_arrays(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
-              answered=answered)
+              answered=answered, **histograms)
   save_array(os.path.join(ctx.stage.path, VOTES), votes)
   ledgers = {r: privacy.PrivacyLedger([*baseline[r], records[r]]) for r in plans}
   if config.queries.smooth_sensitivity:

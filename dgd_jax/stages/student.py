@@ -28,9 +28,14 @@ by label propagation on the k-NN graph of the pool's ScatterNet features
 the 8,000-image, 50-teacher preset: RESULTS.md). All are post-processing of the released
 labels: no epsilon.
 
+Where the queries released noisy vote histograms (``queries.aggregator='gaussian_histogram'``)
+the labelled targets are the noisy vote shares h~ / n, unbiased and unclipped, and Eq. 5's
+cross-entropy, unbounded below for a negative target, becomes the Brier score (``brier_score``);
+propagation, built for hard labels, is off.
+
 ``student_accuracy_noiseless_labels`` is a diagnostic, not a release: the same student trained
-on the teachers' noiseless plurality for the same queried samples (read from the queries
-stage's private vote histograms), so the report shows what the label noise costs.
+on the teachers' noiseless plurality (or vote shares) for the same queried samples (read from
+the queries stage's private vote histograms), so the report shows what the label noise costs.
 
 The VAE stage runs only when Eq. 6 is on (``uses_vae``): with its weights at 0 the student
 never reads the VAE, and training it cost a minute of the quick preset.
@@ -107,10 +112,12 @@ class StudentSettings:
   eps_tangent: float  # Eq. 4
   eps_normal: float
   adversarial: bool  # Eq. 4's directions by the student's divergence (TNAR)
+  brier: bool = False  # the labelled loss is the Brier score (targets: noisy vote shares)
 
   @classmethod
-  def from_config(cls, block) -> "StudentSettings":
-    return cls(**{f.name: block[f.name] for f in dataclasses.fields(cls)})
+  def from_config(cls, block, brier: bool = False) -> "StudentSettings":
+    return cls(brier=brier, **{f.name: block[f.name] for f in dataclasses.fields(cls)
+                               if f.name != "brier"})
 
 
 def _triples(student, vae: VAE, vae_params, params, xu, k_z, k_noise, k_dir,
@@ -135,10 +142,21 @@ def _triples(student, vae: VAE, vae_params, params, xu, k_z, k_noise, k_dir,
       triples.triples(decode, z, k_dir, s.eps_tangent, s.eps_normal, divergence))  # Eq. 4
 
 
+def brier_score(logits: jnp.ndarray, targets: jnp.ndarray) -> jnp.ndarray:
+  """mean_j sum_c (p_jc - t_jc)^2: linear in the targets up to a constant and bounded, so
+  unbiased noisy targets (negative entries included) give an unbiased loss, which the
+  cross-entropy, unbounded below for a negative target, cannot."""
+  return jnp.mean(jnp.sum((jax.nn.softmax(logits) - targets) ** 2, axis=-1))
+
+
 def _labelled_loss(student, params, xb, yb, key, s: StudentSettings):
   """Eq. 5 on the labelled batch: labels [B], or target distributions [B, K] (a self-training
-  round), on mixed pairs where ``s.mixup`` > 0."""
+  round; the released vote shares under ``s.brier``), on mixed pairs where ``s.mixup`` > 0."""
   targets = yb if yb.ndim == 2 else jax.nn.one_hot(yb, student.num_classes)
+  if s.brier:
+    if s.mixup > 0:
+      xb, targets = augment.mixup(jax.random.fold_in(key, 2), xb, targets, s.mixup)
+    return brier_score(student.apply(params, xb), targets)
   if s.mixup > 0:  # Eq. 5 on mixed pairs (mixup, Zhang et al. 2018)
     x_mix, t_mix = augment.mixup(jax.random.fold_in(key, 2), xb, targets, s.mixup)
     return optax.softmax_cross_entropy(student.apply(params, x_mix), t_mix).mean()
@@ -202,14 +220,16 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s: StudentSettings):
 
 
 def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray,
-                  name: str, checkpoint_dir: str, pool_features: np.ndarray | None = None):
+                  name: str, checkpoint_dir: str, pool_features: np.ndarray | None = None,
+                  brier: bool = False):
   """The student trained on labelled (x_s, y_s) and unlabelled x_u, with
   ``vae`` = ``load_vae``'s (model, params) for Eq. 6, or (None, None) when it is off; given
   ``pool_features`` (``propagation.features`` of x_s then x_u, when ``propagates``), on the
   whole pool instead, each sample's target the released labels propagated to it;
   then ``student.self_training`` rounds, each a fresh student trained the same way on the last
   one's predicted distributions over the whole pool (x_s and x_u; post-processing). Returns
-  the model and each round's parameters (the last: the student)."""
+  the model and each round's parameters (the last: the student). ``brier``: the labelled loss
+  is the Brier score (``y_s``: the released vote shares, ``shares``)."""
   config = ctx.config
   student = classifier(config, ctx.dataset.num_classes, "student", lowering="conv")
   cfg = fit_config(config, "student")
@@ -218,7 +238,7 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
   def fit(x, y, name, checkpoint_dir):
     state = train.create_train_state(student, train.optimizer(cfg), init_key, x.shape[1:])
     step = make_step(student, *vae, jnp.asarray(x), jnp.asarray(y), jnp.asarray(x_u),
-                     StudentSettings.from_config(config.student))
+                     StudentSettings.from_config(config.student, brier))
     log = lambda metrics: ctx.workdir.log_metrics(name, metrics)  # its own curve
     return train.run_steps(state, step, train_key, cfg, checkpoint_dir, name, log).params
 
@@ -236,15 +256,24 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
       config.student.self_training)
 
 
+def shares(histograms: np.ndarray, num_teachers: int) -> np.ndarray:
+  """Vote shares h / n [Q, K] float32 of (noisy) histograms over n teachers; from the released
+  histograms n + N(0, sigma^2 I) an unbiased estimate of the teachers' vote shares, entries
+  below 0 and above 1 kept (``brier_score``)."""
+  return (np.asarray(histograms, np.float64) / num_teachers).astype(np.float32)
+
+
 def labelled_split(ctx: Context, x_pool: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-  """(D_s, L_s, D_u, answered): the answered queries' pool samples and released labels, the
-  pool samples not queried, and which queries were answered."""
+  """(D_s, L_s, D_u, answered): the answered queries' pool samples and released labels (the
+  released vote shares [L, K] where the queries released histograms), the pool samples not
+  queried, and which queries were answered."""
   q = load_queries(ctx)
   answered = q["answered"]
   labelled = q["indices"][answered]
-  return (x_pool[labelled], q["labels"][answered].astype(np.int32),
-          np.delete(x_pool, labelled, axis=0), answered)
+  targets = (shares(q["histograms"][answered], ctx.config.num_teachers) if "histograms" in q
+             else q["labels"][answered].astype(np.int32))
+  return x_pool[labelled], targets, np.delete(x_pool, labelled, axis=0), answered
 
 
 def run(ctx: Context) -> dict:
@@ -253,18 +282,22 @@ def run(ctx: Context) -> dict:
   x_s, y_s, x_u, answered = labelled_split(ctx, x_pool)
   x_eval, y_eval = pool.evaluation(ctx)  # the test split (PATE: the part not in the pool)
   vae = load_vae(ctx, x_pool.shape[1:]) if uses_vae(config.student) else (None, None)
-  propagated = propagates(config, len(x_s), len(x_pool))
+  brier = y_s.ndim == 2  # released vote shares (gaussian_histogram)
+  propagated = not brier and propagates(config, len(x_s), len(x_pool))
   features = propagation.features(np.concatenate([x_s, x_u])) if propagated else None
   student, rounds = train_student(ctx, vae, x_s, y_s, x_u, "student", ctx.stage.checkpoint_dir,
-                                  features)
+                                  features, brier)
   accuracy = lambda params: train.accuracy(student.apply, params, x_eval, y_eval)
   diagnostic = {}
   if len(rounds) > 1:
     diagnostic["test_accuracy_by_self_training_round"] = [accuracy(p) for p in rounds]
   if config.student.diagnose_noiseless:  # server-side diagnostic (module docstring)
-    plurality = load_votes(ctx).argmax(-1)[answered]
-    _, clean = train_student(ctx, vae, x_s, plurality.astype(np.int32), x_u, "student_noiseless",
-                             os.path.join(ctx.stage.path, "noiseless_checkpoints"), features)
+    votes = load_votes(ctx)[answered]  # the noiseless counterpart: shares, or the plurality
+    clean_targets = (shares(votes, config.num_teachers) if brier
+                     else votes.argmax(-1).astype(np.int32))
+    _, clean = train_student(ctx, vae, x_s, clean_targets, x_u, "student_noiseless",
+                             os.path.join(ctx.stage.path, "noiseless_checkpoints"), features,
+                             brier)
     diagnostic["student_accuracy_noiseless_labels"] = accuracy(clean[-1])
   curve = ctx.workdir.read_metrics("student")
   terms = [k for k in ("loss", "ce", "consistency", "normal", "tangent", "entropy")
