@@ -75,8 +75,8 @@ _STATISTICS_NOTE = (
     "baseline, they are not covered.")
 _DIAGNOSTICS_NOTE = (
     "Diagnostics computed by the server and not released: the student trained on the "
-    "teachers' noiseless plurality (student_accuracy_noiseless_labels) and the agreement of "
-    "the noisy labels with the plurality and with the baseline.")
+    "teachers' noiseless plurality or vote shares (student_accuracy_noiseless_labels) and the "
+    "agreement of the noisy labels with the plurality and with the baseline.")
 _SMOOTH_SENSITIVITY_NOTE = (
     "queries.smooth_sensitivity: the smooth-sensitivity release of the data-dependent epsilon "
     "(PATE 2018 Sec. 4) is a further release, not composed into the headline; its order and "

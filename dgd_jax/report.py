@@ -173,6 +173,12 @@ def _audit_lines(a: dict, check: dict) -> list[str]:
 def _plan_lines(plan: dict) -> list[str]:
   """report.md's query plan: the chosen candidate and why (query_plan.choose)."""
   c = plan["chosen"]
+  if c["aggregator"] == "gaussian_histogram":  # no trade-off to show (query_plan docstring)
+    return ["## Query plan", "",
+            f"gaussian_histogram: the noisy vote histograms of {c['num_queries']} queries, "
+            f"released whole, with the least noise that fits the target epsilon: sigma "
+            f"{c['noise_scale']:g} (epsilon {c['epsilon']:.3f}; no votes are read to choose).",
+            ""]
   lines = ["## Query plan", "",
            f"Chosen automatically for the target epsilon: {c['aggregator']} with noise "
            f"{c['noise_scale']:g}, {c['num_queries']} queries (the most clean-equivalent "
@@ -271,8 +277,10 @@ def write(workdir: str, report: dict) -> None:
               else f"Teachers: {report['num_teachers']}, as the config sets "
                    "(--config.num_teachers=0 chooses a count for the private set's size).", ""]
   if "student_accuracy_noiseless_labels" in report:
+    histograms = report["stages"].get("queries", {}).get("aggregator") == "gaussian_histogram"
     lines += [f"Diagnostic (not released): the same student on the teachers' noiseless "
-              f"plurality reaches {100 * report['student_accuracy_noiseless_labels']:.2f}%.", ""]
+              f"{'vote shares' if histograms else 'plurality'} reaches "
+              f"{100 * report['student_accuracy_noiseless_labels']:.2f}%.", ""]
   if report.get("audit"):
     lines += _audit_lines(report["audit"], report.get("audit_check", {}))
   if report["stages"].get("queries", {}).get("plan"):

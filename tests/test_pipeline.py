@@ -404,3 +404,6 @@ def test_dgd_with_released_histograms(finished_dgd_copy):
   assert 0 <= student_result["student_accuracy_noiseless_labels"] <= 1
   curve = [json.loads(l) for l in (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
   assert all(np.isfinite(m["loss"]) for m in curve if m["stage"] == "student")
+  text = (pathlib.Path(workdir) / "report.md").read_text()
+  assert "gaussian_histogram: the noisy vote histograms of 60 queries" in text
+  assert "teachers' noiseless vote shares reaches" in text
