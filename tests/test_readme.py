@@ -138,12 +138,13 @@ def test_readme_command_runs_as_written(command, tmp_path):
 
 
 @pytest.mark.integration
-def test_readme_privacy_planner_gives_the_quoted_query_count():
-  """'prints the most GNMax queries at sigma 8 within eps 10 (114...)'."""
+def test_readme_privacy_planner_gives_the_quoted_noise():
+  """'prints the least noise those 4,000 releases need within eps 10 (sigma 47.37...)'."""
   command = next(c for c in readme_commands() if "--target_epsilon=10" in c)
   run = subprocess.run([sys.executable] + shlex.split(command)[1:], cwd=ROOT,
                        capture_output=True, text=True, timeout=120, check=True)
-  assert "max --queries = 114" in run.stdout
+  assert "min --noise_scale = 47.37" in run.stdout
+  assert "(sigma 47.37:" in _read("README.md")
 
 
 @pytest.fixture
