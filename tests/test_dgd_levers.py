@@ -265,3 +265,12 @@ def test_released_histograms_become_vote_shares():
   s = student.shares(h, 50)
   assert s.dtype == np.float32
   np.testing.assert_allclose(s, h / 50)  # negative entries kept: unbiased
+
+
+def test_more_histograms_than_synthetic_samples_are_refused_before_training():
+  from dgd_jax.stages import queries
+  config = dgd_config.get_config("fashion_mnist,cpu")
+  queries.check(config)  # 4,000 of the 8,000 samples
+  config.generator.num_synthetic = 2000
+  with pytest.raises(ConfigError, match="num_queries=4000 exceeds the 2000 synthetic samples"):
+    queries.check(config)

@@ -96,6 +96,13 @@ def check(config) -> None:
     raise ConfigError(f"config.queries.aggregator={config.queries.aggregator!r}; use one of "
                       f"{AGGREGATORS}.")
   q = settings(config)
+  synthetic = (config.pool.source == "synthetic"
+               and config.get("generator", {}).get("num_synthetic", 0))
+  counted = config.queries.plan == "fixed" or q.aggregator == "gaussian_histogram"
+  if counted and synthetic and q.num_queries > synthetic:  # check_run's check, before training
+    raise ConfigError(f"config.queries.num_queries={q.num_queries} exceeds the "
+                      f"{synthetic} synthetic samples the generator will make; lower it or "
+                      "raise generator.num_synthetic.")
   if q.selection not in SELECTIONS:
     raise ConfigError(f"config.queries.selection={q.selection!r}; use one of {SELECTIONS}.")
   client = config.queries.client
