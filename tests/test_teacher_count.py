@@ -13,9 +13,9 @@ from dgd_jax.errors import ConfigError
 from dgd_jax.workdir import config_slice
 
 
-@pytest.mark.parametrize("size,expected", [(8000, 50), (12000, 75), (40000, 250),
-                                           (60000, 250), (1000, 10), (10, 10)])
-def test_num_teachers_for_aims_at_160_examples_a_teacher(size, expected):
+@pytest.mark.parametrize("size,expected", [(8000, 100), (12000, 150), (20000, 250),
+                                           (60000, 250), (1000, 12), (10, 10)])
+def test_num_teachers_for_aims_at_80_examples_a_teacher(size, expected):
   assert query_plan.num_teachers_for(size) == expected
   assert f"{expected} teachers chosen for {size:,} private examples" in (
       query_plan.teachers_reason(size))
@@ -33,14 +33,14 @@ def test_the_dgd_presets_choose_and_full_fashion_mnist_keeps_the_papers_250():
   config = dgd_config_file.get_config("fashion_mnist,cpu")
   with config.unlocked():
     config.private_size = 8000
-  assert pipeline.run_config(config).num_teachers == 50
+  assert pipeline.run_config(config).num_teachers == 100
 
 
 @pytest.mark.integration
 def test_a_chosen_count_has_the_fingerprints_of_the_same_count_set_by_hand(npz_file):
   chosen = pipeline.run_config(_auto(npz_file))
   by_hand = tiny_configs.dgd(npz_file)
-  by_hand.num_teachers = 10  # 512 examples: N // 160 = 3, raised to MIN_TEACHERS
+  by_hand.num_teachers = 10  # 512 examples: N // 80 = 6, raised to MIN_TEACHERS
   assert chosen.num_teachers == 10
   assert chosen.num_teachers_chosen.startswith("10 teachers chosen for 512 private examples")
   for stage in ("teachers", "queries", "student"):
