@@ -112,11 +112,11 @@ def propagate(f: np.ndarray, labelled: np.ndarray, labels: np.ndarray, num_class
               neighbours: int = 10, alpha: float = 0.99, iterations: int = 30
               ) -> tuple[np.ndarray, np.ndarray]:
   """(label distributions [N, K], reached [N]) for every pool row (module docstring): labels
-  (class indices [L], or distributions [L, K]) of the rows ``labelled`` spread over the symmetric k-NN graph of ``f`` (weights: cosine
-  similarity, clipped at 0), each class's column then divided by its total (class mass
-  normalisation, Zhu et al. 2003: a class with many labels does not flood the graph) and each
-  row normalised. A row no label reached within ``iterations`` hops (``reached`` False) has
-  the uniform distribution."""
+  (class indices [L], or distributions [L, K]) of the rows ``labelled`` spread over the
+  symmetric k-NN graph of ``f`` (weights: cosine similarity, clipped at 0), each class's
+  column then divided by its total (class mass normalisation, Zhu et al. 2003: a class with
+  many labels does not flood the graph) and each row normalised. A row no label reached
+  within ``iterations`` hops (``reached`` False) has the uniform distribution."""
   n = len(f)
   idx, sim = knn_graph(f, neighbours)
   w = sparse.csr_matrix((np.maximum(sim.ravel(), 0.0), (np.repeat(np.arange(n), neighbours),

@@ -22,7 +22,8 @@ The ``gaussian_histogram`` aggregator releases each query's noisy histogram whol
 data-independent epsilon as a GNMax label), and the student learns the noisy vote shares, an
 unbiased estimate whose noise averages out over many samples. Its plan is no trade-off of
 label accuracy against count: ``num_queries`` histograms with the least sigma that fits the
-budget (RESULTS.md, DGD on a small private set: 2,000 queries beat 1,000 and 8,000).
+budget (RESULTS.md, DGD on a small private set: 2,000 and 4,000 of 8,000 samples beat 1,000
+and 8,000).
 """
 from __future__ import annotations
 

@@ -402,7 +402,8 @@ def test_dgd_with_released_histograms(finished_dgd_copy):
   student_result = report["stages"]["student"]
   assert not student_result["propagated"] and student_result["num_labelled"] == 60
   assert 0 <= student_result["student_accuracy_noiseless_labels"] <= 1
-  curve = [json.loads(l) for l in (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+  metrics = (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()
+  curve = [json.loads(l) for l in metrics]
   assert all(np.isfinite(m["loss"]) for m in curve if m["stage"] == "student")
   text = (pathlib.Path(workdir) / "report.md").read_text()
   assert "gaussian_histogram: the noisy vote histograms of 60 queries" in text

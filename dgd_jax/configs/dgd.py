@@ -56,7 +56,7 @@ def get_config(arg: str | None = None):
   if standard:
     config.preset = "standard"
   config.method = "dgd"
-  # 0: chosen for the private set when the run starts (250, DGD IV-A, from 40,000 examples;
+  # 0: chosen for the private set when the run starts (250, DGD IV-A, from 20,000 examples;
   # query_plan.num_teachers_for)
   config.num_teachers = 0
   config.teachers = common.teachers_config(config.preset)
@@ -131,10 +131,11 @@ INVERSION = dict(synthesis="inversion", w_stats=10.0, jitter=1, oversample=1.0,
 
 
 # The CPU presets' release (``inversion``): the noisy vote histograms of half the synthetic set
-# (the whole histogram, GNMax's epsilon; stages/student.py learns the vote shares). At eps 10
-# 4,000 histograms taught the quick preset's student 78.2% against 76.5% for its 2,852 GNMax
-# labels, and with 50 teachers of 160 images 65.9% (2,000: 66.2%) against 47.4% for 114
-# labels; at eps 1, 65.9% against 58.0% (RESULTS.md, DGD on a small private set).
+# (the whole histogram, GNMax's epsilon; stages/student.py learns the vote shares). With 50
+# teachers of 160 images they taught 66.9% at eps 10 against 57.9% for the GNMax plan (3
+# seeds); with the quick preset's 250 teachers 75.7% against 76.5% at eps 10 and 64.6% against
+# 58.0% at eps 1 (one seed each; RESULTS.md, DGD on a small private set, and DGD, "The
+# presets"). 2,000 and 4,000 of 8,000 did equally well in the probe, 1,000 and 8,000 worse.
 HISTOGRAMS = 4000
 
 # The quick preset's cuts (a 10-minute run on 2 cores): 100 inversion steps at twice the
@@ -148,13 +149,12 @@ def inversion(config) -> None:
   against the baseline (generative.invert: statistics matching w 10, jitter 1, 200 Adam steps
   per batch) makes 8000 samples, each optimised on its own, instead of DGD's generator, whose
   samples collapse towards class templates; the teachers agree with one another more on them
-  (their plurality labels are more often a real image's class). The queries release the
-  noisy vote histograms of ``HISTOGRAMS`` samples with the least noise that fits the budget
-  (the automatic plan),
-  and the student learns their vote shares, its labelled pairs mixed (mixup 0.4). With
-  ``queries.aggregator='gnmax'`` the plan trades label accuracy against count instead, and
-  when those labels cover at most 5% of the pool (eps 1, small ensembles), the student learns
-  the whole pool labelled by label propagation (stages/student.py; RESULTS.md)."""
+  (their plurality labels are more often a real image's class). The automatic plan releases
+  the noisy vote histograms of ``HISTOGRAMS`` samples with the least noise that fits the
+  budget, and the student learns their vote shares, its labelled pairs mixed (mixup 0.4).
+  With ``queries.aggregator='gnmax'`` the plan trades label accuracy against count instead,
+  and when those labels cover at most 5% of the pool (eps 1, small ensembles), the student
+  learns the whole pool labelled by label propagation (stages/student.py; RESULTS.md)."""
   config.generator.update(INVERSION)
   if config.queries.plan == "auto":  # not DGD+'s fixed GNMax plan
     config.queries.update(aggregator="gaussian_histogram", num_queries=HISTOGRAMS)

@@ -41,7 +41,8 @@ __all__ = [
     "FIXED_INPUTS_NOTE",
     "DEFAULT_RDP_ORDERS", "MECHANISMS", "ConfidentGNMaxQueries", "DpdfdSteps", "DpsgdSteps",
     "EpsilonReport", "FilteredQueries",
-    "GNMaxQueries", "HistogramQueries", "LNMaxQueries", "PrivacyLedger", "PureDpRelease", "Release", "classic_epsilon",
+    "GNMaxQueries", "HistogramQueries", "LNMaxQueries", "PrivacyLedger", "PureDpRelease",
+    "Release", "classic_epsilon",
     "dpsgd_noise_multiplier", "epsilon_of", "improved_epsilon", "ldp_local_epsilon", "max_queries", "min_noise",
     "moments_epsilon", "relations_json", "vae_latent_epsilon", "vae_latent_noise_scale",
 ]

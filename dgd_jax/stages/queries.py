@@ -209,8 +209,9 @@ def check_run(ctx: Context, num: int, pool_size: int) -> None:
 
 def ask_teachers(ctx: Context, x_pool: np.ndarray):
   """The queries in their rounds: (indices into the pool, vote histograms, noisy labels,
-  answered mask, the released noisy histograms or None), in the order they were asked. Selection reads public information only
-  (the pool, and for least-confident selection a student of the first round's answers)."""
+  answered mask, the released noisy histograms or None), in the order they were asked.
+  Selection reads public information only (the pool, and for least-confident selection a
+  student of the first round's answers)."""
   config = ctx.config
   q = settings(config)
   num = q.num_queries
