@@ -57,14 +57,6 @@ def lnmax(key: jax.Array, votes: jnp.ndarray, scale: float) -> Aggregate:
   return plurality(noisy)._replace(votes=votes)
 
 
-def gnmax(key: jax.Array, votes: jnp.ndarray, sigma: float) -> Aggregate:
-  """Gaussian noisy max: argmax_j (n_j + N(0, sigma^2)) (PATE 2018 Section 4.1)."""
-  _require_positive("sigma", sigma)
-  _require_histograms(votes)
-  noisy = votes + sigma * jax.random.normal(key, votes.shape)
-  return plurality(noisy)._replace(votes=votes)
-
-
 def gaussian_histogram(key: jax.Array, votes: jnp.ndarray, sigma: float) -> Aggregate:
   """The noisy histogram n + N(0, sigma^2 I) released whole, labels its argmax: the Gaussian
   mechanism whose data-independent RDP bounds GNMax (PATE 2018 Prop. 8), so it costs what a
@@ -73,6 +65,12 @@ def gaussian_histogram(key: jax.Array, votes: jnp.ndarray, sigma: float) -> Aggr
   _require_histograms(votes)
   noisy = votes + sigma * jax.random.normal(key, votes.shape)
   return plurality(noisy)._replace(votes=votes, released=noisy)
+
+
+def gnmax(key: jax.Array, votes: jnp.ndarray, sigma: float) -> Aggregate:
+  """Gaussian noisy max: argmax_j (n_j + N(0, sigma^2)) (PATE 2018 Section 4.1), the argmax of
+  ``gaussian_histogram`` with the histogram itself kept back."""
+  return gaussian_histogram(key, votes, sigma)._replace(released=None)
 
 
 def confident_gnmax(key: jax.Array, votes: jnp.ndarray, threshold: float, sigma1: float,

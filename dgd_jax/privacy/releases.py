@@ -165,32 +165,6 @@ class LNMaxQueries(TeacherRelease):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class GNMaxQueries(TeacherRelease):
-  """``queries`` GNMax label queries with Gaussian std ``sigma`` on each count."""
-
-  sigma: float
-  queries: int
-  votes: np.ndarray | None = None
-
-  mechanism: ClassVar[str] = "gnmax"
-  noise_field: ClassVar[str] = "sigma"
-  count_field: ClassVar[str] = "queries"
-
-  def __post_init__(self):
-    self._check_neighbours()
-    self._check_queries("sigma (GNMax noise)")
-
-  def event(self) -> dp_accounting.DpEvent:
-    return pate2018.gnmax_event(self.sigma, self.queries, self.teachers_changed)
-
-  def rdp_data_dependent(self, orders) -> np.ndarray:
-    if self.votes is None:
-      return self.rdp(orders)
-    return np.sum(pate2018.gnmax_rdp_data_dependent(self.votes, self.sigma, orders,
-                                                    self.teachers_changed), axis=0)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
 class HistogramQueries(TeacherRelease):
   """``queries`` noisy vote histograms released whole, n + N(0, sigma^2 I) each: the Gaussian
   mechanism of L2 sensitivity k sqrt(2) (one changed vote moves one count down and another up),
@@ -207,10 +181,27 @@ class HistogramQueries(TeacherRelease):
 
   def __post_init__(self):
     self._check_neighbours()
-    self._check_queries("sigma (histogram noise)")
+    self._check_queries(f"sigma ({self.mechanism} noise)")
 
   def event(self) -> dp_accounting.DpEvent:
     return pate2018.gnmax_event(self.sigma, self.queries, self.teachers_changed)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GNMaxQueries(HistogramQueries):
+  """``queries`` GNMax label queries with Gaussian std ``sigma`` on each count: the argmax of
+  ``HistogramQueries``' release, so the same data-independent event; with ``votes``, PATE 2018's
+  data-dependent curve of the argmax (Thm. 6)."""
+
+  votes: np.ndarray | None = None
+
+  mechanism: ClassVar[str] = "gnmax"
+
+  def rdp_data_dependent(self, orders) -> np.ndarray:
+    if self.votes is None:
+      return self.rdp(orders)
+    return np.sum(pate2018.gnmax_rdp_data_dependent(self.votes, self.sigma, orders,
+                                                    self.teachers_changed), axis=0)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
