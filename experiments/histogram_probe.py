@@ -86,10 +86,11 @@ def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float) -> np
     rho = np.sum(u > cum, 1, keepdims=True)  # the entries that stay positive
     v = np.maximum(noisy - np.take_along_axis(cum, rho - 1, 1), 0)
     return v / n
-  if kind == "raw":  # h~ / n itself, negative entries kept: linear in h~, so unbiased
-    return noisy / votes.sum(1, keepdims=True)
+  n = int(votes[0].sum())  # every teacher votes once
+  if kind == "raw":  # h~ / n itself, negative entries kept: what the student stage learns
+    return student_stage.shares(noisy, n)
   if kind == "clean":
-    return votes / votes.sum(1, keepdims=True)
+    return student_stage.shares(votes, n)
   raise ValueError(f"unknown target kind {kind!r}")
 
 

@@ -112,16 +112,21 @@ def main(argv):
   k = data.num_classes
   x = pool.load(ctx)
   shards = config_shards(config, data.x_train, data.y_train)
-  run = json.load(open(os.path.join(_WORKDIR.value, "report.json")))
-  q = _QUERIES.value or run["queries"]
-  sigma = _SIGMA.value or float(json.load(open(os.path.join(
-      _WORKDIR.value, "queries", "result.json")))["noise_scale"])
+  q = _QUERIES.value or ctx.results["queries"]["num_queries"]
+  sigma = _SIGMA.value or ctx.results["queries"]["noise_scale"]
   steps = _STEPS.value or config.teachers.num_steps
   vae = (artefacts.load_vae(ctx, x.shape[1:]) if student_stage.uses_vae(config.student)
          else (None, None))
   folder = tempfile.mkdtemp()
   print(f"{len(shards)} teachers, {q} queries at sigma {sigma:g}, {steps} teacher steps",
         flush=True)
+  draws = []  # the same queries, noise and pool features for every variant
+  for d in range(_DRAWS.value):
+    rng = np.random.default_rng(d)
+    idx = rng.choice(len(x), q, replace=False)
+    rest = np.delete(np.arange(len(x)), idx)
+    noise = sigma * rng.standard_normal((q, k))
+    draws.append((idx, rest, noise, propagation.features(np.concatenate([x[idx], x[rest]]))))
   for variant in _VARIANTS.value:
     if variant == "plain" and steps == config.teachers.num_steps:
       params, predict, _ = artefacts.load_teachers(ctx)
@@ -137,12 +142,8 @@ def main(argv):
                    np.asarray(ensemble.histogram(labels, k)).argmax(1) == data.y_test)), 4),
                pool_top_share=round(float(top2[:, 1].mean() / len(shards)), 3),
                pool_margin=round(float((top2[:, 1] - top2[:, 0]).mean()), 2))
-    for d in range(_DRAWS.value):
-      rng = np.random.default_rng(d)
-      idx = rng.choice(len(x), q, replace=False)
-      rest = np.delete(np.arange(len(x)), idx)
-      noisy = (votes[idx] + sigma * rng.standard_normal((q, k))).argmax(1)
-      feats = propagation.features(np.concatenate([x[idx], x[rest]]))
+    for d, (idx, rest, noise, feats) in enumerate(draws):
+      noisy = (votes[idx] + noise).argmax(1)
       for kind, y in (("noisy", noisy), ("clean", votes[idx].argmax(1))):
         name = f"{variant}_{d}_{kind}"
         model, rounds = student_stage.train_student(
