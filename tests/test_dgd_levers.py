@@ -235,11 +235,37 @@ def test_histogram_plan_spends_the_budget_on_num_queries_histograms():
   assert q.aggregator == "gaussian_histogram" and q.num_queries == 2000
   record = query_plan.release(config)
   assert isinstance(record, privacy.HistogramQueries) and record.sigma == q.noise_scale
-  assert 9.99 < privacy.epsilon_of(record, 1e-5, "rdp") <= 10.0
-  assert privacy.epsilon_of(record.with_noise(0.99 * q.noise_scale), 1e-5, "rdp") > 10.0
-  assert q.chosen[0]["epsilon"] == pytest.approx(privacy.epsilon_of(record, 1e-5, "rdp"))
+  accountant = config.privacy.accountant
+  assert accountant == "pld"  # the presets plan the histograms under PLD
+  assert 9.99 < privacy.epsilon_of(record, 1e-5, accountant) <= 10.0
+  assert privacy.epsilon_of(record.with_noise(0.99 * q.noise_scale), 1e-5, accountant) > 10.0
+  assert q.chosen[0]["epsilon"] == pytest.approx(privacy.epsilon_of(record, 1e-5, accountant))
+  config.privacy.accountant = "rdp"  # looser for composed Gaussians: more noise, same budget
+  assert query_plan.settings(config).noise_scale > 1.05 * q.noise_scale
+  config.privacy.accountant = accountant
   config.privacy.max_epsilon = 1.0  # a tighter budget: more noise for the same count
   assert query_plan.settings(config).noise_scale > 5 * q.noise_scale
+
+
+@pytest.mark.parametrize("arg", ["fashion_mnist,cpu", "fashion_mnist,standard,eps1"])
+def test_histogram_plan_fits_the_budget_of_the_analytic_gaussian_mechanism(arg):
+  """The presets' Q histograms of noise sigma are one Gaussian mechanism of L2 sensitivity
+  sqrt(2 Q) / sigma; its exact epsilon (Balle & Wang 2018, Thm. 8) at the planned sigma is
+  within the budget, and 1% less noise would exceed it: PLD planned it neither loosely nor
+  too tightly."""
+  import math
+  from scipy import optimize, stats
+  config = dgd_config.get_config(arg)
+  q = query_plan.settings(config)
+
+  def exact(sigma):
+    r = math.sqrt(2 * q.num_queries) / sigma
+    delta = lambda e: stats.norm.cdf(r / 2 - e / r) - math.exp(e) * stats.norm.cdf(-r / 2 - e / r)
+    return optimize.brentq(lambda e: delta(e) - config.privacy.delta, 1e-3, 100.0)
+
+  budget = config.privacy.max_epsilon
+  assert budget - 1e-3 < exact(q.noise_scale) <= budget
+  assert exact(0.99 * q.noise_scale) > budget
 
 
 def test_brier_score_is_linear_in_the_targets():
