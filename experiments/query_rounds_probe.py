@@ -102,7 +102,8 @@ def main(argv):
     both = np.concatenate([first, second])
     model, params = student(both, np.concatenate([noisy1, noisy2]), f"{strategy}_2")
     top = votes[second].max(1) / n
-    print(f"{strategy:9s} round 1 {one:.2%}, both rounds {train.accuracy(model.apply, params, data.x_test, data.y_test):.2%}, "
+    both_accuracy = train.accuracy(model.apply, params, data.x_test, data.y_test)
+    print(f"{strategy:9s} round 1 {one:.2%}, both rounds {both_accuracy:.2%}, "
           f"round 2's mean top vote share {top.mean():.3f}", flush=True)
 
 

@@ -154,8 +154,9 @@ def inversion(config) -> None:
   budget under PLD, and the student learns their vote shares, its labelled pairs mixed (mixup
   0.4). With ``queries.aggregator='gnmax'`` the plan trades label accuracy against count
   instead (add ``privacy.accountant='rdp'`` for GNMax's data-dependent epsilon: PLD accounts
-  its data-independent bound only), and when those labels cover at most 5% of the pool (eps 1, small ensembles), the student
-  learns the whole pool labelled by label propagation (stages/student.py; RESULTS.md)."""
+  its data-independent bound only), and when those labels cover at most 5% of the pool (eps
+  1, small ensembles), the student learns the whole pool labelled by label propagation
+  (stages/student.py; RESULTS.md)."""
   config.generator.update(INVERSION)
   if config.queries.plan == "auto":  # not DGD+'s fixed GNMax plan
     config.queries.update(aggregator="gaussian_histogram", num_queries=HISTOGRAMS)
