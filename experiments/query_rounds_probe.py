@@ -10,8 +10,9 @@ Answer: no. With 50 teachers of 160 images at eps 10 (sigma 44.71, 2 x 2,000 his
 the samples the first student is least sure about gave 70.93 / 67.47 / 66.08% on the three
 8,000-image runs against 67.58 / 67.45 / 67.23% for a random second round (mean 68.16 against
 67.42%, one draw each); the surest ones 63.10% and a class-balanced round 65.96% (first run
-only). In the pipeline (``queries.selection=least_confident``, ``first_round=2000``; three
-seeds) least-confident rounds gave 66.85% against 67.86% for random queries.
+only). In the pipeline (``queries.selection=least_confident``, ``first_round=2000``, with a
+selector trained on the first round's shares, commit e668548; three seeds) least-confident
+rounds gave 66.85% against 67.86% for random queries.
 Feeds: RESULTS.md, DGD on a small private set, "Levers on the histogram release".
 
 A development diagnostic, not a release: it reads the teachers' votes without noise. For each

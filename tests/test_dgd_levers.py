@@ -247,6 +247,20 @@ def test_histogram_plan_spends_the_budget_on_num_queries_histograms():
   assert query_plan.settings(config).noise_scale > 5 * q.noise_scale
 
 
+def test_least_confident_rounds_are_refused_with_released_histograms():
+  """The least-confident selector learns the first round's labels; a histogram release gives
+  none worth learning (its argmax at sigma 44.71 is mostly noise), so the run is refused
+  before anything trains, with the selections that work."""
+  from dgd_jax.errors import ConfigError
+  from dgd_jax.stages import queries
+  config = dgd_config.get_config("fashion_mnist,cpu")
+  config.queries.update(selection="least_confident", first_round=2000)
+  with pytest.raises(ConfigError, match="'random' or 'representative'"):
+    queries.check(config)
+  config.queries.selection = "representative"
+  queries.check(config)
+
+
 @pytest.mark.parametrize("arg", ["fashion_mnist,cpu", "fashion_mnist,standard,eps1"])
 def test_histogram_plan_fits_the_budget_of_the_analytic_gaussian_mechanism(arg):
   """The presets' Q histograms of noise sigma are one Gaussian mechanism of L2 sensitivity

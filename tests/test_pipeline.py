@@ -409,37 +409,3 @@ def test_dgd_with_released_histograms(finished_dgd_copy):
   assert "gaussian_histogram: the noisy vote histograms of 60 queries" in text
   assert "teachers' noiseless vote shares reaches" in text
 
-
-def test_dgd_histograms_in_two_rounds(finished_dgd_copy, monkeypatch):
-  """Least-confident selection with released histograms: a student trained on the first
-  round's released vote shares (Brier) picks the second round among the samples not yet
-  asked, those it is least sure about; both rounds are charged in one ledger."""
-  from dgd_jax.stages import queries
-  npz_file, workdir, _ = finished_dgd_copy
-  for stage in ("queries", "student"):
-    shutil.rmtree(pathlib.Path(workdir) / stage)
-  config = tiny_configs.dgd(npz_file)
-  config.queries.update(aggregator="gaussian_histogram", plan="auto", num_queries=60,
-                        selection="least_confident", first_round=30)
-  config.privacy.max_epsilon = 3.0
-  seen = {}
-  selector = queries.selector_probabilities
-
-  def spy(ctx, x_pool, asked, answers):
-    seen.update(asked=asked, answers=answers, probs=selector(ctx, x_pool, asked, answers).copy())
-    return seen["probs"].copy()
-
-  monkeypatch.setattr(queries, "selector_probabilities", spy)
-  report = pipeline.run(config, workdir)
-  q = dict(np.load(pathlib.Path(workdir) / "queries" / "queries.npz"))
-  first, second = q["indices"][:30], q["indices"][30:]
-  assert len(set(q["indices"])) == 60
-  np.testing.assert_array_equal(seen["asked"], first)
-  np.testing.assert_allclose(seen["answers"], q["histograms"][:30] / config.num_teachers,
-                             rtol=1e-6)  # the released shares, not labels
-  probs = seen["probs"]
-  assert probs.shape[1] == 10 and np.allclose(probs.sum(1), 1, atol=1e-4)
-  probs[first] = np.inf
-  np.testing.assert_array_equal(second, queries.least_confident(probs, 30))
-  assert 2.99 < report["epsilon"] <= 3.0
-  assert report["stages"]["student"]["num_labelled"] == 60

@@ -20,8 +20,6 @@ queries is also released with noise scaled to its smooth sensitivity (PATE 2018 
 """
 from __future__ import annotations
 
-import copy
-import dataclasses
 import os
 
 import jax
@@ -36,7 +34,6 @@ from dgd_jax.core import Context
 from dgd_jax.data import config_teachers_changed
 from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import renyi_filter, smooth_sensitivity
-from dgd_jax.stages import student as student_stage
 from dgd_jax.workdir import save_array, save_arrays
 
 CONFIG_KEYS = ("pool", "queries", "privacy")
@@ -131,6 +128,11 @@ def check(config) -> None:
     if max(config_teachers_changed(config).values()) != 1:
       raise ConfigError("config.queries.smooth_sensitivity assumes one changed example moves "
                         "one teacher's vote (k = 1): use the default 'shuffle' partition.")
+  if q.selection == "least_confident" and q.aggregator == "gaussian_histogram":
+    raise ConfigError("config.queries.selection='least_confident' trains its selector on the "
+                      "first round's labels, which released histograms do not give (their "
+                      "argmax is mostly noise at the presets' sigma): use selection 'random' "
+                      "or 'representative'.")
   if q.selection == "least_confident" and not 0 < q.first_round < q.num_queries:
     raise ConfigError(f"config.queries.first_round={q.first_round}: least-confident selection "
                       "needs a first round of random queries, 0 < first_round < num_queries="
@@ -154,22 +156,10 @@ def least_confident(probs: np.ndarray, k: int) -> np.ndarray:
   return np.argsort(np.max(probs, axis=-1), kind="stable")[:k]
 
 
-def selector_probabilities(ctx: Context, x_pool: np.ndarray, asked: np.ndarray, y: np.ndarray
+def selector_probabilities(ctx: Context, x: np.ndarray, y: np.ndarray, x_pool: np.ndarray
                            ) -> np.ndarray:
-  """Softmax outputs on the pool of a student trained on the first round's answers ``y`` to
-  the pool samples ``asked``: public data and released answers only. Labels [L]: a classifier
-  of the student schedule; released vote shares [L, K] (``gaussian_histogram``): the student
-  stage's own student on them (the Brier score; the rest of the pool unlabelled; without
-  Eq. 6, whose VAE is trained after this stage, and without self-training rounds)."""
-  x = x_pool[asked]
-  if y.ndim == 2:
-    config = copy.deepcopy(ctx.config)
-    config.student.update(w_normal=0.0, w_tangent=0.0, w_entropy=0.0, self_training=0)
-    model, rounds = student_stage.train_student(
-        dataclasses.replace(ctx, config=config), (None, None), x, y,
-        np.delete(x_pool, asked, axis=0), "query_selector",
-        os.path.join(ctx.stage.path, "selector_checkpoints"), brier=True)
-    return np.asarray(jax.nn.softmax(train.logits(model.apply, rounds[-1], x_pool)), np.float64)
+  """Softmax outputs on the pool of a student trained (student schedule) on the first
+  round's answers (x, y): public data and released labels only."""
   model = classifier(ctx.config, ctx.dataset.num_classes)
   cfg = fit_config(ctx.config, "student")
   init_key, train_key = jax.random.split(ctx.key("query_selector"))
@@ -257,9 +247,7 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
   if not answered.any():  # PATE App. C.2: a student picks the second round
     raise ConfigError("no first-round query was answered, so no student can pick the "
                       "rest: raise config.queries.first_round or lower the threshold.")
-  answers = (labels[answered] if released is None  # the released vote shares, else labels
-             else student_stage.shares(released[answered], config.num_teachers))
-  probs = selector_probabilities(ctx, x_pool, indices[answered], answers)
+  probs = selector_probabilities(ctx, x_pool[indices[answered]], labels[answered], x_pool)
   probs[indices] = np.inf  # never ask twice
   second = least_confident(probs, num - first)
   more = ask(second, jax.random.fold_in(noise_key, 1), 1)
