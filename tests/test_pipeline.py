@@ -408,4 +408,3 @@ def test_dgd_with_released_histograms(finished_dgd_copy):
   text = (pathlib.Path(workdir) / "report.md").read_text()
   assert "gaussian_histogram: the noisy vote histograms of 60 queries" in text
   assert "teachers' noiseless vote shares reaches" in text
-

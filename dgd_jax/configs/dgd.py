@@ -82,7 +82,7 @@ def get_config(arg: str | None = None):
     # the standard preset's teacher schedule: on the quick one's stages 77.80% against 75.76%
     # with 300 steps, for 4 more minutes (RESULTS.md, DGD, "The presets")
     config.teachers.num_steps = 600
-    if not standard:  # the quick preset's 10 minutes (RESULTS.md): half the inversion steps
+    if not standard:  # the quick preset's time (RESULTS.md): half the inversion steps
       config.generator.update(QUICK)
     if budget == "eps1":  # 48 labels of 8000: self-training carries them to the rest (RESULTS.md)
       config.student.self_training = 3
