@@ -268,14 +268,11 @@ def test_histogram_plan_fits_the_budget_of_the_analytic_gaussian_mechanism(arg):
   within the budget, and 1% less noise would exceed it: PLD planned it neither loosely nor
   too tightly."""
   import math
-  from scipy import optimize, stats
+  import analytic_gaussian
   config = dgd_config.get_config(arg)
   q = query_plan.settings(config)
-
-  def exact(sigma):
-    r = math.sqrt(2 * q.num_queries) / sigma
-    delta = lambda e: stats.norm.cdf(r / 2 - e / r) - math.exp(e) * stats.norm.cdf(-r / 2 - e / r)
-    return optimize.brentq(lambda e: delta(e) - config.privacy.delta, 1e-3, 100.0)
+  exact = lambda sigma: analytic_gaussian.epsilon(math.sqrt(2 * q.num_queries) / sigma,
+                                                  config.privacy.delta)
 
   budget = config.privacy.max_epsilon
   assert budget - 1e-3 < exact(q.noise_scale) <= budget

@@ -13,7 +13,7 @@ import pytest
 from dp_accounting import pld as dp_pld
 from dp_accounting import rdp as dp_rdp
 
-from scipy import optimize, stats
+from scipy import stats
 from scipy.special import log_ndtr, logsumexp
 
 from dgd_jax import privacy
@@ -21,6 +21,8 @@ from dgd_jax.data.partitions import partition_indices
 from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import (calibrate, conversion, dpdfd, events, ledger, local, pate2017,
                              pate2018, releases)
+
+import analytic_gaussian
 
 DELTA = 1e-5
 REL = 1e-9
@@ -111,9 +113,7 @@ def test_gaussian_histogram_costs_gnmax_data_independent_and_has_no_data_depende
   # Independently: 2000 Gaussians of noise multiplier 33.49 / sqrt 2 compose to one of
   # multiplier m = 33.49 / sqrt(2 * 2000); the analytic Gaussian mechanism (Balle & Wang 2018,
   # Thm. 8) has delta(eps) = Phi(r/2 - eps/r) - e^eps Phi(-r/2 - eps/r), r = 1/m.
-  r = math.sqrt(2 * 2000) / 33.49
-  delta_of = lambda e: stats.norm.cdf(r / 2 - e / r) - math.exp(e) * stats.norm.cdf(-r / 2 - e / r)
-  exact = optimize.brentq(lambda e: delta_of(e) - DELTA, 0.1, 50.0)
+  exact = analytic_gaussian.epsilon(math.sqrt(2 * 2000) / 33.49, DELTA)
   pld = privacy.PrivacyLedger([privacy.HistogramQueries(33.49, 2000)]).epsilons(DELTA)["pld"]
   assert pld.epsilon == pytest.approx(exact, abs=1e-3)
   with pytest.raises(ConfigError, match="no data-dependent analysis"):
