@@ -40,11 +40,19 @@ def features(images: np.ndarray, dims: int = 50, scales: int = 2, orientations: 
   f = f - f.mean(0)
   if len(f) <= f.shape[1]:  # few samples: the thin SVD of f itself
     z = np.linalg.svd(f.astype(np.float64), full_matrices=False)[0][:, :dims]
-  else:  # many: the eigenvectors of the D x D scatter matrix (ascending order)
-    values, vectors = np.linalg.eigh((f.T @ f).astype(np.float64))
-    top = slice(len(values) - 1, max(len(values) - 1 - dims, -1), -1)
-    z = (f @ vectors[:, top].astype(np.float32)) / np.sqrt(np.maximum(values[top], 1e-12))
+  else:  # many: the eigenvectors of the D x D scatter matrix
+    z = f @ principal_axes(f, dims)
   return (z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+def principal_axes(f: np.ndarray, dims: int) -> np.ndarray:
+  """[D, dims] projection (f's dtype) of centred rows f [N, D], N > D: its columns are the
+  ``dims`` leading eigenvectors of f^T f, each divided by the square root of its eigenvalue, so
+  that f @ W has orthonormal columns (the whitened principal components); it applies to other
+  rows centred by f's mean too."""
+  values, vectors = np.linalg.eigh((f.T @ f).astype(np.float64))  # ascending order
+  top = slice(len(values) - 1, max(len(values) - 1 - dims, -1), -1)
+  return (vectors[:, top] / np.sqrt(np.maximum(values[top], 1e-12))).astype(f.dtype)
 
 
 def _kmeans_plus_plus(f: np.ndarray, k: int, key: jax.Array) -> np.ndarray:

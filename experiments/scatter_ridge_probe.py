@@ -21,7 +21,7 @@ from __future__ import annotations
 from absl import app, flags
 import numpy as np
 
-from dgd_jax import artefacts, ensemble, pipeline, pool, progress
+from dgd_jax import artefacts, ensemble, pipeline, pool, progress, propagation
 from dgd_jax.models import scattering
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
@@ -69,10 +69,8 @@ def main(argv):
   f_pool, f_test = coefficients(x), coefficients(data.x_test)
   mean = f_pool.mean(0)
   f_pool, f_test = f_pool - mean, f_test - mean
-  values, vectors = np.linalg.eigh(f_pool.T @ f_pool)  # the pool's own statistics
-  order = np.argsort(values)[::-1]
-  for d in map(int, _DIMS.value):
-    w = vectors[:, order[:d]] / np.sqrt(values[order[:d]] / len(f_pool))
+  for d in map(int, _DIMS.value):  # the pool's own statistics, unit variance per component
+    w = propagation.principal_axes(f_pool, d) * np.sqrt(len(f_pool))
     z_pool, z_test = (np.c_[f @ w, np.ones(len(f))] for f in (f_pool, f_test))
     for name, t in (("noisy", noisy / n), ("noiseless", votes / n)):
       lam = cross_validated(z_pool[idx], t)
