@@ -20,7 +20,8 @@ STAGES: dict[str, StageSpec] = {
                          requires=lambda c: ("teachers",) + pool.requires(c),
                          # the queries compose a private baseline's steps (baseline.check)
                          precheck=lambda c: (baseline.check(c), queries.check(c))),
-    "student": StageSpec(student.run, student.CONFIG_KEYS, requires=student.requires),
+    "student": StageSpec(student.run, student.CONFIG_KEYS, requires=student.requires,
+                         precheck=student.check),
     "dpdfd": StageSpec(dpdfd.run, dpdfd.CONFIG_KEYS, requires=dpdfd.requires),
     "dpdfd_samples": StageSpec(dpdfd.run_samples, requires=("dpdfd",)),
     "ldp": StageSpec(ldp.run, ldp.CONFIG_KEYS, requires=("baseline",)),

@@ -114,6 +114,11 @@ def logits(apply_fn: Callable, params: Any, x: np.ndarray, batch_size: int = 100
   return np.concatenate(out)[:n]
 
 
+def mean_distribution(apply_fn: Callable, members: list[Any], x: np.ndarray) -> np.ndarray:
+  """The members' mean predicted distribution [N, K] over ``x`` (an ensemble's prediction)."""
+  return np.mean([jax.nn.softmax(logits(apply_fn, p, x)) for p in members], axis=0)
+
+
 def self_training(fit_round: Callable[[np.ndarray, int], Any], apply_fn: Callable, params: Any,
                   x: np.ndarray, rounds: int) -> list[Any]:
   """Self-training: ``rounds`` times, a fresh model fitted by ``fit_round(targets, round)``

@@ -154,7 +154,7 @@ def main(argv):
         else:  # raw targets can leave negative entries
           p = np.maximum(p, 0) / np.maximum(np.maximum(p, 0).sum(1, keepdims=True), 1e-12)
         t = (p if _OWN.value == "propagated" else np.concatenate([t, p[q:]])).astype(np.float32)
-      model, rounds = student_stage.train_student(
+      model, rounds, _ = student_stage.train_student(
           ctx, vae, x_s, t, rest, name, os.path.join(folder, name),
           brier=_LOSS.value == "brier")
       accuracies = [train.accuracy(model.apply, p, data.x_test, data.y_test) for p in rounds]

@@ -86,7 +86,7 @@ def main(argv):
 
   def student(indices, noisy, name):
     rest = np.delete(x, indices, axis=0)
-    model, rounds = student_stage.train_student(
+    model, rounds, _ = student_stage.train_student(
         ctx, (None, None), x[indices], student_stage.shares(noisy, n), rest, name,
         os.path.join(folder, name), brier=True)
     return model, rounds[-1]

@@ -53,7 +53,7 @@ def main(argv):
 
   def fit(x, y, name, num_steps):
     config.student.num_steps = num_steps
-    model, rounds = student_stage.train_student(ctx, vae, x, y, x_u, name,
+    model, rounds, _ = student_stage.train_student(ctx, vae, x, y, x_u, name,
                                                 os.path.join(folder, name))
     return model, rounds[-1], train.accuracy(model.apply, rounds[-1], x_eval, y_eval)
 

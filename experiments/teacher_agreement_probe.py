@@ -146,7 +146,7 @@ def main(argv):
       noisy = (votes[idx] + noise).argmax(1)
       for kind, y in (("noisy", noisy), ("clean", votes[idx].argmax(1))):
         name = f"{variant}_{d}_{kind}"
-        model, rounds = student_stage.train_student(
+        model, rounds, _ = student_stage.train_student(
             ctx, vae, x[idx], y.astype(np.int32), x[rest], name, os.path.join(folder, name),
             feats)
         out[f"{kind}_{d}"] = round(train.accuracy(model.apply, rounds[-1], data.x_test,

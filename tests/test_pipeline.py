@@ -9,10 +9,11 @@ import shutil
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
-from dgd_jax import methods, pipeline
+from dgd_jax import artefacts, methods, pipeline, pool, train
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError, WorkdirConflictError
@@ -408,3 +409,44 @@ def test_dgd_with_released_histograms(finished_dgd_copy):
   text = (pathlib.Path(workdir) / "report.md").read_text()
   assert "gaussian_histogram: the noisy vote histograms of 60 queries" in text
   assert "teachers' noiseless vote shares reaches" in text
+
+
+def test_student_ensemble_is_distilled_and_the_released_student_is_the_last_fit(
+    finished_dgd_copy):
+  """student.ensemble = 2 with one self-training round: two members learn the released
+  labels from keys of their own, a fresh student their mean distribution, one round after it;
+  the report gives the ensemble's and the members' accuracies, and the student the loaders
+  return (the audit's) is the last fit, whose accuracy the report states."""
+  npz_file, workdir, _ = finished_dgd_copy
+  shutil.rmtree(pathlib.Path(workdir) / "student")
+  config = tiny_configs.dgd(npz_file)
+  config.student.update(ensemble=2, self_training=1)
+  report = pipeline.run(config, workdir)
+  result = report["stages"]["student"]
+  assert len(result["member_test_accuracies"]) == 2
+  assert 0 <= result["ensemble_test_accuracy"] <= 1
+  assert len(result["test_accuracy_by_self_training_round"]) == 2  # distilled, then round 1
+  logged = [json.loads(l) for l in (pathlib.Path(workdir) / "metrics.jsonl").read_text()
+            .splitlines()]
+  fits = ["student", "student_member_1", "student_distilled", "student_self_training_1"]
+  assert fits == [s for s in dict.fromkeys(m["stage"] for m in logged) if s in fits]
+  stage = pathlib.Path(workdir) / "student"
+  assert {"checkpoints", "checkpoints_member_1", "checkpoints_distilled",
+          "checkpoints_self_training_1"} <= set(os.listdir(stage))
+  ctx = pipeline.open_run(workdir, "student")
+  model, params = artefacts.load_classifier(ctx, "student")
+  x_eval, y_eval = pool.evaluation(ctx)
+  assert train.accuracy(model.apply, params, x_eval, y_eval) == result["test_accuracy"]
+  first, member = (jax.tree.leaves(train.load_params(str(stage / f), params))
+                   for f in ("checkpoints", "checkpoints_member_1"))
+  assert not all(np.allclose(a, b) for a, b in zip(first, member))  # keys of its own
+
+
+def test_student_block_that_cannot_be_trained_is_refused_before_any_stage(
+    npz_file, tmp_path):
+  for field, value in (("ensemble", 0), ("self_training", -1)):
+    config = tiny_configs.dgd(npz_file)
+    config.student[field] = value
+    with pytest.raises(ConfigError, match=f"config.student.{field}="):
+      pipeline.run(config, str(tmp_path / f"{field}_{value}"))
+    assert not os.path.exists(tmp_path / f"{field}_{value}" / "baseline")

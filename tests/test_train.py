@@ -98,3 +98,12 @@ def test_self_training_fits_each_round_to_the_last_models_logits():
   np.testing.assert_allclose(seen[0][1], x * 1.0)  # round 1 reads the first model's logits
   np.testing.assert_allclose(seen[1][1], x * 2.0)  # round 2 those of round 1's model
   assert train.self_training(fit_round, apply_fn, 1.0, x, 0) == [1.0]
+
+
+def test_mean_distribution_averages_the_members_softmax():
+  x = np.array([[0.0, 1.0], [2.0, -1.0]], np.float32)
+  apply_fn = lambda params, xb: xb * params
+  mean = train.mean_distribution(apply_fn, [1.0, 3.0], x)
+  expected = (np.asarray(jax.nn.softmax(x)) + np.asarray(jax.nn.softmax(3 * x))) / 2
+  np.testing.assert_allclose(mean, expected, rtol=1e-6)
+  np.testing.assert_allclose(mean.sum(-1), 1.0, rtol=1e-6)

@@ -444,6 +444,10 @@ def student_config() -> ml_collections.ConfigDict:
       # by label propagation on the k-NN graph (this many neighbours) of ScatterNet features,
       # and the student learns every pool sample's likeliest label (stages/student.py)
       propagation=0,
+      # k > 1: k students learn the released labels, each from its own initialisation and
+      # minibatches, and a fresh student learns their mean predicted distribution over the
+      # whole pool (post-processing, no epsilon; stages/student.py)
+      ensemble=1,
       # rounds of self-training: a fresh student trained on the last one's predicted
       # distributions over the whole pool (post-processing of the released labels, no epsilon)
       self_training=0,

@@ -18,8 +18,11 @@ augmented view,
 (``consistency_augment=False``: both views are x_j itself, i.e. confident pseudo-labels, Lee 2013)
 and the labelled batch can be augmented (``augment``) or mixed (``mixup`` > 0: Eq. 5 on
 pairs x~ = lam x_i + (1 - lam) x_j with targets lam e_{y_i} + (1 - lam) e_{y_j}, lam ~
-Beta(mixup, mixup); Zhang et al. 2018), which resists the noisy labels. With
-``self_training`` = R, R fresh students follow, each trained the same way on the last one's
+Beta(mixup, mixup); Zhang et al. 2018), which resists the noisy labels. With ``ensemble`` =
+k > 1, k students learn the labels so, each from its own initialisation and minibatches, and
+the student is a fresh one trained on their mean predicted distribution over the whole pool
+(ensemble distillation: the members' errors on noisy labels differ, their mean is steadier
+than any one of them). With ``self_training`` = R, R fresh students follow, each trained the same way on the last one's
 predicted distributions over the whole pool. With ``propagation`` = k, while the labels cover
 at most ``PROPAGATION_MAX_SHARE`` of the pool, the first student learns the whole pool
 instead, each sample labelled with the likeliest class after the released labels spread to it
@@ -51,8 +54,10 @@ import numpy as np
 import optax
 
 from dgd_jax import augment, plots, pool, propagation, train, triples
-from dgd_jax.artefacts import classifier, fit_config, load_queries, load_vae, load_votes
+from dgd_jax.artefacts import (classifier, fit_config, load_queries, load_vae, load_votes,
+                               student_fits)
 from dgd_jax.core import Context
+from dgd_jax.errors import ConfigError
 from dgd_jax.models.vae import VAE
 
 # 'vae' stays in the student's key even when unused, so workdirs made before the VAE stage
@@ -77,6 +82,15 @@ def uses_vae(s) -> bool:
 
 def requires(config) -> tuple[str, ...]:
   return ("queries", "vae") if uses_vae(config.student) else ("queries",)
+
+
+def check(config) -> None:
+  """Refuses a student block the stage cannot train, before any stage runs."""
+  for field, least, meaning in (("ensemble", 1, "one student"), ("self_training", 0, "none")):
+    value = config.student.get(field, least)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+      raise ConfigError(f"config.student.{field}={value!r}: it must be a whole number of at "
+                        f"least {least} (--config.student.{field}={least}: {meaning}).")
 
 
 def entropy(logits: jnp.ndarray) -> jnp.ndarray:
@@ -225,22 +239,34 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
   """The student trained on labelled (x_s, y_s) and unlabelled x_u, with
   ``vae`` = ``load_vae``'s (model, params) for Eq. 6, or (None, None) when it is off; given
   ``pool_features`` (``propagation.features`` of x_s then x_u, when ``propagates``), on the
-  whole pool instead, each sample's target the released labels propagated to it;
-  then ``student.self_training`` rounds, each a fresh student trained the same way on the last
-  one's predicted distributions over the whole pool (x_s and x_u; post-processing). Returns
-  the model and each round's parameters (the last: the student). ``brier``: the labelled loss
-  is the Brier score (``y_s``: the released vote shares, ``shares``)."""
+  whole pool instead, each sample's target the released labels propagated to it.
+  With ``student.ensemble`` = k > 1, k students are trained so, each from its own
+  initialisation and minibatches, and a fresh student learns their mean predicted distribution
+  over the whole pool (x_s and x_u; post-processing). Then ``student.self_training`` rounds,
+  each a fresh student trained the same way on the last one's predicted distributions over
+  the whole pool. Each fit is named ``name`` and ``checkpoint_dir`` with its
+  ``artefacts.student_fits`` suffix. Returns the model, each round's parameters (the first
+  student or the distilled one, then the self-training rounds; the last is the student) and
+  the ensemble's members. ``brier``: the labelled loss is the Brier score (``y_s``: the
+  released vote shares, ``shares``)."""
   config = ctx.config
   student = classifier(config, ctx.dataset.num_classes, "student", lowering="conv")
   cfg = fit_config(config, "student")
   init_key, train_key = jax.random.split(ctx.key("student"))
+  fits = iter(enumerate(student_fits(config.student)))
 
-  def fit(x, y, name, checkpoint_dir):
-    state = train.create_train_state(student, train.optimizer(cfg), init_key, x.shape[1:])
+  def fit(x, y):
+    index, suffix = next(fits)
+    # the other members and the distilled student draw keys of their own; the first student
+    # and the self-training rounds the stage's
+    init, run = ((jax.random.fold_in(init_key, index), jax.random.fold_in(train_key, index))
+                 if suffix.startswith(("_member", "_distilled")) else (init_key, train_key))
+    state = train.create_train_state(student, train.optimizer(cfg), init, x.shape[1:])
     step = make_step(student, *vae, jnp.asarray(x), jnp.asarray(y), jnp.asarray(x_u),
                      StudentSettings.from_config(config.student, brier))
-    log = lambda metrics: ctx.workdir.log_metrics(name, metrics)  # its own curve
-    return train.run_steps(state, step, train_key, cfg, checkpoint_dir, name, log).params
+    log = lambda metrics: ctx.workdir.log_metrics(name + suffix, metrics)  # its own curve
+    return train.run_steps(state, step, run, cfg, checkpoint_dir + suffix, name + suffix,
+                           log).params
 
   x_all = np.concatenate([x_s, x_u])
   first = (x_s, y_s)
@@ -249,11 +275,13 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
         pool_features, np.arange(len(x_s)), y_s, ctx.dataset.num_classes,
         config.student.propagation)
     first = (x_all[reached], p[reached].argmax(-1).astype(np.int32))
-  return student, train.self_training(
-      lambda logits, r: fit(x_all, np.asarray(jax.nn.softmax(logits)),
-                            f"{name}_self_training_{r}", f"{checkpoint_dir}_self_training_{r}"),
-      student.apply, fit(*first, name, checkpoint_dir), x_all,
-      config.student.self_training)
+  members = [fit(*first) for _ in range(config.student.get("ensemble", 1))]
+  params = members[0]
+  if len(members) > 1:  # the members' mean predicted distribution teaches one student
+    params = fit(x_all, train.mean_distribution(student.apply, members, x_all))
+  rounds = train.self_training(lambda logits, r: fit(x_all, np.asarray(jax.nn.softmax(logits))),
+                               student.apply, params, x_all, config.student.self_training)
+  return student, rounds, members
 
 
 def shares(histograms: np.ndarray, num_teachers: int) -> np.ndarray:
@@ -285,19 +313,23 @@ def run(ctx: Context) -> dict:
   brier = y_s.ndim == 2  # released vote shares (gaussian_histogram)
   propagated = not brier and propagates(config, len(x_s), len(x_pool))
   features = propagation.features(np.concatenate([x_s, x_u])) if propagated else None
-  student, rounds = train_student(ctx, vae, x_s, y_s, x_u, "student", ctx.stage.checkpoint_dir,
-                                  features, brier)
+  student, rounds, members = train_student(ctx, vae, x_s, y_s, x_u, "student",
+                                           ctx.stage.checkpoint_dir, features, brier)
   accuracy = lambda params: train.accuracy(student.apply, params, x_eval, y_eval)
   diagnostic = {}
+  if len(members) > 1:  # the ensemble the student was distilled from, and its members
+    ensemble = train.mean_distribution(student.apply, members, x_eval)
+    diagnostic["ensemble_test_accuracy"] = float(np.mean(ensemble.argmax(-1) == y_eval))
+    diagnostic["member_test_accuracies"] = [accuracy(p) for p in members]
   if len(rounds) > 1:
     diagnostic["test_accuracy_by_self_training_round"] = [accuracy(p) for p in rounds]
   if config.student.diagnose_noiseless:  # server-side diagnostic (module docstring)
     votes = load_votes(ctx)[answered]  # the noiseless counterpart: shares, or the plurality
     clean_targets = (shares(votes, config.num_teachers) if brier
                      else votes.argmax(-1).astype(np.int32))
-    _, clean = train_student(ctx, vae, x_s, clean_targets, x_u, "student_noiseless",
-                             os.path.join(ctx.stage.path, "noiseless_checkpoints"), features,
-                             brier)
+    _, clean, _ = train_student(ctx, vae, x_s, clean_targets, x_u, "student_noiseless",
+                                os.path.join(ctx.stage.path, "noiseless_checkpoints"), features,
+                                brier)
     diagnostic["student_accuracy_noiseless_labels"] = accuracy(clean[-1])
   curve = ctx.workdir.read_metrics("student")
   terms = [k for k in ("loss", "ce", "consistency", "normal", "tangent", "entropy")
