@@ -255,15 +255,18 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
   init_key, train_key = jax.random.split(ctx.key("student"))
   fits = iter(enumerate(student_fits(config.student)))
 
-  def fit(x, y):
+  def new_step(x, y):
+    return make_step(student, *vae, jnp.asarray(x), jnp.asarray(y), jnp.asarray(x_u),
+                     StudentSettings.from_config(config.student, brier))
+
+  def fit(x, y, step=None):  # step: new_step(x, y) shared by the members, compiled once
     index, suffix = next(fits)
     # the other members and the distilled student draw keys of their own; the first student
     # and the self-training rounds the stage's
     init, run = ((jax.random.fold_in(init_key, index), jax.random.fold_in(train_key, index))
                  if suffix.startswith(("_member", "_distilled")) else (init_key, train_key))
     state = train.create_train_state(student, train.optimizer(cfg), init, x.shape[1:])
-    step = make_step(student, *vae, jnp.asarray(x), jnp.asarray(y), jnp.asarray(x_u),
-                     StudentSettings.from_config(config.student, brier))
+    step = step or new_step(x, y)
     log = lambda metrics: ctx.workdir.log_metrics(name + suffix, metrics)  # its own curve
     return train.run_steps(state, step, run, cfg, checkpoint_dir + suffix, name + suffix,
                            log).params
@@ -275,7 +278,8 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
         pool_features, np.arange(len(x_s)), y_s, ctx.dataset.num_classes,
         config.student.propagation)
     first = (x_all[reached], p[reached].argmax(-1).astype(np.int32))
-  members = [fit(*first) for _ in range(config.student.get("ensemble", 1))]
+  step = new_step(*first)
+  members = [fit(*first, step) for _ in range(config.student.get("ensemble", 1))]
   params = members[0]
   if len(members) > 1:  # the members' mean predicted distribution teaches one student
     params = fit(x_all, train.mean_distribution(student.apply, members, x_all))
