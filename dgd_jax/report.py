@@ -276,6 +276,13 @@ def write(workdir: str, report: dict) -> None:
     lines += [f"Teachers: {report['num_teachers_chosen']}." if report["num_teachers_chosen"]
               else f"Teachers: {report['num_teachers']}, as the config sets "
                    "(--config.num_teachers=0 chooses a count for the private set's size).", ""]
+  student = report["stages"].get("student", {})
+  if "ensemble_test_accuracy" in student:  # student.ensemble > 1
+    members = student["member_test_accuracies"]
+    lines += [f"Student: distilled from {len(members)} students trained on the release "
+              f"(post-processing): their ensemble reaches "
+              f"{100 * student['ensemble_test_accuracy']:.2f}%, each of them "
+              f"{100 * min(members):.2f} to {100 * max(members):.2f}%.", ""]
   if "student_accuracy_noiseless_labels" in report:
     histograms = report["stages"].get("queries", {}).get("aggregator") == "gaussian_histogram"
     lines += [f"Diagnostic (not released): the same student on the teachers' noiseless "

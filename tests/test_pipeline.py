@@ -426,6 +426,7 @@ def test_student_ensemble_is_distilled_and_the_released_student_is_the_last_fit(
   assert len(result["member_test_accuracies"]) == 2
   assert 0 <= result["ensemble_test_accuracy"] <= 1
   assert len(result["test_accuracy_by_self_training_round"]) == 2  # distilled, then round 1
+  assert "Student: distilled from 2 students" in (pathlib.Path(workdir) / "report.md").read_text()
   logged = [json.loads(l) for l in (pathlib.Path(workdir) / "metrics.jsonl").read_text()
             .splitlines()]
   fits = ["student", "student_member_1", "student_distilled", "student_self_training_1"]

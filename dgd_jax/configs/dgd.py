@@ -143,9 +143,10 @@ INVERSION = dict(synthesis="inversion", w_stats=10.0, jitter=1, oversample=1.0,
 HISTOGRAMS = 4000
 
 # The CPU presets' student ensemble (``student.ensemble``): with 50 teachers, where the
-# histograms' noise is as large as the votes, the student distilled from five gained 2 to 4
-# points; with 250 teachers it was within a quarter point of one student (RESULTS.md, DGD, "An
-# ensemble of students").
+# histograms' noise is as large as the votes, the student distilled from five gained 2.1
+# points at 8,000 private images and 2.5 at 12,000 (means of 3 seeds), and 1.7 at eps 1 with
+# 250 teachers; ten members did no better than five (RESULTS.md, DGD on a small private set,
+# "An ensemble of students").
 ENSEMBLE = 5
 
 # The quick preset's cuts (a 10-minute run on 2 cores): 100 inversion steps at twice the
