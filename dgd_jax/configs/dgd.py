@@ -163,10 +163,11 @@ def inversion(config) -> None:
   (their plurality labels are more often a real image's class). The automatic plan releases
   the noisy vote histograms of ``HISTOGRAMS`` samples with the least noise that fits the
   budget under PLD, and the student learns their vote shares, its labelled pairs mixed (mixup
-  0.4), five such students distilled into the one released (``ENSEMBLE``). With ``queries.aggregator='gnmax'`` the plan trades label accuracy against count
-  instead (add ``privacy.accountant='rdp'`` for GNMax's data-dependent epsilon: PLD accounts
-  its data-independent bound only), and when those labels cover at most 5% of the pool (eps
-  1, small ensembles), the student learns the whole pool labelled by label propagation
+  0.4), five such students distilled into the one released (``ENSEMBLE``). With
+  ``queries.aggregator='gnmax'`` the plan trades label accuracy against count instead (add
+  ``privacy.accountant='rdp'`` for GNMax's data-dependent epsilon: PLD accounts its
+  data-independent bound only), and when those labels cover at most 5% of the pool (eps 1,
+  small ensembles), the student learns the whole pool labelled by label propagation
   (stages/student.py; RESULTS.md)."""
   config.generator.update(INVERSION)
   if config.queries.plan == "auto":  # not DGD+'s fixed GNMax plan
