@@ -120,27 +120,26 @@ def _checkpoints(ctx: Context, stage: str) -> str:
   return os.path.join(ctx.stage_path(stage), CHECKPOINTS)
 
 
-def student_fits(block) -> list[str]:
+def student_fits(members: int, rounds: int) -> list[str]:
   """The student stage's fits in order, each named by the suffix of its metrics and
-  checkpoints (the first: none): the ensemble's other members (``student.ensemble``), the
-  student distilled from them, then the self-training rounds. The last is the released
-  student."""
-  k = block.get("ensemble", 1)  # runs recorded before the option: one student
-  fits = [""] + [f"_member_{m}" for m in range(1, k)]
-  if k > 1:
+  checkpoints (the first: none): the ensemble's other members, the student distilled from
+  them, then the self-training rounds. The last is the released student."""
+  fits = [""] + [f"_member_{m}" for m in range(1, members)]
+  if members > 1:
     fits.append("_distilled")
-  return fits + [f"_self_training_{r}" for r in range(1, block.self_training + 1)]
+  return fits + [f"_self_training_{r}" for r in range(1, rounds + 1)]
 
 
 def load_classifier(ctx: Context, stage: str, lowering: str = "im2col"):
   """A finished classifier stage's (model, params); ``stage`` also names its config block
-  ('baseline' or 'student': the released student, ``student_fits``' last); ``lowering`` as
-  ``classifier``'s."""
+  ('baseline' or 'student': the released student, the last of ``student_fits``, as the
+  stage's result records it); ``lowering`` as ``classifier``'s."""
   model = classifier(ctx.config, ctx.dataset.num_classes, stage, lowering)
   x = jnp.zeros((1,) + ctx.dataset.image_shape, jnp.float32)
   folder = _checkpoints(ctx, stage)
   if stage == "student":
-    folder += student_fits(ctx.config.student)[-1]
+    folder += ctx.results.get("student", {}).get(  # runs recorded before: one student
+        "released_fit", student_fits(1, ctx.config.student.get("self_training", 0))[-1])
   return model, train.load_params(folder, jax.eval_shape(model.init, jax.random.key(0), x))
 
 

@@ -311,3 +311,17 @@ def test_more_histograms_than_synthetic_samples_are_refused_before_training():
   config.generator.num_synthetic = 2000
   with pytest.raises(ConfigError, match="num_queries=4000 exceeds the 2000 synthetic samples"):
     queries.check(config)
+
+
+def test_the_student_ensemble_is_chosen_for_the_noise_per_teacher():
+  """student.ensemble = 0 (the CPU presets): five students where the release's noise per
+  teacher is large (50 teachers at eps 10, 250 at eps 1), one where it is small (250 at eps
+  10); a count the config sets is kept."""
+  config = dgd_config.get_config("fashion_mnist,cpu")
+  assert config.student.ensemble == 0
+  for teachers, sigma, expected in ((50, 44.71, 5), (250, 333.7, 5), (250, 44.71, 1)):
+    config.num_teachers = teachers
+    assert student.members(config, sigma) == expected
+  config.student.ensemble = 3
+  assert student.members(config, 44.71) == 3
+  assert dgd_config.get_config("fashion_mnist,cpu,table1").student.ensemble == 1

@@ -424,6 +424,7 @@ def test_student_ensemble_is_distilled_and_the_released_student_is_the_last_fit(
   report = pipeline.run(config, workdir)
   result = report["stages"]["student"]
   assert len(result["member_test_accuracies"]) == 2
+  assert (result["ensemble"], result["released_fit"]) == (2, "_self_training_1")
   assert 0 <= result["ensemble_test_accuracy"] <= 1
   assert len(result["test_accuracy_by_self_training_round"]) == 2  # distilled, then round 1
   assert "Student: distilled from 2 students" in (pathlib.Path(workdir) / "report.md").read_text()
@@ -445,7 +446,7 @@ def test_student_ensemble_is_distilled_and_the_released_student_is_the_last_fit(
 
 def test_student_block_that_cannot_be_trained_is_refused_before_any_stage(
     npz_file, tmp_path):
-  for field, value in (("ensemble", 0), ("self_training", -1)):
+  for field, value in (("ensemble", -1), ("self_training", -1)):
     config = tiny_configs.dgd(npz_file)
     config.student[field] = value
     with pytest.raises(ConfigError, match=f"config.student.{field}="):

@@ -446,7 +446,8 @@ def student_config() -> ml_collections.ConfigDict:
       propagation=0,
       # k > 1: k students learn the released labels, each from its own initialisation and
       # minibatches, and a fresh student learns their mean predicted distribution over the
-      # whole pool (post-processing, no epsilon; stages/student.py)
+      # whole pool (post-processing, no epsilon); 0: chosen for the release's noise per
+      # teacher (stages/student.py, ``members``)
       ensemble=1,
       # rounds of self-training: a fresh student trained on the last one's predicted
       # distributions over the whole pool (post-processing of the released labels, no epsilon)

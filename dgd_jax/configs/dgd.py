@@ -142,13 +142,6 @@ INVERSION = dict(synthesis="inversion", w_stats=10.0, jitter=1, oversample=1.0,
 # presets"). 2,000 and 4,000 of 8,000 did equally well in the probe, 1,000 and 8,000 worse.
 HISTOGRAMS = 4000
 
-# The CPU presets' student ensemble (``student.ensemble``): with 50 teachers, where the
-# histograms' noise is as large as the votes, the student distilled from five gained 2.1
-# points at 8,000 private images and 2.5 at 12,000 (means of 3 seeds), and 1.7 at eps 1 with
-# 250 teachers; ten members did no better than five (RESULTS.md, DGD on a small private set,
-# "An ensemble of students").
-ENSEMBLE = 5
-
 # The quick preset's cuts (a 10-minute run on 2 cores): 100 inversion steps at twice the
 # learning rate (within half a point of 200 steps at 0.1: RESULTS.md, DGD, "The presets
 # now") and a 500-step data-free diagnostic instead of the baseline's 1500.
@@ -163,7 +156,8 @@ def inversion(config) -> None:
   (their plurality labels are more often a real image's class). The automatic plan releases
   the noisy vote histograms of ``HISTOGRAMS`` samples with the least noise that fits the
   budget under PLD, and the student learns their vote shares, its labelled pairs mixed (mixup
-  0.4), five such students distilled into the one released (``ENSEMBLE``). With
+  0.4), five such students distilled into the one released where the noise per teacher is
+  large (``student.ensemble = 0``: stages/student.py, ``members``). With
   ``queries.aggregator='gnmax'`` the plan trades label accuracy against count instead (add
   ``privacy.accountant='rdp'`` for GNMax's data-dependent epsilon: PLD accounts its
   data-independent bound only), and when those labels cover at most 5% of the pool (eps 1,
@@ -178,7 +172,7 @@ def inversion(config) -> None:
     config.privacy.accountant = "pld"
   config.student.mixup = 0.4
   config.student.propagation = 10
-  config.student.ensemble = ENSEMBLE
+  config.student.ensemble = 0  # chosen for the release's noise per teacher
 
 
 def private(config, budget: str) -> None:

@@ -67,6 +67,13 @@ CONFIG_KEYS = ("student", "vae")
 # the pool: it added 7.8 points on average with 114 labels of 8,000 and lost 3.7 with 2,852
 # of 8,000, where the labels already cover a third of it (RESULTS.md, small private set).
 PROPAGATION_MAX_SHARE = 0.05
+# ``student.ensemble = 0`` (the CPU presets): ENSEMBLE students distilled into one where the
+# release's noise per teacher, sigma / n, is at least NOISE_PER_VOTE, else one student. Five
+# gained 2.1 and 2.5 points with 50 teachers at eps 10 (sigma / n 0.89) and 1.7 with 250 at
+# eps 1 (1.33); with 250 at eps 10 (0.18) they lost 0.3 (RESULTS.md, DGD on a small private
+# set, "An ensemble of students").
+ENSEMBLE = 5
+NOISE_PER_VOTE = 0.3
 
 
 def propagates(config, num_labelled: int, pool_size: int) -> bool:
@@ -86,11 +93,20 @@ def requires(config) -> tuple[str, ...]:
 
 def check(config) -> None:
   """Refuses a student block the stage cannot train, before any stage runs."""
-  for field, least, meaning in (("ensemble", 1, "one student"), ("self_training", 0, "none")):
+  for field, least, meaning in (("ensemble", 0, "chosen for the release's noise"),
+                                ("self_training", 0, "none")):
     value = config.student.get(field, least)
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
       raise ConfigError(f"config.student.{field}={value!r}: it must be a whole number of at "
                         f"least {least} (--config.student.{field}={least}: {meaning}).")
+
+
+def members(config, noise_scale: float) -> int:
+  """How many students learn the release (``student.ensemble``; 0: ``ENSEMBLE`` where the
+  noise per teacher ``noise_scale / num_teachers`` is at least ``NOISE_PER_VOTE``, else 1)."""
+  if config.student.get("ensemble", 1):
+    return config.student.get("ensemble", 1)
+  return ENSEMBLE if noise_scale / config.num_teachers >= NOISE_PER_VOTE else 1
 
 
 def entropy(logits: jnp.ndarray) -> jnp.ndarray:
@@ -235,12 +251,12 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s: StudentSettings):
 
 def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray,
                   name: str, checkpoint_dir: str, pool_features: np.ndarray | None = None,
-                  brier: bool = False):
+                  brier: bool = False, k: int = 1):
   """The student trained on labelled (x_s, y_s) and unlabelled x_u, with
   ``vae`` = ``load_vae``'s (model, params) for Eq. 6, or (None, None) when it is off; given
   ``pool_features`` (``propagation.features`` of x_s then x_u, when ``propagates``), on the
   whole pool instead, each sample's target the released labels propagated to it.
-  With ``student.ensemble`` = k > 1, k students are trained so, each from its own
+  With k > 1 (``members``), k students are trained so, each from its own
   initialisation and minibatches, and a fresh student learns their mean predicted distribution
   over the whole pool (x_s and x_u; post-processing). Then ``student.self_training`` rounds,
   each a fresh student trained the same way on the last one's predicted distributions over
@@ -253,7 +269,7 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
   student = classifier(config, ctx.dataset.num_classes, "student", lowering="conv")
   cfg = fit_config(config, "student")
   init_key, train_key = jax.random.split(ctx.key("student"))
-  fits = iter(enumerate(student_fits(config.student)))
+  fits = iter(enumerate(student_fits(k, config.student.self_training)))
 
   def new_step(x, y):
     return make_step(student, *vae, jnp.asarray(x), jnp.asarray(y), jnp.asarray(x_u),
@@ -279,13 +295,13 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
         config.student.propagation)
     first = (x_all[reached], p[reached].argmax(-1).astype(np.int32))
   step = new_step(*first)
-  members = [fit(*first, step) for _ in range(config.student.get("ensemble", 1))]
-  params = members[0]
-  if len(members) > 1:  # the members' mean predicted distribution teaches one student
-    params = fit(x_all, train.mean_distribution(student.apply, members, x_all))
+  trained = [fit(*first, step) for _ in range(k)]
+  params = trained[0]
+  if k > 1:  # the members' mean predicted distribution teaches one student
+    params = fit(x_all, train.mean_distribution(student.apply, trained, x_all))
   rounds = train.self_training(lambda logits, r: fit(x_all, np.asarray(jax.nn.softmax(logits))),
                                student.apply, params, x_all, config.student.self_training)
-  return student, rounds, members
+  return student, rounds, trained
 
 
 def shares(histograms: np.ndarray, num_teachers: int) -> np.ndarray:
@@ -317,14 +333,15 @@ def run(ctx: Context) -> dict:
   brier = y_s.ndim == 2  # released vote shares (gaussian_histogram)
   propagated = not brier and propagates(config, len(x_s), len(x_pool))
   features = propagation.features(np.concatenate([x_s, x_u])) if propagated else None
-  student, rounds, members = train_student(ctx, vae, x_s, y_s, x_u, "student",
-                                           ctx.stage.checkpoint_dir, features, brier)
+  k = members(config, ctx.results["queries"]["noise_scale"])
+  student, rounds, trained = train_student(ctx, vae, x_s, y_s, x_u, "student",
+                                           ctx.stage.checkpoint_dir, features, brier, k)
   accuracy = lambda params: train.accuracy(student.apply, params, x_eval, y_eval)
   diagnostic = {}
-  if len(members) > 1:  # the ensemble the student was distilled from, and its members
-    ensemble = train.mean_distribution(student.apply, members, x_eval)
+  if k > 1:  # the ensemble the student was distilled from, and its members
+    ensemble = train.mean_distribution(student.apply, trained, x_eval)
     diagnostic["ensemble_test_accuracy"] = float(np.mean(ensemble.argmax(-1) == y_eval))
-    diagnostic["member_test_accuracies"] = [accuracy(p) for p in members]
+    diagnostic["member_test_accuracies"] = [accuracy(p) for p in trained]
   if len(rounds) > 1:
     diagnostic["test_accuracy_by_self_training_round"] = [accuracy(p) for p in rounds]
   if config.student.diagnose_noiseless:  # server-side diagnostic (module docstring)
@@ -333,7 +350,7 @@ def run(ctx: Context) -> dict:
                      else votes.argmax(-1).astype(np.int32))
     _, clean, _ = train_student(ctx, vae, x_s, clean_targets, x_u, "student_noiseless",
                                 os.path.join(ctx.stage.path, "noiseless_checkpoints"), features,
-                                brier)
+                                brier, k)
     diagnostic["student_accuracy_noiseless_labels"] = accuracy(clean[-1])
   curve = ctx.workdir.read_metrics("student")
   terms = [k for k in ("loss", "ce", "consistency", "normal", "tangent", "entropy")
@@ -342,6 +359,9 @@ def run(ctx: Context) -> dict:
                   [m["step"] for m in curve], {k: [m[k] for m in curve] for k in terms},
                   xlabel="step", ylabel="loss term", title="Student training (Eq. 1)")
   return {**diagnostic, "test_accuracy": accuracy(rounds[-1]),
+          "ensemble": k,  # students trained on the release (``members``)
+          # the released student's suffix of checkpoints/ (artefacts.load_classifier)
+          "released_fit": student_fits(k, config.student.self_training)[-1],
           "num_evaluated": len(y_eval), "propagated": propagated,
           "num_labelled": int(answered.sum()), "num_unlabelled": len(x_u),
           "training_curve_png": "student/training_curve.png"}
