@@ -101,12 +101,14 @@ def check(config) -> None:
                         f"least {least} (--config.student.{field}={least}: {meaning}).")
 
 
-def members(config, noise_scale: float) -> int:
+def members(config, results: dict) -> int:
   """How many students learn the release (``student.ensemble``; 0: ``ENSEMBLE`` where the
-  noise per teacher ``noise_scale / num_teachers`` is at least ``NOISE_PER_VOTE``, else 1)."""
+  noise per teacher, the queries stage's noise scale over ``num_teachers``, is at least
+  ``NOISE_PER_VOTE``, else 1). ``results``: the finished stages' results."""
   if config.student.get("ensemble", 1):
     return config.student.get("ensemble", 1)
-  return ENSEMBLE if noise_scale / config.num_teachers >= NOISE_PER_VOTE else 1
+  noise = results["queries"]["noise_scale"] / config.num_teachers
+  return ENSEMBLE if noise >= NOISE_PER_VOTE else 1
 
 
 def entropy(logits: jnp.ndarray) -> jnp.ndarray:
@@ -333,7 +335,7 @@ def run(ctx: Context) -> dict:
   brier = y_s.ndim == 2  # released vote shares (gaussian_histogram)
   propagated = not brier and propagates(config, len(x_s), len(x_pool))
   features = propagation.features(np.concatenate([x_s, x_u])) if propagated else None
-  k = members(config, ctx.results["queries"]["noise_scale"])
+  k = members(config, ctx.results)
   student, rounds, trained = train_student(ctx, vae, x_s, y_s, x_u, "student",
                                            ctx.stage.checkpoint_dir, features, brier, k)
   accuracy = lambda params: train.accuracy(student.apply, params, x_eval, y_eval)
