@@ -19,10 +19,10 @@ augmented view,
 and the labelled batch can be augmented (``augment``) or mixed (``mixup`` > 0: Eq. 5 on
 pairs x~ = lam x_i + (1 - lam) x_j with targets lam e_{y_i} + (1 - lam) e_{y_j}, lam ~
 Beta(mixup, mixup); Zhang et al. 2018), which resists the noisy labels. With ``ensemble`` =
-k > 1, k students learn the labels so, each from its own initialisation and minibatches, and
-the student is a fresh one trained on their mean predicted distribution over the whole pool
-(ensemble distillation: the members' errors on noisy labels differ, their mean is steadier
-than any one of them). With ``self_training`` = R, R fresh students follow, each trained the
+k > 1 (0: chosen for the release's noise, ``members``), k students learn the labels so, each
+from its own initialisation and minibatches, and the student is a fresh one trained on their
+mean predicted distribution over the whole pool (ensemble distillation: the members' errors
+on noisy labels differ, their mean is steadier than any one of them). With ``self_training`` = R, R fresh students follow, each trained the
 same way on the last one's predicted distributions over the whole pool. With
 ``propagation`` = k, while the labels cover at most ``PROPAGATION_MAX_SHARE`` of the pool,
 the first student learns the whole pool instead, each sample labelled with the likeliest
@@ -69,9 +69,9 @@ CONFIG_KEYS = ("student", "vae")
 PROPAGATION_MAX_SHARE = 0.05
 # ``student.ensemble = 0`` (the CPU presets): ENSEMBLE students distilled into one where the
 # release's noise per teacher, sigma / n, is at least NOISE_PER_VOTE, else one student. Five
-# gained 2.1 and 2.5 points with 50 teachers at eps 10 (sigma / n 0.89) and 1.7 with 250 at
-# eps 1 (1.33); with 250 at eps 10 (0.18) they lost 0.3 (RESULTS.md, DGD on a small private
-# set, "An ensemble of students").
+# gained 2.1 and 2.5 points with 50 teachers at eps 10 (sigma / n 0.89), 1.5 with 100 (0.45)
+# and 1.7 with 250 at eps 1 (1.33); with 250 at eps 10 (0.18) they lost 0.3 (RESULTS.md, DGD
+# on a small private set, "An ensemble of students").
 ENSEMBLE = 5
 NOISE_PER_VOTE = 0.3
 
