@@ -24,12 +24,13 @@ from its own initialisation and minibatches, and the student is a fresh one trai
 mean predicted distribution over the whole pool (ensemble distillation: the members' errors
 on noisy labels differ, their mean is steadier than any one of them). With
 ``self_training`` = R, R fresh students follow, each trained the same way on the last one's
-predicted distributions over the whole pool. With ``propagation`` = k, while the labels cover at most ``PROPAGATION_MAX_SHARE`` of the pool,
-the first student learns the whole pool instead, each sample labelled with the likeliest
-class after the released labels spread to it by label propagation on the k-NN graph of the
-pool's ScatterNet features (``propagation.propagate``, Zhou et al. 2004; hard labels, which
-beat the distributions on the 8,000-image, 50-teacher preset: RESULTS.md). All are
-post-processing of the released labels: no epsilon.
+predicted distributions over the whole pool. With ``propagation`` = k, while the labels
+cover at most ``PROPAGATION_MAX_SHARE`` of the pool, the first student learns the whole pool
+instead, each sample labelled with the likeliest class after the released labels spread to it
+by label propagation on the k-NN graph of the pool's ScatterNet features
+(``propagation.propagate``, Zhou et al. 2004; hard labels, which beat the distributions on
+the 8,000-image, 50-teacher preset: RESULTS.md). All are post-processing of the released
+labels: no epsilon.
 
 Where the queries released noisy vote histograms (``queries.aggregator='gaussian_histogram'``)
 the labelled targets are the noisy vote shares h~ / n, unbiased and unclipped, and Eq. 5's
