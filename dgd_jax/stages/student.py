@@ -106,8 +106,9 @@ def members(config, results: dict) -> int:
   """How many students learn the release (``student.ensemble``; 0: ``ENSEMBLE`` where the
   noise per teacher, the queries stage's noise scale over ``num_teachers``, is at least
   ``NOISE_PER_VOTE``, else 1). ``results``: the finished stages' results."""
-  if config.student.get("ensemble", 1):
-    return config.student.get("ensemble", 1)
+  k = config.student.get("ensemble", 1)  # runs recorded before the option: one student
+  if k:
+    return k
   noise = results["queries"]["noise_scale"] / config.num_teachers
   return ENSEMBLE if noise >= NOISE_PER_VOTE else 1
 
@@ -342,9 +343,10 @@ def run(ctx: Context) -> dict:
   accuracy = lambda params: train.accuracy(student.apply, params, x_eval, y_eval)
   diagnostic = {}
   if k > 1:  # the ensemble the student was distilled from, and its members
-    ensemble = train.mean_distribution(student.apply, trained, x_eval)
-    diagnostic["ensemble_test_accuracy"] = float(np.mean(ensemble.argmax(-1) == y_eval))
-    diagnostic["member_test_accuracies"] = [accuracy(p) for p in trained]
+    probs = [jax.nn.softmax(train.logits(student.apply, p, x_eval)) for p in trained]
+    hit = lambda p: float(np.mean(np.argmax(p, -1) == y_eval))
+    diagnostic["ensemble_test_accuracy"] = hit(np.mean(probs, axis=0))
+    diagnostic["member_test_accuracies"] = [hit(p) for p in probs]
   if len(rounds) > 1:
     diagnostic["test_accuracy_by_self_training_round"] = [accuracy(p) for p in rounds]
   if config.student.diagnose_noiseless:  # server-side diagnostic (module docstring)
