@@ -19,7 +19,7 @@ Feeds: RESULTS.md, DGD, "Label propagation, self-training, the noisy histogram",
 A development diagnostic, not a release: it reads the teachers' votes without noise and prints
 nothing a run publishes. For each plan 'eps:Q[:sigma]' (sigma omitted: the least that fits eps
 with Q queries under `rdp`, delta 1e-5) it draws Q of the run's pool samples and the noise
-(seed ``--seed``), trains the run's student (``stages.student.train_student``, with
+(seed ``--seed``), trains the run's student (``student_training.train_student``, with
 ``--self_training`` rounds after it) on targets made from h~, and prints the real test
 accuracy of each round:
 
@@ -48,7 +48,7 @@ import numpy as np
 
 from dgd_jax import (artefacts, ensemble, pipeline, pool, privacy, progress, propagation,
                      train)
-from dgd_jax.stages import student as student_stage
+from dgd_jax import student_training
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 _PLANS = flags.DEFINE_string("plans", "1:48:40;1:4000", "'eps:Q[:sigma]' items, ';'-separated.")
@@ -65,7 +65,7 @@ _PROPAGATED = flags.DEFINE_enum("propagated", "hard", ["hard", "soft"],
                                 "propagated distribution.")
 _LOSS = flags.DEFINE_enum("loss", "ce", ["ce", "brier"],
                           "The labelled loss: cross-entropy (Eq. 5), or the Brier score "
-                          "(stages.student.brier_score), bounded for negative targets.")
+                          "(student_training.brier_score), bounded for negative targets.")
 _OWN = flags.DEFINE_enum("own", "released", ["released", "propagated"],
                          "With --propagation, the queried samples' targets: their own, or "
                          "those propagated (as the others').")
@@ -104,9 +104,9 @@ def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float) -> np
     return v / n
   n = int(round(votes[0].sum()))  # every teacher votes once
   if kind == "raw":  # h~ / n itself, negative entries kept: what the student stage learns
-    return student_stage.shares(noisy, n)
+    return student_training.shares(noisy, n)
   if kind == "clean":
-    return student_stage.shares(votes, n)
+    return student_training.shares(votes, n)
   raise ValueError(f"unknown target kind {kind!r}")
 
 
@@ -123,7 +123,7 @@ def main(argv):
   teachers, predict, _ = artefacts.load_teachers(ctx)
   votes_all = (soft_votes(ctx, teachers, x, _VOTES.value) if _VOTES.value  # PRIVATE
                else ensemble.vote_histograms(predict, teachers, x, data.num_classes))
-  vae = (artefacts.load_vae(ctx, x.shape[1:]) if student_stage.uses_vae(config.student)
+  vae = (artefacts.load_vae(ctx, x.shape[1:]) if student_training.uses_vae(config.student)
          else (None, None))
   folder = tempfile.mkdtemp()
 
@@ -154,7 +154,7 @@ def main(argv):
         else:  # raw targets can leave negative entries
           p = np.maximum(p, 0) / np.maximum(np.maximum(p, 0).sum(1, keepdims=True), 1e-12)
         t = (p if _OWN.value == "propagated" else np.concatenate([t, p[q:]])).astype(np.float32)
-      model, rounds, _ = student_stage.train_student(
+      model, rounds, _ = student_training.train_student(
           ctx, vae, x_s, t, rest, name, os.path.join(folder, name),
           brier=_LOSS.value == "brier")
       accuracies = [train.accuracy(model.apply, p, data.x_test, data.y_test) for p in rounds]

@@ -37,7 +37,7 @@ from dgd_jax import progress, propagation, train
 from dgd_jax.artefacts import QUERIES, SYNTHETIC, SYNTHETIC_LABELS, VOTES, classifier, fit_config
 from dgd_jax.configs import dgd as dgd_config
 from dgd_jax.data import load_dataset
-from dgd_jax.stages import student as student_stage
+from dgd_jax import student_training
 from dgd_jax.workdir import load_array, read_json
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD workdir.")
@@ -66,7 +66,7 @@ def main(argv):
   def accuracy(xs, ys):  # the preset's student on (xs, ys), scored on the real test set
     state = train.create_train_state(model, train.optimizer(cfg), jax.random.key(7),
                                      xs.shape[1:])
-    step = student_stage.make_step(model, None, None, jnp.asarray(xs), jnp.asarray(ys),
+    step = student_training.make_step(model, None, None, jnp.asarray(xs), jnp.asarray(ys),
                                    jnp.asarray(xs[:1]), config.student)
     state = train.run_steps(state, step, jax.random.key(8), cfg, tempfile.mkdtemp(), "probe")
     return train.accuracy(model.apply, state.params, test.x_test, test.y_test)

@@ -38,7 +38,7 @@ import jax
 import numpy as np
 
 from dgd_jax import artefacts, ensemble, pipeline, pool, progress, train
-from dgd_jax.stages import student as student_stage
+from dgd_jax import student_training
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 _STRATEGIES = flags.DEFINE_list("strategies", ["random", "confident", "uncertain", "balanced"],
@@ -86,8 +86,8 @@ def main(argv):
 
   def student(indices, noisy, name):
     rest = np.delete(x, indices, axis=0)
-    model, rounds, _ = student_stage.train_student(
-        ctx, (None, None), x[indices], student_stage.shares(noisy, n), rest, name,
+    model, rounds, _ = student_training.train_student(
+        ctx, (None, None), x[indices], student_training.shares(noisy, n), rest, name,
         os.path.join(folder, name), brier=True)
     return model, rounds[-1]
 

@@ -11,7 +11,7 @@ eps 1 only: RESULTS.md, "Label propagation, self-training, the noisy histogram".
 Feeds: RESULTS.md, DGD, "Query plan and student" (the self-training rows).
 
 Post-processing of the released labels only (no epsilon). Trains the run's student
-(``stages.student.train_student``, without label propagation or self-training) on the released
+(``student_training.train_student``, without label propagation or self-training) on the released
 labels, labels the rest of the pool with its argmax, then trains fresh students on the
 labelled samples plus the pseudo-labelled ones whose confidence is at least each threshold, for
 the run's step count and three times it, and prints each accuracy on the run's evaluation
@@ -29,6 +29,7 @@ import jax
 import numpy as np
 
 from dgd_jax import artefacts, pipeline, pool, progress, train
+from dgd_jax import student_training
 from dgd_jax.stages import student as student_stage
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD (or PATE) run.")
@@ -46,14 +47,14 @@ def main(argv):
   x_pool = pool.load(ctx)
   x_s, y_s, x_u, _ = student_stage.labelled_split(ctx, x_pool)
   x_eval, y_eval = pool.evaluation(ctx)
-  vae = (artefacts.load_vae(ctx, x_pool.shape[1:]) if student_stage.uses_vae(config.student)
+  vae = (artefacts.load_vae(ctx, x_pool.shape[1:]) if student_training.uses_vae(config.student)
          else (None, None))
   folder = tempfile.mkdtemp()
   steps = config.student.num_steps
 
   def fit(x, y, name, num_steps):
     config.student.num_steps = num_steps
-    model, rounds, _ = student_stage.train_student(ctx, vae, x, y, x_u, name,
+    model, rounds, _ = student_training.train_student(ctx, vae, x, y, x_u, name,
                                                 os.path.join(folder, name))
     return model, rounds[-1], train.accuracy(model.apply, rounds[-1], x_eval, y_eval)
 

@@ -18,7 +18,7 @@ nothing a run publishes. For each variant it trains the run's CNN teachers on th
 (``data.config_shards``; the run's steps, batch, learning rate), prints the mean teacher and
 the plurality accuracy on the real test set, the mean top vote share on the pool and the mean
 margin (top minus second count), then for ``--draws`` query draws of the run's plan (Q queries,
-GNMax sigma) trains the run's student (``stages.student.train_student`` with propagation, as
+GNMax sigma) trains the run's student (``student_training.train_student`` with propagation, as
 the student stage does) on the noisy labels and on the noiseless plurality of the same samples.
 
   plain:        what the run trains (independent initialisations)
@@ -44,7 +44,7 @@ import optax
 
 from dgd_jax import artefacts, augment, ensemble, pipeline, pool, progress, propagation, train
 from dgd_jax.data import config_shards
-from dgd_jax.stages import student as student_stage
+from dgd_jax import student_training
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 flags.mark_flag_as_required("workdir")
@@ -115,7 +115,7 @@ def main(argv):
   q = _QUERIES.value or ctx.results["queries"]["num_queries"]
   sigma = _SIGMA.value or ctx.results["queries"]["noise_scale"]
   steps = _STEPS.value or config.teachers.num_steps
-  vae = (artefacts.load_vae(ctx, x.shape[1:]) if student_stage.uses_vae(config.student)
+  vae = (artefacts.load_vae(ctx, x.shape[1:]) if student_training.uses_vae(config.student)
          else (None, None))
   folder = tempfile.mkdtemp()
   print(f"{len(shards)} teachers, {q} queries at sigma {sigma:g}, {steps} teacher steps",
@@ -146,7 +146,7 @@ def main(argv):
       noisy = (votes[idx] + noise).argmax(1)
       for kind, y in (("noisy", noisy), ("clean", votes[idx].argmax(1))):
         name = f"{variant}_{d}_{kind}"
-        model, rounds, _ = student_stage.train_student(
+        model, rounds, _ = student_training.train_student(
             ctx, vae, x[idx], y.astype(np.int32), x[rest], name, os.path.join(folder, name),
             feats)
         out[f"{kind}_{d}"] = round(train.accuracy(model.apply, rounds[-1], data.x_test,

@@ -8,11 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dgd_jax import augment, generative, propagation, query_plan
+from dgd_jax import augment, generative, propagation, query_plan, student_training
 from dgd_jax.configs import dgd as dgd_config
 from dgd_jax.errors import ConfigError
 from dgd_jax.models.classifier import Classifier
-from dgd_jax.stages import student
 
 
 def test_translate_moves_pixels_and_keeps_edges():
@@ -96,11 +95,11 @@ def test_consistency_term_by_hand():
   only where the weak view is confident."""
   weak_logits = jnp.array([[5.0, 0.0], [0.1, 0.0]])  # confident, not confident at 0.95
   strong_logits = jnp.array([[1.0, 2.0], [0.0, 3.0]])
-  term, share = student.consistency_loss(weak_logits, strong_logits, 0.95)
+  term, share = student_training.consistency_loss(weak_logits, strong_logits, 0.95)
   # Row 0 is confident with pseudo-label 0: CE = -log softmax(1, 2)[0]; row 1 is masked.
   by_hand = 0.5 * (-np.log(np.exp(1.0) / (np.exp(1.0) + np.exp(2.0))))
   assert float(term) == pytest.approx(by_hand, rel=1e-6) and float(share) == 0.5
-  grad = jax.grad(lambda w: student.consistency_loss(w, strong_logits, 0.95)[0])(weak_logits)
+  grad = jax.grad(lambda w: student_training.consistency_loss(w, strong_logits, 0.95)[0])(weak_logits)
   assert not np.any(np.asarray(grad))  # the weak view is the fixed target
 
 
@@ -218,10 +217,10 @@ def test_representative_queries_cover_the_clusters():
 def test_propagation_runs_only_for_few_labels():
   config = dgd_config.get_config("fashion_mnist,cpu")
   config.student.propagation = 10
-  assert student.propagates(config, 114, 8000)  # a small ensemble's plan
-  assert not student.propagates(config, 2852, 8000)  # the quick preset's: a third labelled
+  assert student_training.propagates(config, 114, 8000)  # a small ensemble's plan
+  assert not student_training.propagates(config, 2852, 8000)  # the quick preset's: a third labelled
   config.student.propagation = 0
-  assert not student.propagates(config, 114, 8000)
+  assert not student_training.propagates(config, 114, 8000)
 
 
 def test_histogram_plan_spends_the_budget_on_num_queries_histograms():
@@ -286,20 +285,20 @@ def test_brier_score_is_linear_in_the_targets():
   logits = jax.random.normal(jax.random.key(0), (5, 4))
   t1 = jax.nn.softmax(jax.random.normal(jax.random.key(1), (5, 4)))
   noise = 0.7 * jax.random.normal(jax.random.key(2), (5, 4))
-  grad = jax.grad(student.brier_score)
+  grad = jax.grad(student_training.brier_score)
   np.testing.assert_allclose(grad(logits, t1 + noise) + grad(logits, t1 - noise),
                              2 * grad(logits, t1), atol=1e-6)
   p = jax.nn.softmax(logits)
-  assert float(student.brier_score(logits, t1)) == pytest.approx(
+  assert float(student_training.brier_score(logits, t1)) == pytest.approx(
       float(jnp.mean(jnp.sum((p - t1) ** 2, -1))), rel=1e-6)
   negative = jnp.full((5, 4), -0.5).at[:, 0].set(2.5)
   huge = jnp.zeros((5, 4)).at[:, 1:].set(-100.0)  # all mass on class 0: bounded loss
-  assert float(student.brier_score(huge, negative)) < 4 * (3.0 ** 2)
+  assert float(student_training.brier_score(huge, negative)) < 4 * (3.0 ** 2)
 
 
 def test_released_histograms_become_vote_shares():
   h = np.array([[30.5, -2.0, 21.5], [0.0, 50.0, 0.0]])
-  s = student.shares(h, 50)
+  s = student_training.shares(h, 50)
   assert s.dtype == np.float32
   np.testing.assert_allclose(s, h / 50)  # negative entries kept: unbiased
 
@@ -321,7 +320,8 @@ def test_the_student_ensemble_is_chosen_for_the_noise_per_teacher():
   assert config.student.ensemble == 0
   for teachers, sigma, expected in ((50, 44.71, 5), (250, 333.7, 5), (250, 44.71, 1)):
     config.num_teachers = teachers
-    assert student.members(config, {"queries": {"noise_scale": sigma}}) == expected
+    assert student_training.members(config, {"queries": {"noise_scale": sigma}}) == expected
   config.student.ensemble = 3
-  assert student.members(config, {}) == 3  # the queries stage is not read
+  assert student_training.members(config, {}) == 3  # the queries stage is not read
   assert dgd_config.get_config("fashion_mnist,cpu,table1").student.ensemble == 1
+

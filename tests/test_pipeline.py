@@ -257,7 +257,7 @@ def test_dgd_end_to_end_report_on_real_fashion_mnist(fashion_mnist_subset, tmp_p
 
 @pytest.mark.integration
 def test_dgd_resumes_after_an_interrupted_stage(finished_dgd, tmp_path, monkeypatch):
-  from dgd_jax.stages import student
+  from dgd_jax import student_training
   npz_file, _, uninterrupted = finished_dgd  # the same config but for checkpoint_every
   config = tiny_configs.dgd(npz_file)
   config.checkpoint_every = 10  # not in any stage's config slice: the same artefacts
@@ -265,7 +265,7 @@ def test_dgd_resumes_after_an_interrupted_stage(finished_dgd, tmp_path, monkeypa
   class Interrupt(Exception):
     pass
 
-  make_step = student.make_step
+  make_step = student_training.make_step
 
   def crash_after_25_steps(*args, **kwargs):
     step, calls = make_step(*args, **kwargs), []
@@ -278,14 +278,14 @@ def test_dgd_resumes_after_an_interrupted_stage(finished_dgd, tmp_path, monkeypa
 
     return crashing
 
-  monkeypatch.setattr(student, "make_step", crash_after_25_steps)
+  monkeypatch.setattr(student_training, "make_step", crash_after_25_steps)
   workdir = tmp_path / "b"
   with pytest.raises(Interrupt):
     pipeline.run(config, str(workdir))
   assert not (workdir / "student" / "result.json").exists()
   assert (workdir / "queries" / "result.json").exists()
   before = (workdir / "metrics.jsonl").read_text()
-  monkeypatch.setattr(student, "make_step", make_step)
+  monkeypatch.setattr(student_training, "make_step", make_step)
   resumed = pipeline.run(config, str(workdir))
   after = (workdir / "metrics.jsonl").read_text()
   assert after.startswith(before)
