@@ -105,6 +105,44 @@ def init_teachers(model: nn.Module, tx: optax.GradientTransformation, key: jax.A
   return init(key)
 
 
+def refit_heads(head: Any, features: jnp.ndarray, labels: jnp.ndarray, parts: Partitions,
+                cfg: train.FitConfig, key: jax.Array) -> Any:
+  """n teachers that share a student's backbone: each a copy of its last layer ``head``
+  (Dense params) trained on its own partition of (``features`` [N, d], ``labels`` [N]), the
+  backbone's features of the training set, by ``cfg``'s Adam on the cross-entropy with
+  minibatches drawn like ``member_step``'s. Returns the stacked heads [n, ...]; member i reads
+  only the rows ``parts.indices[i, :parts.sizes[i]]``."""
+  tx = train.optimizer(cfg)
+  n = len(parts.sizes)
+  indices, sizes = jnp.asarray(parts.indices), jnp.asarray(parts.sizes)
+  features, labels = jnp.asarray(features), jnp.asarray(labels)
+
+  def one(p, opt, idx, size, k):
+    rows = idx[jax.random.randint(k, (cfg.batch_size,), 0, size)]
+    grads = jax.grad(lambda p: train.cross_entropy(
+        features[rows] @ p["kernel"] + p["bias"], labels[rows]))(p)
+    updates, opt = tx.update(grads, opt, p)
+    return optax.apply_updates(p, updates), opt
+
+  def step(carry, k):
+    return jax.vmap(one)(*carry, indices, sizes, jax.random.split(k, n)), None
+
+  @jax.jit
+  def fit(key):
+    start = jax.vmap(lambda _: (head, tx.init(head)))(jnp.arange(n))
+    return jax.lax.scan(step, start, jax.random.split(key, cfg.num_steps))[0][0]
+
+  return fit(key)
+
+
+def head_votes(heads: Any, features: np.ndarray, num_classes: int) -> np.ndarray:
+  """The vote histograms [Q, K] of the teachers ``heads`` ([n, ...], ``refit_heads``) on
+  samples whose backbone features are ``features`` [Q, d]."""
+  logits = jnp.einsum("qd,ndk->nqk", jnp.asarray(features), heads["kernel"])
+  labels = jnp.argmax(logits + heads["bias"][:, None], -1)
+  return np.asarray(histogram(labels, num_classes))
+
+
 def member_step(state: train.TrainState, key: jax.Array, x_all: jnp.ndarray,
                 y_all: jnp.ndarray, indices: jnp.ndarray, size: jnp.ndarray, batch_size: int,
                 robust=None):

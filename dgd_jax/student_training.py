@@ -1,5 +1,6 @@
-"""Training DGD's student (Eq. 1, 5, 6) on released labels over an unlabelled pool, for the
-stages that train one. Everything here reads the pool, the released labels and the VAE only.
+"""Training DGD's student (Eq. 1, 5, 6) on released labels over an unlabelled pool: the
+student stage's fit, and the queries stage's students between refit rounds
+(``queries.refits``). Everything here reads the pool, the released labels and the VAE only.
 
 Eq. 6 as implemented, per unlabelled batch (means over the batch):
   w_normal  * ||f(x_hat) - f(x_perp)||^2      # normal regularisation
@@ -225,7 +226,7 @@ def make_step(student, vae: VAE, vae_params, x_s, y_s, x_u, s: StudentSettings):
 
 def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_u: np.ndarray,
                   name: str, checkpoint_dir: str, pool_features: np.ndarray | None = None,
-                  brier: bool = False, k: int = 1):
+                  brier: bool = False, k: int = 1, key: str = "student"):
   """The student trained on labelled (x_s, y_s) and unlabelled x_u, with
   ``vae`` = ``load_vae``'s (model, params) for Eq. 6, or (None, None) when it is off; given
   ``pool_features`` (``propagation.features`` of x_s then x_u, when ``propagates``), on the
@@ -238,11 +239,11 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
   ``artefacts.student_fits`` suffix. Returns the model, each round's parameters (the first
   student or the distilled one, then the self-training rounds; the last is the student) and
   the ensemble's members. ``brier``: the labelled loss is the Brier score (``y_s``: the
-  released vote shares, ``shares``)."""
+  released vote shares, ``shares``). ``key``: the name of the run's key its draws derive from."""
   config = ctx.config
   student = classifier(config, ctx.dataset.num_classes, "student", lowering="conv")
   cfg = fit_config(config, "student")
-  init_key, train_key = jax.random.split(ctx.key("student"))
+  init_key, train_key = jax.random.split(ctx.key(key))
   fits = iter(enumerate(student_fits(k, config.student.self_training)))
 
   def new_step(x, y):

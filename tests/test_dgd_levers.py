@@ -325,3 +325,24 @@ def test_the_student_ensemble_is_chosen_for_the_noise_per_teacher():
   assert student_training.members(config, {}) == 3  # the queries stage is not read
   assert dgd_config.get_config("fashion_mnist,cpu,table1").student.ensemble == 1
 
+
+def test_refit_rounds_that_cannot_run_are_refused_before_training():
+  """queries.refits: whole numbers only; histograms of random samples only, Eq. 6 off (the
+  rounds' students train before the VAE); each round, not the total, must fit the pool."""
+  from dgd_jax.stages import queries
+  config = dgd_config.get_config("fashion_mnist,cpu")
+  config.num_teachers = 50
+  config.queries.update(refits=1, num_queries=16000)  # 8,000 a round of 8,000 samples
+  queries.check(config)
+  for field, value, match in (("refits", -1, "refits=-1"), ("refits", True, "refits=True"),
+                              ("aggregator", "gnmax", "gaussian_histogram"),
+                              ("selection", "representative", "selection 'random'"),
+                              ("num_queries", 16002, "asks 8001 samples in each of its 2 rounds")):
+    bad = config.copy_and_resolve_references()
+    bad.queries[field] = value
+    with pytest.raises(ConfigError, match=match):
+      queries.check(bad)
+  bad = config.copy_and_resolve_references()
+  bad.student.w_tangent = 1.0
+  with pytest.raises(ConfigError, match="before the VAE"):
+    queries.check(bad)

@@ -191,3 +191,25 @@ def test_bad_partitions_are_refused():
     ensemble.Partitions(np.zeros((2, 4), np.int32), np.array([4, 0], np.int32))
   with pytest.raises(ConfigError, match="every teacher needs data"):
     ensemble.Partitions(np.zeros((2, 4), np.int32), np.array([5, 1], np.int32))
+
+
+def test_refit_heads_each_member_learns_only_its_own_partition():
+  """Teachers refit from one student (queries.refits): member i's head depends on rows
+  parts[i] only, so a changed example moves one teacher, as the votes' sensitivity assumes;
+  each head moves away from the shared start toward its own rows' labels."""
+  rng = np.random.default_rng(0)
+  features = rng.normal(size=(3 * 20, 6)).astype(np.float32)
+  labels = (features[:, 0] > 0).astype(np.int32)  # learnable from feature 0
+  head = {"kernel": jnp.zeros((6, 2)), "bias": jnp.zeros(2)}
+  parts = ensemble.Partitions.stack([np.arange(i * 20, i * 20 + 20 - i) for i in range(3)])
+  cfg = train.FitConfig(num_steps=50, batch_size=8, learning_rate=0.05)
+  heads = ensemble.refit_heads(head, features, labels, parts, cfg, jax.random.key(1))
+  changed_features, changed_labels = features.copy(), labels.copy()
+  changed_features[25], changed_labels[25] = 10.0, 1 - labels[25]  # a row of member 1 only
+  again = ensemble.refit_heads(head, changed_features, changed_labels, parts, cfg,
+                               jax.random.key(1))
+  moved = [not np.allclose(heads["kernel"][i], again["kernel"][i]) for i in range(3)]
+  assert moved == [False, True, False]
+  votes = ensemble.head_votes(heads, features, 2)
+  assert votes.shape == (60, 2) and (votes.sum(1) == 3).all()
+  assert np.mean(votes.argmax(1) == labels) > 0.9  # learned, not the shared zero start

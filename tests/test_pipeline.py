@@ -13,7 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from dgd_jax import artefacts, methods, pipeline, pool, train
+from dgd_jax import artefacts, ensemble, methods, pipeline, pool, train
+from dgd_jax.stages import queries as queries_stage
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError, WorkdirConflictError
@@ -409,6 +410,39 @@ def test_dgd_with_released_histograms(finished_dgd_copy):
   text = (pathlib.Path(workdir) / "report.md").read_text()
   assert "gaussian_histogram: the noisy vote histograms of 60 queries" in text
   assert "teachers' noiseless vote shares reaches" in text
+
+
+def test_refit_rounds_ask_teachers_refit_from_the_released_histograms(finished_dgd_copy):
+  """queries.refits = 1: the histograms come in two rounds of random samples, the second
+  answered by teachers that share a student of the first round's release (its last layer refit
+  per partition), so their votes differ from the run's teachers'; the epsilon is that of the
+  same count of histograms at the same sigma in one round, and the student learns both."""
+  npz_file, workdir, _ = finished_dgd_copy
+  for stage in ("queries", "student"):
+    shutil.rmtree(pathlib.Path(workdir) / stage)
+  config = tiny_configs.dgd(npz_file)
+  config.queries.update(aggregator="gaussian_histogram", plan="auto", num_queries=60, refits=1)
+  config.student.ensemble = 1
+  config.privacy.max_epsilon = 3.0
+  report = pipeline.run(config, workdir)
+  result = report["stages"]["queries"]
+  assert result["refits"] == 1 and len(result["top_vote_share_by_round"]) == 2
+  q = dict(np.load(pathlib.Path(workdir) / "queries" / "queries.npz"))
+  votes = np.load(pathlib.Path(workdir) / "queries" / "votes.npy")
+  assert q["histograms"].shape == (60, 10) and (votes.sum(1) == config.num_teachers).all()
+  ctx = pipeline.open_run(workdir, "queries")
+  params, predict, _ = artefacts.load_teachers(ctx)
+  x_pool = pool.load(ctx)
+  run_teachers = ensemble.vote_histograms(predict, params, x_pool[q["indices"]], 10)
+  np.testing.assert_array_equal(votes[:30], run_teachers[:30])  # round 1: the run's teachers
+  assert not np.array_equal(votes[30:], run_teachers[30:])  # round 2: the refit ones
+  assert os.path.isdir(pathlib.Path(workdir) / "queries" / "checkpoints" / "refit_student_1")
+  one_round = config.copy_and_resolve_references()
+  one_round.queries.refits = 0
+  plan = queries_stage.releases(one_round)[-1]
+  assert plan.sigma == pytest.approx(result["noise_scale"]) and plan.queries == 60
+  assert 2.99 < report["epsilon"] <= 3.0
+  assert report["stages"]["student"]["num_labelled"] == 60
 
 
 def test_student_ensemble_is_distilled_and_the_released_student_is_the_last_fit(

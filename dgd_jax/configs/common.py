@@ -393,6 +393,9 @@ def queries_config(num_queries: int, aggregator: str, noise_scale: float
       # pool in ScatterNet space: propagation.representative)
       selection="random",
       first_round=0,  # least_confident: random queries that train the selecting student
+      # gaussian_histogram, random: R > 0 asks the histograms in R + 1 rounds, the teachers of
+      # each later round the last round's student refit on their partitions (stages/queries.py)
+      refits=0,
       client="",  # "ldp": the client transforms its queries first (LDP Algorithm 1)
       # fixed: the fields above; auto: query_plan.choose for max_epsilon (gaussian_histogram:
       # num_queries histograms with the least noise that fits it)

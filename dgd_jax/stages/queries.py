@@ -5,6 +5,17 @@ every query and its vote histogram go into the privacy ledger. The rest, D_u, st
 unlabelled. ``gaussian_histogram`` releases GNMax's noisy histogram whole instead of its
 argmax (at GNMax's data-independent epsilon): the student learns the noisy vote shares.
 
+``config.queries.refits`` = R > 0 (``gaussian_histogram``, random selection) asks the
+histograms in R + 1 rounds of random pool samples, ``num_queries`` in all at the planned
+sigma. Before each later round a student learns the histograms released so far
+(``student_training.train_student``, as the student stage trains it, Eq. 6 off), and teacher i
+becomes that student with its last layer refit on teacher i's partition of the private
+training set (``ensemble.refit_heads``): teachers sharing a backbone that already fits the
+pool agree more on it, so the same noise hides less of their votes. The student is
+post-processing of earlier releases and teacher i still reads only partition i, so each
+histogram keeps its sensitivity and the rounds compose adaptively: the plan's epsilon, of
+``num_queries`` histograms at sigma, covers them all.
+
 The budget guard (``methods.budget_guard`` on ``releases``) runs before anything is trained or
 queried: a plan whose data-independent epsilon exceeds ``config.privacy.max_epsilon`` is
 refused.
@@ -27,11 +38,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from dgd_jax import (aggregation, artefacts, dpsgd_plan, ensemble, ldp, pool, privacy, propagation,
-                     train)
+                     student_training, train)
 from dgd_jax.artefacts import QUERIES, VOTES, classifier, fit_config
 from dgd_jax.query_plan import release, settings
 from dgd_jax.core import Context
-from dgd_jax.data import config_teachers_changed
+from dgd_jax.data import config_shards, config_teachers_changed
 from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import renyi_filter, smooth_sensitivity
 from dgd_jax.workdir import save_array, save_arrays
@@ -95,14 +106,17 @@ def check(config) -> None:
   if config.queries.aggregator not in AGGREGATORS:
     raise ConfigError(f"config.queries.aggregator={config.queries.aggregator!r}; use one of "
                       f"{AGGREGATORS}.")
+  refits = config.queries.refits
+  if isinstance(refits, bool) or not isinstance(refits, int) or refits < 0:
+    raise ConfigError(f"config.queries.refits={refits!r}: it must be a whole number of at least "
+                      "0 (--config.queries.refits=0: one round of the run's teachers).")
   q = settings(config)
   synthetic = (config.pool.source == "synthetic"
                and config.get("generator", {}).get("num_synthetic", 0))
   counted = config.queries.plan == "fixed" or q.aggregator == "gaussian_histogram"
-  if counted and synthetic and q.num_queries > synthetic:  # check_run's check, before training
-    raise ConfigError(f"config.queries.num_queries={q.num_queries} exceeds the "
-                      f"{synthetic} synthetic samples the generator will make; lower it or "
-                      "raise generator.num_synthetic.")
+  if counted and synthetic and per_round(config, q.num_queries) > synthetic:  # as check_run
+    raise too_many(config, q.num_queries, f"{synthetic} synthetic samples the generator will "
+                   "make", "raise generator.num_synthetic")
   if q.selection not in SELECTIONS:
     raise ConfigError(f"config.queries.selection={q.selection!r}; use one of {SELECTIONS}.")
   client = config.queries.client
@@ -133,10 +147,38 @@ def check(config) -> None:
                       "first round's labels, which released histograms do not give (their "
                       "argmax is mostly noise at the presets' sigma): use selection 'random' "
                       "or 'representative'.")
+  if refits and (q.aggregator != "gaussian_histogram" or q.selection != "random"
+                 or client or filtered(config)):
+    raise ConfigError("config.queries.refits rounds' students learn released vote histograms "
+                      "of random samples: use aggregator 'gaussian_histogram', selection "
+                      "'random', no client and no filter, or set queries.refits=0.")
+  if refits and student_training.uses_vae(config.student):
+    raise ConfigError("config.queries.refits trains students in the queries stage, before the "
+                      "VAE of Eq. 6 exists: set student.w_normal, w_tangent and w_entropy to 0, "
+                      "or queries.refits=0.")
+  if refits and q.num_queries < refits + 1:
+    raise ConfigError(f"config.queries.num_queries={q.num_queries} cannot fill {refits + 1} "
+                      "rounds (queries.refits + 1): raise num_queries or lower refits.")
   if q.selection == "least_confident" and not 0 < q.first_round < q.num_queries:
     raise ConfigError(f"config.queries.first_round={q.first_round}: least-confident selection "
                       "needs a first round of random queries, 0 < first_round < num_queries="
                       f"{q.num_queries}.")
+
+
+def per_round(config, num: int) -> int:
+  """The most samples one round asks about: ``num`` queries over ``queries.refits`` + 1
+  rounds (``np.array_split``'s sizes; the first round the largest)."""
+  return -(-num // (config.queries.refits + 1))
+
+
+def too_many(config, num: int, available: str, enlarge: str) -> ConfigError:
+  """The error for ``num`` queries that ask more samples a round than ``available`` holds."""
+  refits = config.queries.refits
+  rounds = (f" asks {per_round(config, num)} samples in each of its {refits + 1} rounds, which"
+            if refits else "")
+  return ConfigError(f"config.queries.num_queries={num}{rounds} exceeds the {available}; lower "
+                     f"it, {enlarge} or ask in more rounds (queries.refits, with "
+                     "gaussian_histogram).")
 
 
 def aggregate(config, key: jax.Array, votes: np.ndarray) -> aggregation.Aggregate:
@@ -206,17 +248,39 @@ def check_run(ctx: Context, num: int, pool_size: int) -> None:
     raise ConfigError(f"config.queries.num_classes={config.queries.num_classes} but the dataset "
                       f"has {ctx.dataset.num_classes} classes: the automatic plan assumes the "
                       "dataset's number; set it to match.")
-  if num > pool_size:
-    raise ConfigError(f"config.queries.num_queries={num} exceeds the {pool_size} "
-                      "samples of the unlabelled pool; lower it or enlarge the pool "
-                      "(generator.num_synthetic or pool.size).")
+  if per_round(config, num) > pool_size:
+    raise too_many(config, num, f"{pool_size} samples of the unlabelled pool",
+                   "enlarge the pool (generator.num_synthetic or pool.size)")
+
+
+def refit_teachers(ctx: Context, x_pool: np.ndarray, asked: np.ndarray, released: np.ndarray,
+                   round_index: int):
+  """Round ``round_index``'s teachers (``queries.refits``): a student of the histograms
+  ``released`` for ``x_pool[asked]`` so far, its last layer refit on each teacher's partition
+  of the private training set. Returns ``vote(x) -> histograms [Q, K]``."""
+  config, data = ctx.config, ctx.dataset
+  name = f"refit_student_{round_index}"
+  k = student_training.members(config, {"queries": {"noise_scale": settings(config).noise_scale}})
+  model, fits, _ = student_training.train_student(
+      ctx, (None, None), x_pool[asked],
+      student_training.shares(released, config.num_teachers), np.delete(x_pool, asked, axis=0),
+      name, os.path.join(ctx.stage.checkpoint_dir, name), brier=True, k=k, key=name)
+  backbone = lambda params, x: model.apply(params, x, with_features=True)[1]
+  features = lambda x: train.logits(backbone, fits[-1], x)  # batched like the logits
+  parts = ensemble.Partitions.stack(config_shards(config, data.x_train, data.y_train))
+  heads = ensemble.refit_heads(fits[-1]["params"]["head"], features(data.x_train), data.y_train,
+                               parts, fit_config(config, "teachers"),
+                               ctx.key(f"refit_teachers_{round_index}"))
+  return lambda x: ensemble.head_votes(heads, features(x), data.num_classes)
 
 
 def ask_teachers(ctx: Context, x_pool: np.ndarray):
   """The queries in their rounds: (indices into the pool, vote histograms, noisy labels,
   answered mask, the released noisy histograms or None), in the order they were asked.
   Selection reads public information only (the pool, and for least-confident selection a
-  student of the first round's answers)."""
+  student of the first round's answers); ``queries.refits`` rounds draw their samples at
+  random, each from a key of its own, and ask teachers refit from the released histograms
+  (``refit_teachers``)."""
   config = ctx.config
   q = settings(config)
   num = q.num_queries
@@ -224,36 +288,46 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
   params, predict, _ = artefacts.load_teachers(ctx)
   client_key = ctx.key("ldp_client")
 
-  def ask(indices, key, round_index):  # the teachers' votes on x_pool[indices], answers
+  def ask(indices, key, round_index, vote=None):  # the votes on x_pool[indices], answers
     sent = x_pool[indices]
     if config.queries.client == "ldp":  # the client masks and perturbs (LDP Algorithm 1)
       c = config.ldp
       sent = np.asarray(ldp.transform(jax.random.fold_in(client_key, round_index),
                                       jnp.asarray(sent), c.sigma, c.mu, c.bound))
-    votes = ensemble.vote_histograms(predict, params, sent, ctx.dataset.num_classes)
+    votes = (vote(sent) if vote else
+             ensemble.vote_histograms(predict, params, sent, ctx.dataset.num_classes))
     agg = aggregate(config, key, votes)
     released = None if agg.released is None else np.asarray(agg.released, np.float32)
     return votes, np.asarray(agg.labels), np.asarray(agg.answered), released
 
-  first = q.first_round if q.selection == "least_confident" else num
+  def random_round(size, round_index):  # the first round from the stage's own key
+    key = jax.random.fold_in(select_key, round_index) if round_index else select_key
+    return np.sort(np.asarray(jax.random.choice(key, len(x_pool), (size,), replace=False)))
+
+  def joined(a, b):  # two rounds' (indices, votes, labels, answered, released)
+    return tuple(None if u is None else np.concatenate([u, v]) for u, v in zip(a, b))
+
+  sizes = [len(r) for r in np.array_split(np.arange(num), config.queries.refits + 1)]
+  first = q.first_round if q.selection == "least_confident" else sizes[0]
   if q.selection == "representative":  # public information only: the pool's features
     indices = propagation.representative(propagation.features(x_pool), num, select_key)
   else:
-    indices = np.sort(np.asarray(jax.random.choice(select_key, len(x_pool), (first,),
-                                                   replace=False)))
-  votes, labels, answered, released = ask(indices, noise_key, 0)
+    indices = random_round(first, 0)
+  asked = (indices, *ask(indices, noise_key, 0))
+  for r, size in enumerate(sizes[1:], start=1):  # queries.refits
+    vote = refit_teachers(ctx, x_pool, asked[0], asked[4], r)
+    indices = random_round(size, r)
+    asked = joined(asked, (indices, *ask(indices, jax.random.fold_in(noise_key, r), r, vote)))
   if q.selection != "least_confident":
-    return indices, votes, labels, answered, released
+    return asked
+  _, votes, labels, answered, released = asked
   if not answered.any():  # PATE App. C.2: a student picks the second round
     raise ConfigError("no first-round query was answered, so no student can pick the "
                       "rest: raise config.queries.first_round or lower the threshold.")
   probs = selector_probabilities(ctx, x_pool[indices[answered]], labels[answered], x_pool)
   probs[indices] = np.inf  # never ask twice
   second = least_confident(probs, num - first)
-  more = ask(second, jax.random.fold_in(noise_key, 1), 1)
-  return (np.concatenate([indices, second]),
-          *(None if a is None else np.concatenate([a, b])
-            for a, b in zip((votes, labels, answered, released), more)))
+  return joined(asked, (second, *ask(second, jax.random.fold_in(noise_key, 1), 1)))
 
 
 def diagnostics(ctx: Context, x_pool, indices, labels, answered, steps) -> dict:
@@ -309,7 +383,11 @@ def run(ctx: Context) -> dict:
     pate2018["smooth_sensitivity"] = release_smooth_sensitivity(
         config, ctx.key("smooth_sensitivity"), votes, answered)
   plurality = np.argmax(votes, -1)
+  rounds = np.array_split(votes, config.queries.refits + 1)  # a diagnostic, as the agreement
   return {
+      "refits": config.queries.refits,
+      "top_vote_share_by_round": [float(v.max(-1).mean() / config.num_teachers)
+                                  for v in rounds],
       **diagnostics(ctx, x_pool, indices, labels, answered, steps),
       **pate2018,
       "aggregator": q.aggregator,
