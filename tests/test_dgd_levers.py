@@ -158,16 +158,16 @@ def test_private_size_keeps_the_test_split_and_refuses_impossible_sizes():
       data.with_private_size(bad)
 
 
-def test_quick_preset_halves_the_inversion_and_standard_keeps_it():
+def test_quick_preset_inverts_as_the_standard_one_and_cuts_its_diagnostic():
   from dgd_jax.configs import dgd
   quick, standard = (dgd.get_config(f"fashion_mnist,{p}").generator for p in ("cpu", "standard"))
   assert (quick.inversion_steps, quick.inversion_learning_rate,
-          quick.synthetic_student_steps) == (100, 0.2, 500)
+          quick.synthetic_student_steps) == (200, 0.1, 500)
   assert (standard.inversion_steps, standard.inversion_learning_rate,
           standard.synthetic_student_steps) == (200, 0.1, 0)
   assert quick.num_synthetic == standard.num_synthetic == dgd.INVERSION["num_synthetic"]
-  # eps 1 keeps the quick cuts; the generator variant is untouched by them
-  assert dgd.get_config("fashion_mnist,cpu,eps1").generator.inversion_steps == 100
+  # eps 1 keeps the quick cut; the generator variant is untouched by it
+  assert dgd.get_config("fashion_mnist,cpu,eps1").generator.synthetic_student_steps == 500
   assert dgd.get_config("fashion_mnist,cpu,generator").generator.synthesis == "generator"
 
 
