@@ -15,7 +15,7 @@ on the run's plan, then 61.35% against 60.73% on another run; in the pipeline
 (``queries.refits=1``, three seeds) 70.66% against 70.82%. The refit teachers' plurality on
 real images is 1.5 points below the run's teachers': the agreement is the first student's
 opinion echoed, not information about the private data.
-Feeds: RESULTS.md, DGD on a small private set, "Teachers refit from a first student (`queries.refits`, off)".
+Feeds: RESULTS.md, "Teachers refit from a first student (`queries.refits`, off)".
 
 A development diagnostic, not a release: it reads the teachers' votes without noise to print
 their agreement. For the split ``--split`` (the share f of the budget spent in round 1:

@@ -99,7 +99,8 @@ def test_consistency_term_by_hand():
   # Row 0 is confident with pseudo-label 0: CE = -log softmax(1, 2)[0]; row 1 is masked.
   by_hand = 0.5 * (-np.log(np.exp(1.0) / (np.exp(1.0) + np.exp(2.0))))
   assert float(term) == pytest.approx(by_hand, rel=1e-6) and float(share) == 0.5
-  grad = jax.grad(lambda w: student_training.consistency_loss(w, strong_logits, 0.95)[0])(weak_logits)
+  grad = jax.grad(lambda w: student_training.consistency_loss(w, strong_logits, 0.95)[0])(
+      weak_logits)
   assert not np.any(np.asarray(grad))  # the weak view is the fixed target
 
 
@@ -218,7 +219,8 @@ def test_propagation_runs_only_for_few_labels():
   config = dgd_config.get_config("fashion_mnist,cpu")
   config.student.propagation = 10
   assert student_training.propagates(config, 114, 8000)  # a small ensemble's plan
-  assert not student_training.propagates(config, 2852, 8000)  # the quick preset's: a third labelled
+  # the quick preset's GNMax plan: a third labelled
+  assert not student_training.propagates(config, 2852, 8000)
   config.student.propagation = 0
   assert not student_training.propagates(config, 114, 8000)
 
@@ -337,7 +339,8 @@ def test_refit_rounds_that_cannot_run_are_refused_before_training():
   for field, value, match in (("refits", -1, "refits=-1"), ("refits", True, "refits=True"),
                               ("aggregator", "gnmax", "gaussian_histogram"),
                               ("selection", "representative", "selection 'random'"),
-                              ("num_queries", 16002, "asks 8001 samples in each of its 2 rounds")):
+                              ("num_queries", 16002,
+                               "asks 8001 samples in each of its 2 rounds")):
     bad = config.copy_and_resolve_references()
     bad.queries[field] = value
     with pytest.raises(ConfigError, match=match):
