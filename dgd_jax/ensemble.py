@@ -135,12 +135,13 @@ def refit_heads(head: Any, features: jnp.ndarray, labels: jnp.ndarray, parts: Pa
   return fit(key)
 
 
-def head_votes(heads: Any, features: np.ndarray, num_classes: int) -> np.ndarray:
-  """The vote histograms [Q, K] of the teachers ``heads`` ([n, ...], ``refit_heads``) on
-  samples whose backbone features are ``features`` [Q, d]."""
-  logits = jnp.einsum("qd,ndk->nqk", jnp.asarray(features), heads["kernel"])
-  labels = jnp.argmax(logits + heads["bias"][:, None], -1)
-  return np.asarray(histogram(labels, num_classes))
+@jax.jit
+def head_labels(heads: Any, features: jnp.ndarray) -> jnp.ndarray:
+  """Each teacher's label [n, Q] from the stacked heads ``heads`` ([n, ...],
+  ``refit_heads``) on samples whose backbone features are ``features`` [Q, d]: a
+  ``predict_fn`` for ``teacher_predictions`` and ``vote_histograms``."""
+  logits = jnp.einsum("qd,ndk->nqk", features, heads["kernel"]) + heads["bias"][:, None]
+  return jnp.argmax(logits, -1).astype(jnp.int32)
 
 
 def member_step(state: train.TrainState, key: jax.Array, x_all: jnp.ndarray,

@@ -50,9 +50,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dgd_jax import artefacts, ensemble, pipeline, pool, progress, train
+from dgd_jax import (artefacts, ensemble, parallel, pipeline, pool, progress, student_training,
+                     train)
 from dgd_jax.data import config_shards
-from dgd_jax import student_training
+from dgd_jax.stages import queries as queries_stage
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run (histogram release).")
 _SPLIT = flags.DEFINE_float("split", 0.5, "Share of the budget (Q / sigma^2) spent in round 1.")
@@ -94,18 +95,9 @@ def fine_tune(model, params, shards_x, shards_y, steps, lr, batch, mode, key, ch
   return states.params
 
 
-def votes_of(model, params, x, num_classes, chunk=10, batch=1000):
-  """Each teacher's argmax on x -> vote histograms [Q, K], and labels [n, Q]."""
-  predict = jax.jit(lambda p, xb: ensemble.lift(
-      lambda q: jnp.argmax(model.apply(q, xb), -1).astype(jnp.int32), chunk)(p))
-  labels = np.concatenate([np.asarray(predict(params, jnp.asarray(x[i:i + batch])))
-                           for i in range(0, len(x), batch)], axis=1)
-  return np.asarray(ensemble.histogram(jnp.asarray(labels), num_classes)), labels
-
-
 def pipeline_refit(ctx) -> dict:
   """The second-round teachers of a run with ``queries.refits=1``, rebuilt from its saved
-  student as ``stages.queries.refit_teachers`` builds them, on the real test set."""
+  student by ``stages.queries.refit_teachers``, on the real test set."""
   config, data = ctx.config, ctx.dataset
   model = artefacts.classifier(config, data.num_classes, "student", lowering="conv")
   k = student_training.members(config, ctx.results)
@@ -113,15 +105,8 @@ def pipeline_refit(ctx) -> dict:
   folder = os.path.join(ctx.workdir.path, "queries", "checkpoints", "refit_student_1")
   params = train.load_params(os.path.abspath(folder + suffix), jax.eval_shape(
       model.init, jax.random.key(0), np.zeros((1,) + data.image_shape, np.float32)))
-  backbone = lambda p, x: model.apply(p, x, with_features=True)[1]
-  features = lambda x: train.logits(backbone, params, x)
-  parts = ensemble.Partitions.stack(config_shards(config, data.x_train, data.y_train))
-  heads = ensemble.refit_heads(params["params"]["head"], features(data.x_train), data.y_train,
-                               parts, artefacts.fit_config(config, "teachers"),
-                               ctx.key("refit_teachers_1"))
-  f = features(data.x_test)
-  labels = np.asarray(jnp.argmax(jnp.einsum("qd,ndk->nqk", f, heads["kernel"])
-                                 + heads["bias"][:, None], -1))
+  heads, features = queries_stage.refit_teachers(ctx, model, params, 1)
+  labels = ensemble.teacher_predictions(ensemble.head_labels, heads, features(data.x_test))
   votes = np.asarray(ensemble.histogram(jnp.asarray(labels), data.num_classes))
   return dict(student=round(train.accuracy(model.apply, params, data.x_test, data.y_test), 4),
               teacher_mean=round(float((labels == data.y_test).mean()), 4),
@@ -178,8 +163,10 @@ def main(argv):
   for mode in _MODES.value:
     params = fine_tune(tmodel, s1, sx, sy, _STEPS.value, _LR.value, _BATCH.value, mode,
                        jax.random.fold_in(ctx.key("teachers"), 7))
-    votes2, _ = votes_of(tmodel, params, x, k)
-    test_votes, labels = votes_of(tmodel, params, x_eval, k)
+    predict = ensemble.make_predict_fn(parallel.teacher_mesh(len(shards)), tmodel.apply, 10)
+    votes2 = ensemble.vote_histograms(predict, params, x, k)
+    labels = ensemble.teacher_predictions(predict, params, x_eval)
+    test_votes = np.asarray(ensemble.histogram(jnp.asarray(labels), k))
     row = dict(mode=mode, steps=_STEPS.value,
                teacher_mean=round(float((labels == y_eval).mean()), 4),
                plurality=round(float((test_votes.argmax(1) == y_eval).mean()), 4),

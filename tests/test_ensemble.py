@@ -210,6 +210,6 @@ def test_refit_heads_each_member_learns_only_its_own_partition():
                                jax.random.key(1))
   moved = [not np.allclose(heads["kernel"][i], again["kernel"][i]) for i in range(3)]
   assert moved == [False, True, False]
-  votes = ensemble.head_votes(heads, features, 2)
+  votes = ensemble.vote_histograms(ensemble.head_labels, heads, features, 2)
   assert votes.shape == (60, 2) and (votes.sum(1) == 3).all()
   assert np.mean(votes.argmax(1) == labels) > 0.9  # learned, not the shared zero start

@@ -165,10 +165,15 @@ def check(config) -> None:
                       f"{q.num_queries}.")
 
 
+def round_sizes(config, num: int) -> list[int]:
+  """How many of ``num`` queries each of the ``queries.refits`` + 1 rounds asks
+  (``np.array_split``'s sizes: the first round the largest)."""
+  return [len(r) for r in np.array_split(np.arange(num), config.queries.refits + 1)]
+
+
 def per_round(config, num: int) -> int:
-  """The most samples one round asks about: ``num`` queries over ``queries.refits`` + 1
-  rounds (``np.array_split``'s sizes; the first round the largest)."""
-  return -(-num // (config.queries.refits + 1))
+  """The most samples one round asks about."""
+  return round_sizes(config, num)[0]
 
 
 def too_many(config, num: int, available: str, enlarge: str) -> ConfigError:
@@ -253,25 +258,35 @@ def check_run(ctx: Context, num: int, pool_size: int) -> None:
                    "enlarge the pool (generator.num_synthetic or pool.size)")
 
 
-def refit_teachers(ctx: Context, x_pool: np.ndarray, asked: np.ndarray, released: np.ndarray,
-                   round_index: int):
-  """Round ``round_index``'s teachers (``queries.refits``): a student of the histograms
-  ``released`` for ``x_pool[asked]`` so far, its last layer refit on each teacher's partition
-  of the private training set. Returns ``vote(x) -> histograms [Q, K]``."""
-  config, data = ctx.config, ctx.dataset
+def round_student(ctx: Context, x_pool: np.ndarray, asked: np.ndarray, released: np.ndarray,
+                  round_index: int, noise_scale: float):
+  """The student of the histograms ``released`` (at ``noise_scale``) for ``x_pool[asked]`` so
+  far, trained as the student stage trains its own (Eq. 6 off; ``queries.check``): post-
+  processing of the release. Returns (model, parameters)."""
+  config = ctx.config
   name = f"refit_student_{round_index}"
-  k = student_training.members(config, {"queries": {"noise_scale": settings(config).noise_scale}})
   model, fits, _ = student_training.train_student(
       ctx, (None, None), x_pool[asked],
       student_training.shares(released, config.num_teachers), np.delete(x_pool, asked, axis=0),
-      name, os.path.join(ctx.stage.checkpoint_dir, name), brier=True, k=k, key=name)
-  backbone = lambda params, x: model.apply(params, x, with_features=True)[1]
-  features = lambda x: train.logits(backbone, fits[-1], x)  # batched like the logits
+      name, os.path.join(ctx.stage.checkpoint_dir, name), brier=True,
+      k=student_training.members(config, {"queries": {"noise_scale": noise_scale}}), key=name)
+  return model, fits[-1]
+
+
+def refit_teachers(ctx: Context, model, params, round_index: int):
+  """Round ``round_index``'s teachers (``queries.refits``): the student ``params`` of
+  ``model`` with its last layer refit on each teacher's partition of the private training set
+  (``ensemble.refit_heads``, the teachers' fit settings). Returns (the stacked heads, the
+  student's backbone features ``features(x) -> [Q, d]``), whose labels are
+  ``ensemble.head_labels``."""
+  config, data = ctx.config, ctx.dataset
+  backbone = lambda p, x: model.apply(p, x, with_features=True)[1]
+  features = lambda x: train.logits(backbone, params, x)  # batched like the logits
   parts = ensemble.Partitions.stack(config_shards(config, data.x_train, data.y_train))
-  heads = ensemble.refit_heads(fits[-1]["params"]["head"], features(data.x_train), data.y_train,
+  heads = ensemble.refit_heads(params["params"]["head"], features(data.x_train), data.y_train,
                                parts, fit_config(config, "teachers"),
                                ctx.key(f"refit_teachers_{round_index}"))
-  return lambda x: ensemble.head_votes(heads, features(x), data.num_classes)
+  return heads, features
 
 
 def ask_teachers(ctx: Context, x_pool: np.ndarray):
@@ -279,8 +294,8 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
   answered mask, the released noisy histograms or None), in the order they were asked.
   Selection reads public information only (the pool, and for least-confident selection a
   student of the first round's answers); ``queries.refits`` rounds draw their samples at
-  random, each from a key of its own, and ask teachers refit from the released histograms
-  (``refit_teachers``)."""
+  random, each from a key of its own, and ask teachers refit from a student of the released
+  histograms (``round_student``, ``refit_teachers``)."""
   config = ctx.config
   q = settings(config)
   num = q.num_queries
@@ -307,7 +322,7 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
   def joined(a, b):  # two rounds' (indices, votes, labels, answered, released)
     return tuple(None if u is None else np.concatenate([u, v]) for u, v in zip(a, b))
 
-  sizes = [len(r) for r in np.array_split(np.arange(num), config.queries.refits + 1)]
+  sizes = round_sizes(config, num)
   first = q.first_round if q.selection == "least_confident" else sizes[0]
   if q.selection == "representative":  # public information only: the pool's features
     indices = propagation.representative(propagation.features(x_pool), num, select_key)
@@ -315,7 +330,10 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
     indices = random_round(first, 0)
   asked = (indices, *ask(indices, noise_key, 0))
   for r, size in enumerate(sizes[1:], start=1):  # queries.refits
-    vote = refit_teachers(ctx, x_pool, asked[0], asked[4], r)
+    heads, features = refit_teachers(
+        ctx, *round_student(ctx, x_pool, asked[0], asked[4], r, q.noise_scale), r)
+    vote = lambda x: ensemble.vote_histograms(ensemble.head_labels, heads, features(x),
+                                              ctx.dataset.num_classes)
     indices = random_round(size, r)
     asked = joined(asked, (indices, *ask(indices, jax.random.fold_in(noise_key, r), r, vote)))
   if q.selection != "least_confident":
@@ -383,7 +401,7 @@ def run(ctx: Context) -> dict:
     pate2018["smooth_sensitivity"] = release_smooth_sensitivity(
         config, ctx.key("smooth_sensitivity"), votes, answered)
   plurality = np.argmax(votes, -1)
-  rounds = np.array_split(votes, config.queries.refits + 1)  # a diagnostic, as the agreement
+  rounds = np.split(votes, np.cumsum(round_sizes(config, len(votes)))[:-1])  # a diagnostic
   return {
       "refits": config.queries.refits,
       "top_vote_share_by_round": [float(v.max(-1).mean() / config.num_teachers)
