@@ -405,7 +405,7 @@ def run(ctx: Context) -> dict:
   return {
       "refits": config.queries.refits,
       "top_vote_share_by_round": [float(v.max(-1).mean() / config.num_teachers)
-                                  for v in rounds],
+                                  for v in rounds if len(v)],  # a filter may ask none
       **diagnostics(ctx, x_pool, indices, labels, answered, steps),
       **pate2018,
       "aggregator": q.aggregator,
