@@ -59,6 +59,31 @@ def test_mixup_mixes_images_and_targets_with_one_lambda_per_pair():
   assert not np.allclose(x_mix, x)  # something was mixed
 
 
+def test_mixup_teachers_step_on_mixed_pairs_and_are_chosen_by_the_config():
+  """teachers.mixup > 0: a member's update is one Adam step on the cross-entropy of the mixed
+  minibatch against its mixed one-hot targets; 0 keeps the plain update."""
+  from dgd_jax import train
+  from dgd_jax.stages import teachers
+  model = Classifier(width=0.125)
+  tx = train.optimizer(train.FitConfig(num_steps=10))
+  state = train.create_train_state(model, tx, jax.random.key(0), (28, 28, 1))
+  xb = jax.random.normal(jax.random.key(1), (8, 28, 28, 1))
+  yb = jnp.arange(8) % 10
+  config = dgd_config.get_config("fashion_mnist,cpu")
+  assert teachers.member_update(config, 10) is None
+  config.teachers.mixup = 0.4
+  update = teachers.member_update(config, 10)
+  new_state, metrics = update(state, jax.random.key(2), xb, yb)
+  xm, tm = augment.mixup(jax.random.key(2), xb, jax.nn.one_hot(yb, 10), 0.4)
+  loss = lambda p: -(tm * jax.nn.log_softmax(model.apply(p, xm))).sum(-1).mean()
+  expected = state.apply_gradients(grads=jax.grad(loss)(state.params))
+  np.testing.assert_allclose(metrics["loss"], loss(state.params), rtol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               new_state.params, expected.params)
+  plain, _ = train.update(state, xb, yb)
+  assert not np.allclose(jax.tree.leaves(plain.params)[0], jax.tree.leaves(new_state.params)[0])
+
+
 def test_total_variation_by_hand():
   x = jnp.array([[0.0, 1.0], [3.0, 1.0]]).reshape(1, 2, 2, 1)
   # vertical |3-0|, |1-1| -> mean 1.5; horizontal |1-0|, |1-3| -> mean 1.5

@@ -15,9 +15,10 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from dgd_jax import aggregation, augment, ensemble, ldp, plots, train
-from dgd_jax.artefacts import new_teachers
+from dgd_jax.artefacts import new_teachers, teacher_bag
 from dgd_jax.core import Context
 from dgd_jax.data import config_shards
 from dgd_jax.workdir import save_array, write_csv
@@ -32,30 +33,47 @@ def augmented_update(state, key, xb, yb):
   return train.update(state, augment.weak(key, xb), yb)
 
 
-def member_update(config):
+def mixup_update(state, key, xb, yb, alpha: float, num_classes: int):
+  """An update on mixed pairs of the minibatch and their mixed one-hot targets (mixup, Zhang
+  et al. 2018; ``teachers.mixup``)."""
+  xm, tm = augment.mixup(key, xb, jax.nn.one_hot(yb, num_classes), alpha)
+
+  def loss_fn(params):
+    return optax.softmax_cross_entropy(state.apply_fn(params, xm), tm).mean()
+
+  loss, grads = jax.value_and_grad(loss_fn)(state.params)
+  return state.apply_gradients(grads=grads), {"loss": loss}
+
+
+def member_update(config, num_classes: int):
   """The member update when it is not the plain one: ``ldp.robust_update`` with the config's
-  LDP setting, or ``augmented_update``; None for plain teachers."""
+  LDP setting, ``augmented_update`` or ``mixup_update``; None for plain teachers."""
   if "ldp" in config and config.ldp.robust_teachers:
     return functools.partial(ldp.robust_update, cfg=ldp.RobustSettings.from_config(config.ldp))
   if config.teachers.augment:
     return augmented_update
+  if config.teachers.get("mixup", 0.0) > 0:
+    return functools.partial(mixup_update, alpha=config.teachers.mixup,
+                             num_classes=num_classes)
   return None
 
 
 def train_members(ctx: Context, rows: list[np.ndarray], name: str):
   """Trains one teacher per index row (into the training set) as one program on the
-  teacher mesh; returns (params [n, ...], predict_fn, seconds, the teachers per vmapped
-  chunk)."""
+  teacher mesh, ``teachers.bag`` networks each on the teacher's row; returns (params
+  [n * bag, ...], predict_fn -> labels [n, Q], seconds, the networks per vmapped chunk)."""
   config, data = ctx.config, ctx.dataset
-  parts = ensemble.Partitions.stack(rows)
+  bag = teacher_bag(config)
+  parts = ensemble.Partitions.stack([r for r in rows for _ in range(bag)])  # teacher-major
   init_key, train_key = jax.random.split(ctx.key(name))
   state, predict, mesh, chunk, cfg = new_teachers(config, data, len(rows), init_key)
   examples = ensemble.place_examples(mesh, parts, data.x_train, data.y_train)
-  step = ensemble.make_train_step(mesh, cfg.batch_size, chunk, member_update(config))
+  step = ensemble.make_train_step(mesh, cfg.batch_size, chunk,
+                                  member_update(config, data.num_classes))
   t0 = time.perf_counter()
   state = train.run_steps(state, lambda s, k: step(s, k, *examples),
                           train_key, cfg, ctx.stage.checkpoint_dir, name, ctx.log,
-                          examples_per_step=len(rows) * cfg.batch_size)
+                          examples_per_step=len(parts.sizes) * cfg.batch_size)
   seconds = time.perf_counter() - t0
   return state.params, predict, seconds, chunk
 
@@ -97,6 +115,7 @@ def run(ctx: Context) -> dict:
       "num_teachers": config.num_teachers,
       "examples_per_teacher": min(map(len, rows)),  # the smallest shard ('stable': sizes vary)
       "partition": config.teachers.partition,
+      "networks_per_teacher": teacher_bag(config),
       "dropped_examples": len(data.x_train) - sum(len(r) for r in rows),
       "train_seconds": seconds,
       "chunk": chunk,  # teachers per vmapped chunk (memory.plan); readers predict with it
