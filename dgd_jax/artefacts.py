@@ -52,27 +52,18 @@ def fit_config(config, block: str) -> train.FitConfig:
                          checkpoint_every=config.checkpoint_every, log_every=config.log_every)
 
 
-def teacher_bag(config) -> int:
-  """Networks per teacher (``teachers.bag``; 1 in configs that predate it)."""
-  return config.teachers.get("bag", 1)
-
-
 def teacher_plan(config, data, n: int):
-  """What runs n teachers: (model, fit config, teacher mesh, the networks per vmapped chunk
+  """What runs n teachers: (model, fit config, teacher mesh, the teachers per vmapped chunk
   that fit the device with their optimizer and training set: ``memory.plan``, on abstract
-  values). The mesh divides the n teachers, so every device holds whole bags of
-  ``teacher_bag`` networks. The teachers stage records the chunk in its result; readers use
-  that one."""
+  values). The teachers stage records the chunk in its result; readers use that one."""
   model = classifier(config, data.num_classes)
   cfg = fit_config(config, "teachers")
   mesh = parallel.teacher_mesh(n)
-  members = n * teacher_bag(config)
   fixed, member = memory.estimate(  # every device may hold the whole training set
-      model, train.optimizer(cfg), data.image_shape,
-      teachers_per_device=-(-members // mesh.size),
+      model, train.optimizer(cfg), data.image_shape, teachers_per_device=-(-n // mesh.size),
       examples_per_device=len(data.x_train), batch_size=cfg.batch_size,
       query_chunk=ensemble.QUERY_CHUNK)
-  wanted = ensemble.auto_chunk(config.teachers.chunk, members)
+  wanted = ensemble.auto_chunk(config.teachers.chunk, n)
   plan = memory.plan(fixed, member, wanted)
   logging.info("%s", plan.describe())
   chunk = distributed.agree_min(plan.chunk)  # one program on every process
@@ -83,14 +74,11 @@ def teacher_plan(config, data, n: int):
 
 
 def new_teachers(config, data, n: int, key: jax.Array):
-  """n freshly initialised teachers (n * ``teacher_bag`` networks, teacher-major) on the
-  teacher mesh, and what runs them: returns (state [n * bag, ...], predict_fn -> labels
-  [n, Q], mesh, chunk, fit config)."""
+  """n freshly initialised teachers on the teacher mesh, and what runs them: returns
+  (state [n, ...], predict_fn, mesh, chunk, fit config)."""
   model, cfg, mesh, chunk = teacher_plan(config, data, n)
-  bag = teacher_bag(config)
-  state = ensemble.init_teachers(model, train.optimizer(cfg), key, n * bag, data.image_shape,
-                                 mesh)
-  return state, ensemble.make_predict_fn(mesh, model.apply, chunk, bag), mesh, chunk, cfg
+  state = ensemble.init_teachers(model, train.optimizer(cfg), key, n, data.image_shape, mesh)
+  return state, ensemble.make_predict_fn(mesh, model.apply, chunk), mesh, chunk, cfg
 
 
 def generator_model(block, image_shape: tuple[int, ...], standardize_output: bool
@@ -167,21 +155,21 @@ def load_dpsgd(ctx: Context):
 
 
 def load_teachers(ctx: Context):
-  """The finished teachers stage's stacked parameters [n * bag, ...] on the teacher mesh, its
+  """The finished teachers stage's stacked parameters [n, ...] on the teacher mesh, its
   prediction function, and the teachers per vmapped chunk it planned (its result's
   ``chunk``). Prediction holds no gradients or optimizer state, so the chunk planned for
   training fits any device at least as large as the one that trained; on a smaller one,
   rerun the teachers stage there (its memory plan picks the chunk)."""
   config, data = ctx.config, ctx.dataset
-  n, chunk, bag = config.num_teachers, ctx.results["teachers"]["chunk"], teacher_bag(config)
+  n, chunk = config.num_teachers, ctx.results["teachers"]["chunk"]
   model, mesh = classifier(config, data.num_classes), parallel.teacher_mesh(n)
   x = jnp.zeros((1,) + data.image_shape, jnp.float32)
   abstract = jax.eval_shape(jax.vmap(lambda k: model.init(k, x)),
-                            jax.random.split(jax.random.key(0), n * bag))
+                            jax.random.split(jax.random.key(0), n))
   on_mesh = NamedSharding(mesh, P(parallel.AXIS))
   params = train.load_params(_checkpoints(ctx, "teachers"), jax.tree.map(
       lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=on_mesh), abstract))
-  return params, ensemble.make_predict_fn(mesh, model.apply, chunk, bag), chunk
+  return params, ensemble.make_predict_fn(mesh, model.apply, chunk), chunk
 
 
 def _generator_shape(model: Generator, latent_dim: int) -> dict:

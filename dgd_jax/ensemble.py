@@ -200,26 +200,12 @@ def place_examples(mesh: Mesh, parts: Partitions, x_train: np.ndarray, y_train: 
                                                                mesh)
 
 
-def bag_logits(logits: jnp.ndarray, bag: int) -> jnp.ndarray:
-  """Each teacher's logits from its ``bag`` networks' logits [n * bag, ...] (teacher-major):
-  the log of their mean softmax, [n, ...]; the logits themselves when ``bag`` is 1."""
-  if bag == 1:
-    return logits
-  probs = jax.nn.softmax(logits.reshape((-1, bag) + logits.shape[1:]), axis=-1)
-  return jnp.log(probs.mean(axis=1))
-
-
-def make_predict_fn(mesh: Mesh, apply_fn, chunk: int, bag: int = 1):
+def make_predict_fn(mesh: Mesh, apply_fn, chunk: int):
   """A jitted ``predict(params, x) -> labels [n, Q]``: every teacher's argmax label for
-  each query, sharded over the teacher axis like ``params``. With ``bag`` > 1 the params
-  hold n * bag networks, teacher-major (members i * bag ... i * bag + bag - 1 are teacher
-  i's), and teacher i's label is the argmax of its networks' mean softmax."""
+  each query, sharded over the teacher axis like ``params``."""
 
   def local(params, x):
-    if bag == 1:
-      return lift(lambda p: jnp.argmax(apply_fn(p, x), -1).astype(jnp.int32), chunk)(params)
-    logits = bag_logits(lift(lambda p: apply_fn(p, x), chunk)(params), bag)
-    return jnp.argmax(logits, -1).astype(jnp.int32)
+    return lift(lambda p: jnp.argmax(apply_fn(p, x), -1).astype(jnp.int32), chunk)(params)
 
   return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(parallel.AXIS), P()),
                                out_specs=P(parallel.AXIS)))

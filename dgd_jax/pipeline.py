@@ -14,7 +14,7 @@ import time
 import jax
 from absl import logging
 
-from dgd_jax import artefacts, distributed, generative, methods, pool, query_plan
+from dgd_jax import distributed, generative, methods, pool, query_plan
 from dgd_jax import report as report_lib
 from dgd_jax.configs.common import smoke_schedules
 from dgd_jax.core import Config, Context, private_size
@@ -40,10 +40,6 @@ def check_config(config: Config) -> None:
     if not config[block].learning_rate > 0:
       raise ConfigError(f"config.{block}.learning_rate={config[block].learning_rate}; "
                         "it must be > 0.")
-  bag = artefacts.teacher_bag(config) if "teachers" in config else 1
-  if not (isinstance(bag, int) and bag >= 1):
-    raise ConfigError(f"config.teachers.bag={bag!r}; it must be an "
-                      "integer >= 1 (networks per teacher; 1: one network, as in the papers).")
   if "teachers" in config and config.teachers.get("mixup", 0.0) > 0 and (
       config.teachers.augment or ("ldp" in config and config.ldp.robust_teachers)):
     raise ConfigError(f"config.teachers.mixup={config.teachers.mixup} with "

@@ -88,26 +88,6 @@ def test_vote_histograms_sum_to_teachers_and_match_predictions():
                              -1))
 
 
-@pytest.mark.integration
-def test_a_bagged_teacher_votes_the_argmax_of_its_networks_mean_softmax():
-  # Four networks as two teachers of two (teacher-major): teacher t's label is the argmax of
-  # the mean softmax of networks 2t and 2t + 1, so two teachers' labels come back, not four.
-  model, _, state, x, _, _ = setup_ensemble(n=4)
-  mesh = parallel.teacher_mesh(2, jax.devices()[:1])
-  queries = np.asarray(x)[:21]
-  labels = ensemble.teacher_predictions(ensemble.make_predict_fn(mesh, model.apply, 1, bag=2),
-                                        state.params, queries, query_chunk=8)
-  probs = np.stack([jax.nn.softmax(model.apply(jax.tree.map(lambda a: a[i], state.params),
-                                               queries)) for i in range(4)])
-  expected = probs.reshape(2, 2, 21, 10).mean(axis=1).argmax(-1)
-  assert labels.shape == (2, 21)
-  np.testing.assert_array_equal(labels, expected)
-  assert not np.array_equal(labels[0], probs[0].argmax(-1)) or not np.array_equal(
-      labels[1], probs[2].argmax(-1)), "the bags must not just repeat their first network"
-  np.testing.assert_allclose(  # bag 1 leaves the logits as they are
-      ensemble.bag_logits(jnp.asarray(probs), 1), probs)
-
-
 def test_localize_gives_each_shard_its_teachers_examples_once():
   # Four members, two of them overlapping (a sweep), over two shards.
   parts = ensemble.Partitions.stack([np.array([9, 3]), np.array([3, 4, 5]), np.array([0]),

@@ -17,7 +17,6 @@ from dgd_jax import artefacts, ensemble, methods, pipeline, pool, train
 from dgd_jax.stages import queries as queries_stage
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.core import Context
-from dgd_jax.data import config_shards
 from dgd_jax.errors import ConfigError, WorkdirConflictError
 from dgd_jax.workdir import Workdir
 
@@ -157,38 +156,6 @@ def test_teachers_stage(npz_file, tmp_path):
   votes = np.load(workdir / "teachers" / "test_votes.npy")
   assert votes.shape == (128, 10) and (votes.sum(axis=1) == 4).all()
   assert result["eval_size"] == 128  # the teachers method evaluates on the whole test set
-
-
-@pytest.mark.integration
-def test_bagged_teachers_train_their_networks_on_their_own_shard_and_vote_once(npz_file,
-                                                                             tmp_path):
-  """teachers.bag = 2: each of the 4 teachers is 2 networks (distinct initialisations) trained
-  on the teacher's one shard, and the ensemble casts 4 votes per query. Shard i's examples are
-  all labelled i, so teacher i's bag votes i only if both its networks read shard i alone."""
-  config = teachers_config(npz_file)
-  data = dict(np.load(npz_file))
-  rows = config_shards(config, data["x_train"], data["y_train"])
-  for i, r in enumerate(rows):
-    data["y_train"][r] = i
-  assert all(np.array_equal(a, b) for a, b in zip(
-      rows, config_shards(config, data["x_train"], data["y_train"])))
-  np.savez(tmp_path / "shards.npz", **data)
-  config = teachers_config(str(tmp_path / "shards.npz"))
-  config.teachers.bag = 2
-  workdir = tmp_path / "t"
-  result = pipeline.run(config, str(workdir))["stages"]["teachers"]
-  assert result["networks_per_teacher"] == 2 and result["num_teachers"] == 4
-  assert (np.load(workdir / "teachers" / "test_votes.npy").sum(axis=1) == 4).all()
-  ctx = pipeline.open_run(str(workdir), "teachers")
-  params, predict, _ = artefacts.load_teachers(ctx)
-  kernel = jax.tree.leaves(params)[0]
-  assert kernel.shape[0] == 8 and not np.allclose(kernel[0], kernel[1])
-  labels = ensemble.teacher_predictions(predict, params, ctx.dataset.x_test[:64])
-  assert labels.shape == (4, 64)
-  assert [np.mean(labels[i] == i) for i in range(4)] == [1.0] * 4
-  config.teachers.bag = 0
-  with pytest.raises(ConfigError, match="teachers.bag=0; it must be an integer >= 1"):
-    pipeline.run(config, str(tmp_path / "refused"))
 
 
 @pytest.mark.integration

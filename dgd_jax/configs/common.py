@@ -350,10 +350,6 @@ def teachers_config(preset: str) -> ml_collections.ConfigDict:
       learning_rate=1e-3,
       end_learning_rate=0.0,
       augment=False,  # random shift/mirror of each minibatch (stages/teachers.py)
-      # networks per teacher, each from its own initialisation and minibatches on the
-      # teacher's one shard; the teacher votes the argmax of their mean softmax (bagging:
-      # one vote per shard still, so the votes' sensitivity is unchanged)
-      bag=1,
       mixup=0.0,  # > 0: each minibatch mixed in pairs, lam ~ Beta(mixup, mixup) (Zhang 2018)
       # 'shuffle': equal shards of a seeded permutation (replace-one only); 'stable': a keyed
       # hash of each example picks its teacher (add/remove-one too, and two teachers per

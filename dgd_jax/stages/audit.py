@@ -19,7 +19,7 @@ import os
 import jax
 import numpy as np
 
-from dgd_jax import artefacts, audit, ensemble, plots, pool
+from dgd_jax import artefacts, audit, plots, pool
 from dgd_jax.artefacts import classifier, load_classifier
 from dgd_jax.core import Context
 from dgd_jax.data import config_shards
@@ -80,12 +80,11 @@ def membership(ctx: Context, models: dict) -> dict:
     out["dpsgd"] = attack(lambda r, s=split: s, a.splits)
   if "teachers" in ctx.results:  # split r attacks teacher r on its own partition
     params, *_ = artefacts.load_teachers(ctx)
-    model, bag = classifier(config, data.num_classes), artefacts.teacher_bag(config)
-    apply_fn = lambda p, x: ensemble.bag_logits(jax.vmap(model.apply, (0, None))(p, x), bag)[0]
+    apply_fn = classifier(config, data.num_classes).apply
     rows = config_shards(config, data.x_train, data.y_train)
 
-    def teacher_split(r):  # teacher r: its bag of networks r * bag ... r * bag + bag - 1
-      p = jax.tree.map(lambda leaf: leaf[r * bag:(r + 1) * bag], params)
+    def teacher_split(r):
+      p = jax.tree.map(lambda leaf: leaf[r], params)
       return (audit.loss_scores(apply_fn, p, data.x_train[rows[r]], data.y_train[rows[r]]),
               audit.loss_scores(apply_fn, p, x_out, y_out))
     out["teacher"] = attack(teacher_split, min(a.splits, config.num_teachers))

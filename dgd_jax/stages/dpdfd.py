@@ -137,9 +137,8 @@ def _teacher_logits(ctx: Context):
   """The sensitive model(s) as ``x -> logits`` ([B, K], or [n, B, K] for the ensemble)."""
   if ctx.config.dpdfd.teacher == "ensemble":
     params, _, chunk = artefacts.load_teachers(ctx)  # chunk: planned for the device memory
-    model, bag = classifier(ctx.config, ctx.dataset.num_classes), artefacts.teacher_bag(ctx.config)
-    return (lambda x: ensemble.bag_logits(
-        ensemble.lift(lambda p: model.apply(p, x), chunk)(params), bag),
+    model = classifier(ctx.config, ctx.dataset.num_classes)
+    return (lambda x: ensemble.lift(lambda p: model.apply(p, x), chunk)(params),
             ctx.results["teachers"]["plurality_accuracy"])
   model, params = artefacts.load_classifier(ctx, "baseline")
   return lambda x: model.apply(params, x), ctx.results["baseline"]["test_accuracy"]

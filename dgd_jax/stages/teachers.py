@@ -18,7 +18,7 @@ import numpy as np
 import optax
 
 from dgd_jax import aggregation, augment, ensemble, ldp, plots, train
-from dgd_jax.artefacts import new_teachers, teacher_bag
+from dgd_jax.artefacts import new_teachers
 from dgd_jax.core import Context
 from dgd_jax.data import config_shards
 from dgd_jax.workdir import save_array, write_csv
@@ -60,11 +60,10 @@ def member_update(config, num_classes: int):
 
 def train_members(ctx: Context, rows: list[np.ndarray], name: str):
   """Trains one teacher per index row (into the training set) as one program on the
-  teacher mesh, ``teachers.bag`` networks each on the teacher's row; returns (params
-  [n * bag, ...], predict_fn -> labels [n, Q], seconds, the networks per vmapped chunk)."""
+  teacher mesh; returns (params [n, ...], predict_fn, seconds, the teachers per vmapped
+  chunk)."""
   config, data = ctx.config, ctx.dataset
-  bag = teacher_bag(config)
-  parts = ensemble.Partitions.stack([r for r in rows for _ in range(bag)])  # teacher-major
+  parts = ensemble.Partitions.stack(rows)
   init_key, train_key = jax.random.split(ctx.key(name))
   state, predict, mesh, chunk, cfg = new_teachers(config, data, len(rows), init_key)
   examples = ensemble.place_examples(mesh, parts, data.x_train, data.y_train)
@@ -73,7 +72,7 @@ def train_members(ctx: Context, rows: list[np.ndarray], name: str):
   t0 = time.perf_counter()
   state = train.run_steps(state, lambda s, k: step(s, k, *examples),
                           train_key, cfg, ctx.stage.checkpoint_dir, name, ctx.log,
-                          examples_per_step=len(parts.sizes) * cfg.batch_size)
+                          examples_per_step=len(rows) * cfg.batch_size)
   seconds = time.perf_counter() - t0
   return state.params, predict, seconds, chunk
 
@@ -115,7 +114,6 @@ def run(ctx: Context) -> dict:
       "num_teachers": config.num_teachers,
       "examples_per_teacher": min(map(len, rows)),  # the smallest shard ('stable': sizes vary)
       "partition": config.teachers.partition,
-      "networks_per_teacher": teacher_bag(config),
       "dropped_examples": len(data.x_train) - sum(len(r) for r in rows),
       "train_seconds": seconds,
       "chunk": chunk,  # teachers per vmapped chunk (memory.plan); readers predict with it
