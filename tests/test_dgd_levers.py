@@ -70,6 +70,7 @@ def test_mixup_teachers_step_on_mixed_pairs_and_are_chosen_by_the_config():
   xb = jax.random.normal(jax.random.key(1), (8, 28, 28, 1))
   yb = jnp.arange(8) % 10
   config = dgd_config.get_config("fashion_mnist,cpu")
+  config.teachers.mixup = 0.0
   assert teachers.member_update(config, 10) is None
   config.teachers.mixup = 0.4
   update = teachers.member_update(config, 10)
@@ -195,6 +196,14 @@ def test_quick_preset_inverts_as_the_standard_one_and_cuts_its_diagnostic():
   # eps 1 keeps the quick cut; the generator variant is untouched by it
   assert dgd.get_config("fashion_mnist,cpu,eps1").generator.synthetic_student_steps == 500
   assert dgd.get_config("fashion_mnist,cpu,generator").generator.synthesis == "generator"
+
+
+def test_cpu_presets_train_mixup_teachers_and_the_paper_preset_does_not():
+  from dgd_jax.configs import dgd
+  for preset in ("cpu", "standard", "cpu,eps1", "standard,eps1"):
+    assert dgd.get_config(f"fashion_mnist,{preset}").teachers.mixup == dgd.TEACHER_MIXUP > 0
+  for preset in ("", "cpu,table1", "cpu,generator"):
+    assert dgd.get_config(f"fashion_mnist{',' if preset else ''}{preset}").teachers.mixup == 0
 
 
 def test_label_propagation_spreads_labels_along_the_graph():
