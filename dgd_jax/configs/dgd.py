@@ -10,8 +10,10 @@ generator adds feature-statistics matching to Eq. 2; ``table1`` is the paper's o
 (Eq. 2 alone, LNMax b = 40 with 1300 / 27 queries), ``plus`` DGD+ (the same fixed plan with
 GNMax sigma 40). ``cpu`` is the quick preset (2 CPU cores), ``standard`` the longer one
 (the paper-width student), the default the paper's widths and schedules (a GPU job). The CPU
-presets synthesise with DeepInversion and train a mixup student (``inversion``; the quick one
-with a shorter data-free diagnostic, ``QUICK``); ``generator`` keeps DGD's generator there.
+presets synthesise with DeepInversion, train their teachers on mixed pairs of their own
+images (``TEACHER_MIXUP``) and a mixup student (``inversion``; the quick one with a shorter
+data-free diagnostic, ``QUICK``); ``generator`` keeps DGD's generator there, and plain
+teachers.
 The budget guard refuses a plan whose data-independent epsilon (``privacy.accountant``, delta
 1e-5) exceeds ``privacy.max_epsilon``. ``private_baseline`` trains the baseline with DP-SGD
 and accounts it with the queries in one epsilon (``private``).
