@@ -221,9 +221,7 @@ def replay_step(state: train_state.TrainState, key: jax.Array, released_x: jnp.n
   targets = jax.nn.softmax(y_s)
   if mixup > 0:
     x, targets = augment.mixup(jax.random.fold_in(key, 1), x, targets, mixup)
-  loss, grads = jax.value_and_grad(lambda p: optax.softmax_cross_entropy(
-      state.apply_fn(p, x), targets).mean())(state.params)
-  return state.apply_gradients(grads=grads), {"loss": loss}
+  return train.update(state, x, targets)
 
 
 def sample_indices(key: jax.Array, dataset_size: int, batch_size: int) -> jnp.ndarray:

@@ -12,8 +12,10 @@ from dgd_jax.stages import (audit, baseline, dpdfd, dpsgd, generator, ldp, queri
 
 STAGES: dict[str, StageSpec] = {
     "baseline": StageSpec(baseline.run, baseline.config_keys, precheck=baseline.check),
-    "teachers": StageSpec(teachers.run, teachers.CONFIG_KEYS, multiprocess=True),
-    "teacher_sweep": StageSpec(teachers.run_sweep, teachers.SWEEP_KEYS, multiprocess=True),
+    "teachers": StageSpec(teachers.run, teachers.CONFIG_KEYS, multiprocess=True,
+                          precheck=teachers.check),
+    "teacher_sweep": StageSpec(teachers.run_sweep, teachers.SWEEP_KEYS, multiprocess=True,
+                               precheck=teachers.check),
     "generator": StageSpec(generator.run, generator.CONFIG_KEYS, requires=("baseline",)),
     "vae": StageSpec(vae.run, vae.CONFIG_KEYS, requires=pool.requires),
     "queries": StageSpec(queries.run, queries.CONFIG_KEYS,

@@ -40,11 +40,6 @@ def check_config(config: Config) -> None:
     if not config[block].learning_rate > 0:
       raise ConfigError(f"config.{block}.learning_rate={config[block].learning_rate}; "
                         "it must be > 0.")
-  if "teachers" in config and config.teachers.get("mixup", 0.0) > 0 and (
-      config.teachers.augment or ("ldp" in config and config.ldp.robust_teachers)):
-    raise ConfigError(f"config.teachers.mixup={config.teachers.mixup} with "
-                      "teachers.augment or ldp.robust_teachers: the teachers train with one "
-                      "update rule; set teachers.mixup=0 or turn the other off.")
   if "num_teachers" in config and config.num_teachers < 0:
     raise ConfigError(f"config.num_teachers={config.num_teachers}; it must be >= 1, or 0 "
                       "for the count chosen for the private set's size.")

@@ -73,14 +73,15 @@ def uses_vae(s) -> bool:
   return s.w_normal > 0 or s.w_tangent > 0 or s.w_entropy > 0
 
 
-def members(config, results: dict) -> int:
+def members(config, noise_scale: float | None) -> int:
   """How many students learn the release (``student.ensemble``; 0: ``ENSEMBLE`` where the
-  noise per teacher, the queries stage's noise scale over ``num_teachers``, is at least
-  ``NOISE_PER_VOTE``, else 1). ``results``: the finished stages' results."""
+  noise per teacher, the release's ``noise_scale`` over ``num_teachers``, is at least
+  ``NOISE_PER_VOTE``, else 1; the noise is read only then, so None does where
+  ``student.ensemble`` is set)."""
   k = config.student.get("ensemble", 1)  # runs recorded before the option: one student
   if k:
     return k
-  noise = results["queries"]["noise_scale"] / config.num_teachers
+  noise = noise_scale / config.num_teachers
   return ENSEMBLE if noise >= NOISE_PER_VOTE else 1
 
 

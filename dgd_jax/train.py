@@ -67,7 +67,10 @@ def create_train_state(model: nn.Module, tx: optax.GradientTransformation, key: 
 
 
 def cross_entropy(logits: jnp.ndarray, labels: jnp.ndarray) -> jnp.ndarray:
-  """Mean softmax cross-entropy with integer labels."""
+  """Mean softmax cross-entropy with integer labels [B], or with target distributions
+  [B, K] (mixed or soft targets)."""
+  if labels.ndim == logits.ndim:
+    return optax.softmax_cross_entropy(logits, labels).mean()
   return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
 
@@ -79,14 +82,16 @@ def sample_batch(key: jax.Array, x: jnp.ndarray, y: jnp.ndarray, batch_size: int
 
 def update(state: TrainState, xb: jnp.ndarray, yb: jnp.ndarray
            ) -> tuple[TrainState, dict[str, jnp.ndarray]]:
-  """One optimizer step on the cross-entropy of the minibatch (xb, yb)."""
+  """One optimizer step on the cross-entropy of the minibatch (xb, yb); yb integer labels or
+  target distributions (``cross_entropy``), the accuracy against their argmax."""
 
   def loss_fn(params):
     logits = state.apply_fn(params, xb)
     return cross_entropy(logits, yb), logits
 
   (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-  accuracy = jnp.mean(jnp.argmax(logits, -1) == yb)
+  labels = yb if yb.ndim == 1 else jnp.argmax(yb, -1)
+  accuracy = jnp.mean(jnp.argmax(logits, -1) == labels)
   return state.apply_gradients(grads=grads), {"loss": loss, "accuracy": accuracy}
 
 

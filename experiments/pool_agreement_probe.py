@@ -2,7 +2,7 @@ r"""Where do the teachers agree: on real images, on the synthetic pool, on its s
 
 Question: with 50 teachers the release's signal at sigma 44.71 is the teachers' agreement on
 the queried samples. How much lower is it on the synthetic pool than on real test images, and
-does the generator stage's stable-sample rule (``select_stable``: the baseline's confidence
+does the generator stage's stable-sample rule (``stable_samples``: the baseline's confidence
 after a 2-pixel shift) find the samples they agree on?
 Answer: on 8,000 private images (seed 0) the mean top vote share is 0.80 on real test images
 and 0.573 on the pool; the most stable half of the pool has 0.597, the most stable quarter
@@ -11,8 +11,8 @@ Feeds: RESULTS.md, "Teachers trained with mixup (the CPU presets now)".
 
 A development diagnostic, not a release: it reads the teachers' votes without noise and prints
 nothing a run publishes. It prints the mean top vote share of the run's teachers on the first
-``--num_test`` real test images, on the whole pool, and on the ``select_stable`` choice of
-half and a quarter of the pool, and the baseline's per-class share on the pool.
+``--num_test`` real test images, on the whole pool, on the most stable half and quarter of the
+pool (``stable_samples``), and on the pool by the baseline's class.
 
   python experiments/pool_agreement_probe.py \
       --workdir=workdirs/inv_8k_s0/inversion_steps=200_inversion_learning_rate=0.1
@@ -25,8 +25,8 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from dgd_jax import artefacts, augment, ensemble, pipeline, pool, progress, train
-from dgd_jax.stages.generator import select_stable
+from dgd_jax import artefacts, ensemble, pipeline, pool, progress, train
+from dgd_jax.stages.generator import stable_samples
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 flags.mark_flag_as_required("workdir")
@@ -48,11 +48,10 @@ def main(argv):
   real = top_share(ensemble.vote_histograms(predict, params, data.x_test[:_NUM_TEST.value], k))
   baseline, baseline_params = artefacts.load_classifier(ctx, "baseline")
   logits = train.logits(baseline.apply, baseline_params, x)
-  shifted = train.logits(baseline.apply, baseline_params,
-                         np.asarray(augment.translate(jax.random.key(1), x, 2)))
   out = {"real_test": round(float(real.mean()), 3), "pool": round(float(share.mean()), 3)}
   for fraction in (2, 4):
-    keep = select_stable(logits, shifted, len(x) // fraction, k)
+    keep = stable_samples(baseline, baseline_params, x, logits, len(x) // fraction, k,
+                          jax.random.key(1))
     out[f"stable_1/{fraction}"] = round(float(share[keep].mean()), 3)
   names = logits.argmax(1)
   out["pool_by_baseline_class"] = [round(float(share[names == c].mean()), 3) for c in range(k)]

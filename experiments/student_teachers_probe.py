@@ -100,7 +100,7 @@ def pipeline_refit(ctx) -> dict:
   student by ``stages.queries.refit_teachers``, on the real test set."""
   config, data = ctx.config, ctx.dataset
   model = artefacts.classifier(config, data.num_classes, "student", lowering="conv")
-  k = student_training.members(config, ctx.results)
+  k = student_training.members(config, ctx.results["queries"]["noise_scale"])
   suffix = artefacts.student_fits(k, config.student.self_training)[-1]
   folder = os.path.join(ctx.workdir.path, "queries", "checkpoints", "refit_student_1")
   params = train.load_params(os.path.abspath(folder + suffix), jax.eval_shape(

@@ -356,9 +356,9 @@ def test_the_student_ensemble_is_chosen_for_the_noise_per_teacher():
   assert config.student.ensemble == 0
   for teachers, sigma, expected in ((50, 44.71, 5), (250, 333.7, 5), (250, 44.71, 1)):
     config.num_teachers = teachers
-    assert student_training.members(config, {"queries": {"noise_scale": sigma}}) == expected
+    assert student_training.members(config, sigma) == expected
   config.student.ensemble = 3
-  assert student_training.members(config, {}) == 3  # the queries stage is not read
+  assert student_training.members(config, None) == 3  # the noise is not read
   assert dgd_config.get_config("fashion_mnist,cpu,table1").student.ensemble == 1
 
 

@@ -93,6 +93,10 @@ def test_bad_config_values(npz_file, tmp_path):
     config = tiny_configs.dgd(npz_file)
     config.teachers.update(mixup=0.4, augment=True)
     pipeline.run(config, str(tmp_path / "w"))
+  with pytest.raises(ConfigError, match="teachers.mixup=-1.0; it must be >= 0"):
+    config = tiny_configs.dgd(npz_file)
+    config.teachers.mixup = -1.0
+    pipeline.run(config, str(tmp_path / "w"))
   assert not os.path.exists(tmp_path / "w")  # refused before writing anything
 
 

@@ -45,6 +45,15 @@ def select_stable(logits: np.ndarray, shifted_logits: np.ndarray, num: int,
   return np.sort(np.concatenate([taken, rest]))
 
 
+def stable_samples(baseline, baseline_params, x: np.ndarray, logits: np.ndarray, num: int,
+                   num_classes: int, key: jax.Array) -> np.ndarray:
+  """``select_stable`` on the baseline's ``logits`` of ``x`` and of ``x`` shifted by up to 2
+  pixels (``key``): the indices of the ``num`` most stable samples."""
+  shifted = np.asarray(augment.translate(key, x, 2))
+  return select_stable(logits, train.logits(baseline.apply, baseline_params, shifted), num,
+                       num_classes)
+
+
 def synthesise(ctx: Context, baseline, baseline_params, targets, num: int, init_key: jax.Array,
                train_key: jax.Array, sample_key: jax.Array) -> np.ndarray:
   """``num`` synthetic images against the baseline: DeepInversion's per-sample optimisation,
@@ -105,9 +114,8 @@ def run(ctx: Context) -> dict:
   seconds = time.perf_counter() - t0
   logits = train.logits(baseline.apply, baseline_params, x_syn)
   if g.oversample > 1:  # keep the samples the baseline labels confidently and stably
-    shifted = np.asarray(augment.translate(jax.random.fold_in(sample_key, 1), x_syn, 2))
-    keep = select_stable(logits, train.logits(baseline.apply, baseline_params, shifted), num,
-                         data.num_classes)
+    keep = stable_samples(baseline, baseline_params, x_syn, logits, num, data.num_classes,
+                          jax.random.fold_in(sample_key, 1))
     x_syn, logits = x_syn[keep], logits[keep]
   labels = logits.argmax(-1).astype(np.int32)
   save_array(os.path.join(ctx.stage.path, SYNTHETIC), x_syn)

@@ -269,7 +269,7 @@ def round_student(ctx: Context, x_pool: np.ndarray, asked: np.ndarray, released:
       ctx, (None, None), x_pool[asked],
       student_training.shares(released, config.num_teachers), np.delete(x_pool, asked, axis=0),
       name, os.path.join(ctx.stage.checkpoint_dir, name), brier=True,
-      k=student_training.members(config, {"queries": {"noise_scale": noise_scale}}), key=name)
+      k=student_training.members(config, noise_scale), key=name)
   return model, fits[-1]
 
 
@@ -401,7 +401,7 @@ def run(ctx: Context) -> dict:
     pate2018["smooth_sensitivity"] = release_smooth_sensitivity(
         config, ctx.key("smooth_sensitivity"), votes, answered)
   plurality = np.argmax(votes, -1)
-  rounds = np.split(votes, np.cumsum(round_sizes(config, len(votes)))[:-1])  # a diagnostic
+  rounds = np.array_split(votes, config.queries.refits + 1)  # round_sizes; a diagnostic
   return {
       "refits": config.queries.refits,
       "top_vote_share_by_round": [float(v.max(-1).mean() / config.num_teachers)

@@ -66,7 +66,7 @@ def run(ctx: Context) -> dict:
   brier = y_s.ndim == 2  # released vote shares (gaussian_histogram)
   propagated = not brier and propagates(config, len(x_s), len(x_pool))
   features = propagation.features(np.concatenate([x_s, x_u])) if propagated else None
-  k = members(config, ctx.results)
+  k = members(config, ctx.results.get("queries", {}).get("noise_scale"))
   student, rounds, trained = train_student(ctx, vae, x_s, y_s, x_u, "student",
                                            ctx.stage.checkpoint_dir, features, brier, k)
   accuracy = lambda params: train.accuracy(student.apply, params, x_eval, y_eval)

@@ -15,11 +15,11 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from dgd_jax import aggregation, augment, ensemble, ldp, plots, train
 from dgd_jax.artefacts import new_teachers
 from dgd_jax.core import Context
+from dgd_jax.errors import ConfigError
 from dgd_jax.data import config_shards
 from dgd_jax.workdir import save_array, write_csv
 
@@ -34,27 +34,45 @@ def augmented_update(state, key, xb, yb):
 
 
 def mixup_update(state, key, xb, yb, alpha: float, num_classes: int):
-  """An update on mixed pairs of the minibatch and their mixed one-hot targets (mixup, Zhang
-  et al. 2018; ``teachers.mixup``)."""
-  xm, tm = augment.mixup(key, xb, jax.nn.one_hot(yb, num_classes), alpha)
+  """A plain update on mixed pairs of the minibatch and their mixed one-hot targets (mixup,
+  Zhang et al. 2018; ``teachers.mixup``)."""
+  return train.update(state, *augment.mixup(key, xb, jax.nn.one_hot(yb, num_classes), alpha))
 
-  def loss_fn(params):
-    return optax.softmax_cross_entropy(state.apply_fn(params, xm), tm).mean()
 
-  loss, grads = jax.value_and_grad(loss_fn)(state.params)
-  return state.apply_gradients(grads=grads), {"loss": loss}
+def update_rules(config) -> dict:
+  """The config fields (name -> value) that ask for a member update other than the plain one,
+  in the order ``check`` names them."""
+  fields = {"teachers.mixup": config.teachers.get("mixup", 0.0),
+            "teachers.augment": config.teachers.augment,
+            "ldp.robust_teachers": "ldp" in config and config.ldp.robust_teachers}
+  return {name: value for name, value in fields.items() if value}
+
+
+def check(config) -> None:
+  """Refuses a negative mixup and more than one member update rule: a teacher trains with
+  one."""
+  if config.teachers.get("mixup", 0.0) < 0:
+    raise ConfigError(f"config.teachers.mixup={config.teachers.mixup}; it must be >= 0 "
+                      "(0: no mixup).")
+  rules = update_rules(config)
+  if len(rules) > 1:
+    (first, value), *rest = rules.items()
+    raise ConfigError(f"config.{first}={value} with {', '.join(name for name, _ in rest)}: "
+                      "the teachers train with one update rule; turn all but one off.")
 
 
 def member_update(config, num_classes: int):
-  """The member update when it is not the plain one: ``ldp.robust_update`` with the config's
-  LDP setting, ``augmented_update`` or ``mixup_update``; None for plain teachers."""
-  if "ldp" in config and config.ldp.robust_teachers:
-    return functools.partial(ldp.robust_update, cfg=ldp.RobustSettings.from_config(config.ldp))
-  if config.teachers.augment:
-    return augmented_update
-  if config.teachers.get("mixup", 0.0) > 0:
+  """The member update of the config's one update rule (``check``): ``mixup_update``,
+  ``augmented_update`` or ``ldp.robust_update`` with its LDP setting; None for plain
+  teachers."""
+  rule = next(iter(update_rules(config)), None)
+  if rule == "teachers.mixup":
     return functools.partial(mixup_update, alpha=config.teachers.mixup,
                              num_classes=num_classes)
+  if rule == "teachers.augment":
+    return augmented_update
+  if rule == "ldp.robust_teachers":
+    return functools.partial(ldp.robust_update, cfg=ldp.RobustSettings.from_config(config.ldp))
   return None
 
 
