@@ -1,5 +1,6 @@
-"""Noisy aggregation of teacher votes: LNMax, GNMax, Confident-GNMax, and the Gaussian
-histogram (GNMax's noisy histogram released whole).
+"""Noisy aggregation of teacher votes: LNMax, GNMax, Confident-GNMax, the Gaussian
+histogram (GNMax's noisy histogram released whole) and the Gaussian class count (one count
+of each histogram, its class fixed before the query).
 
 All functions are pure, keyed and jittable. They take vote histograms ``votes`` [Q, K]
 (``ensemble.vote_histograms``: how many teachers chose each of K classes for each of Q
@@ -21,7 +22,8 @@ class Aggregate(NamedTuple):
   labels: jnp.ndarray  # [Q] int32; -1 where the query was not answered
   answered: jnp.ndarray  # [Q] bool
   votes: jnp.ndarray  # [Q, K] the histograms the labels came from (private)
-  # [Q, K] the noisy histograms where they are the release (gaussian_histogram), else None
+  # the release where it is not the labels: the noisy histograms [Q, K] (gaussian_histogram)
+  # or counts [Q] (gaussian_class_count); else None
   released: jnp.ndarray | None = None
 
 
@@ -65,6 +67,20 @@ def gaussian_histogram(key: jax.Array, votes: jnp.ndarray, sigma: float) -> Aggr
   _require_histograms(votes)
   noisy = votes + sigma * jax.random.normal(key, votes.shape)
   return plurality(noisy)._replace(votes=votes, released=noisy)
+
+
+def gaussian_class_count(key: jax.Array, votes: jnp.ndarray, classes: jnp.ndarray,
+                         sigma: float) -> Aggregate:
+  """The count n_c + N(0, sigma^2) of one class c per query, c fixed before the query (the
+  class a synthetic sample was made for, ``classes`` [Q]): the Gaussian mechanism of L2
+  sensitivity 1 per changed vote (sqrt 2 for the whole histogram), so sigma / sqrt 2 buys
+  the histogram's epsilon. Labels are the classes asked about; ``released`` is [Q]."""
+  _require_positive("sigma", sigma)
+  _require_histograms(votes)
+  classes = jnp.asarray(classes, jnp.int32)
+  count = jnp.take_along_axis(votes, classes[:, None], axis=-1)[:, 0]
+  noisy = count + sigma * jax.random.normal(key, count.shape)
+  return Aggregate(classes, jnp.ones(classes.shape, bool), votes, noisy)
 
 
 def gnmax(key: jax.Array, votes: jnp.ndarray, sigma: float) -> Aggregate:

@@ -250,7 +250,7 @@ def inversion_step(key: jax.Array, steps: int, learning_rate: float, num_classes
   grouped. A Python function around one jitted Adam step: a conv inside ``lax.scan`` runs
   ~25x slower on CPU (REFERENCE Sec. 8)."""
   tx = optax.adam(learning_rate)
-  y = jnp.arange(batch_size) % num_classes
+  y = jnp.asarray(inversion_classes(batch_size, batch_size, num_classes))
 
   @jax.jit
   def update(v, opt_state, key):
@@ -297,8 +297,13 @@ def invert(key: jax.Array, num: int, batch_size: int, steps: int, learning_rate:
     if checkpoint_dir is None:
       checkpoint_dir = stack.enter_context(tempfile.TemporaryDirectory())
     state = train.run_steps(state, step, key, fit, checkpoint_dir, "inversion", log)
-  y = np.arange(batch_size) % num_classes
-  return np.asarray(state.images)[:num], np.resize(y.astype(np.int32), num)
+  return np.asarray(state.images)[:num], inversion_classes(num, batch_size, num_classes)
+
+
+def inversion_classes(num: int, batch_size: int, num_classes: int) -> np.ndarray:
+  """[num] int32: the class each of ``invert``'s samples is optimised for, dealt in turn
+  within each batch: a function of the sample's index alone, not of any data."""
+  return np.resize((np.arange(batch_size) % num_classes).astype(np.int32), num)
 
 
 def vae_step(state: train_state.TrainState, key: jax.Array, model: VAE, x: jnp.ndarray,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dgd_jax import artefacts
+from dgd_jax import artefacts, generative
 from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError
 
@@ -44,6 +44,29 @@ def load(ctx: Context) -> np.ndarray:
     return ctx.dataset.x_train
   check(config, len(ctx.dataset.x_test))
   return ctx.dataset.x_test[:config.pool.size]
+
+
+def check_classes(config) -> None:
+  """Refuses a pool whose samples have no class fixed before synthesis (``classes``)."""
+  g = config.get("generator", {})
+  if (config.pool.source != "synthetic" or g.get("synthesis") != "inversion"
+      or g.get("oversample", 1.0) != 1.0):
+    raise ConfigError(
+        "the class counts (queries.aggregator='gaussian_class_count') ask each sample's "
+        "count for the class it was synthesised for, which only a DeepInversion pool kept "
+        "whole has (pool.source='synthetic', generator.synthesis='inversion', "
+        "generator.oversample=1: the baseline picks the samples oversampling keeps); use "
+        f"aggregator 'gaussian_histogram' (pool.source={config.pool.source!r}, "
+        f"generator.synthesis={g.get('synthesis')!r}, generator.oversample={g.get('oversample')}).")
+
+
+def classes(ctx: Context) -> np.ndarray:
+  """[pool size] the class each pool sample was synthesised for (``check_classes``):
+  DeepInversion's targets (``generative.invert``), a function of the sample's index alone."""
+  check_classes(ctx.config)
+  return generative.inversion_classes(len(artefacts.load_synthetic(ctx)),
+                                      ctx.config.generator.inversion_batch_size,
+                                      ctx.dataset.num_classes)
 
 
 def evaluation(ctx: Context) -> tuple[np.ndarray, np.ndarray]:

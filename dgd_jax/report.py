@@ -173,10 +173,13 @@ def _audit_lines(a: dict, check: dict) -> list[str]:
 def _plan_lines(plan: dict) -> list[str]:
   """report.md's query plan: the chosen candidate and why (query_plan.choose)."""
   c = plan["chosen"]
-  if c["aggregator"] == "gaussian_histogram":  # no trade-off to show (query_plan docstring)
+  released = {"gaussian_histogram": "the noisy vote histograms of {} queries, released whole",
+              "gaussian_class_count": "the noisy count of {} queries' votes for the class "
+                                      "each sample was synthesised for"}
+  if c["aggregator"] in released:  # no trade-off to show (query_plan docstring)
     return ["## Query plan", "",
-            f"gaussian_histogram: the noisy vote histograms of {c['num_queries']} queries, "
-            f"released whole, with the least noise that fits the target epsilon: sigma "
+            f"{c['aggregator']}: {released[c['aggregator']].format(c['num_queries'])}, "
+            f"with the least noise that fits the target epsilon: sigma "
             f"{c['noise_scale']:g} (epsilon {c['epsilon']:.3f}; no votes are read to choose).",
             ""]
   lines = ["## Query plan", "",
@@ -284,9 +287,11 @@ def write(workdir: str, report: dict) -> None:
               f"{100 * student['ensemble_test_accuracy']:.2f}%, each of them "
               f"{100 * min(members):.2f} to {100 * max(members):.2f}%.", ""]
   if "student_accuracy_noiseless_labels" in report:
-    histograms = report["stages"].get("queries", {}).get("aggregator") == "gaussian_histogram"
+    aggregator = report["stages"].get("queries", {}).get("aggregator")
+    clean = {"gaussian_histogram": "vote shares",
+             "gaussian_class_count": "counts"}.get(aggregator, "plurality")
     lines += [f"Diagnostic (not released): the same student on the teachers' noiseless "
-              f"{'vote shares' if histograms else 'plurality'} reaches "
+              f"{clean} reaches "
               f"{100 * report['student_accuracy_noiseless_labels']:.2f}%.", ""]
   if report.get("audit"):
     lines += _audit_lines(report["audit"], report.get("audit_check", {}))

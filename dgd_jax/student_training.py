@@ -33,7 +33,9 @@ labels: no epsilon.
 Where the queries released noisy vote histograms (``queries.aggregator='gaussian_histogram'``)
 the labelled targets are the noisy vote shares h~ / n, unbiased and unclipped, and Eq. 5's
 cross-entropy, unbounded below for a negative target, becomes the Brier score (``brier_score``);
-propagation, built for hard labels, is off.
+propagation, built for hard labels, is off. Where they released one noisy count per sample
+(``gaussian_class_count``: the votes for the class the sample was made for) the targets are
+``class_count_targets``, under the same Brier score.
 """
 from __future__ import annotations
 
@@ -278,6 +280,18 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
   rounds = train.self_training(lambda logits, r: fit(x_all, np.asarray(jax.nn.softmax(logits))),
                                student.apply, params, x_all, config.student.self_training)
   return student, rounds, trained
+
+
+def class_count_targets(counts: np.ndarray, classes: np.ndarray, num_teachers: int,
+                        num_classes: int) -> np.ndarray:
+  """Targets [Q, K] float32 from (noisy) counts n_c of each query's class c
+  (``gaussian_class_count``): a = n_c / n on c, an unbiased estimate of its vote share, and
+  the rest, 1 - a, spread evenly over the other classes (the release says nothing of them);
+  entries below 0 and above 1 kept (``brier_score``)."""
+  a = np.asarray(counts, np.float64) / num_teachers
+  targets = np.repeat(((1 - a) / (num_classes - 1))[:, None], num_classes, axis=1)
+  targets[np.arange(len(a)), classes] = a
+  return targets.astype(np.float32)
 
 
 def shares(histograms: np.ndarray, num_teachers: int) -> np.ndarray:

@@ -83,7 +83,24 @@ def test_gaussian_histogram_releases_gnmax_noisy_histogram_whole():
   assert gnmax.released is None  # GNMax releases the argmax only
 
 
+def test_gaussian_class_count_releases_one_noisy_count_per_query():
+  """Each query releases the votes for its given class plus N(0, sigma^2), the same draw
+  for the same key; the labels are the classes asked about, every query answered."""
+  classes = np.arange(VOTES.shape[0]) % 10
+  agg = aggregation.gaussian_class_count(jax.random.key(3), VOTES, classes, 20.0)
+  counts = np.asarray(VOTES)[np.arange(len(classes)), classes]
+  assert agg.released.shape == (VOTES.shape[0],)
+  expected = counts + 20.0 * np.asarray(jax.random.normal(jax.random.key(3), counts.shape))
+  np.testing.assert_allclose(agg.released, expected, rtol=1e-6)
+  np.testing.assert_array_equal(agg.labels, classes)
+  assert bool(agg.answered.all()) and agg.votes is VOTES
+  other = aggregation.gaussian_class_count(jax.random.key(3), VOTES, (classes + 1) % 10, 20.0)
+  assert not np.allclose(other.released, agg.released)  # another class, another count
+
+
 @pytest.mark.parametrize("call", [
+    lambda: aggregation.gaussian_class_count(jax.random.key(0), VOTES,
+                                             np.zeros(VOTES.shape[0], int), 0.0),
     lambda: aggregation.gaussian_histogram(jax.random.key(0), VOTES, 0.0),
     lambda: aggregation.lnmax(jax.random.key(0), VOTES, 0.0),
     lambda: aggregation.lnmax(jax.random.key(0), VOTES, -1.0),

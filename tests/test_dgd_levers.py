@@ -282,6 +282,43 @@ def test_histogram_plan_spends_the_budget_on_num_queries_histograms():
   assert query_plan.settings(config).noise_scale > 5 * q.noise_scale
 
 
+def test_class_count_plan_targets_and_refusals():
+  """gaussian_class_count: num_queries counts at the least sigma that fits the budget, which
+  is the histogram plan's sigma over sqrt 2; the targets put the count's share on the class
+  asked about and the rest evenly on the others; a pool whose samples have no class fixed
+  before synthesis is refused before anything trains."""
+  import math
+  from dgd_jax import generative, pool, privacy
+  from dgd_jax.errors import ConfigError
+  from dgd_jax.stages import queries
+  config = dgd_config.get_config("fashion_mnist,cpu")
+  config.num_teachers = 50
+  histogram = query_plan.settings(config)
+  config.queries.aggregator = "gaussian_class_count"
+  q = query_plan.settings(config)
+  assert q.noise_scale == pytest.approx(histogram.noise_scale / math.sqrt(2), rel=1e-3)
+  record = query_plan.release(config)
+  assert isinstance(record, privacy.ClassCountQueries) and record.queries == q.num_queries
+  assert 9.99 < privacy.epsilon_of(record, 1e-5, "pld") <= 10.0
+  queries.check(config)
+  # targets: a = n_c / n on c, (1 - a) / (K - 1) elsewhere, a not clipped
+  t = student_training.class_count_targets(np.array([30.0, -5.0]), np.array([2, 0]), 50, 3)
+  np.testing.assert_allclose(t, [[0.2, 0.2, 0.6], [-0.1, 0.55, 0.55]], atol=1e-6)
+  # the classes asked about are invert's targets, a function of the index alone
+  np.testing.assert_array_equal(generative.inversion_classes(7, 4, 3), [0, 1, 2, 0, 0, 1, 2])
+  for field, value in (("pool.source", "public"), ("generator.synthesis", "generator"),
+                       ("generator.oversample", 2.0)):
+    bad = dgd_config.get_config("fashion_mnist,cpu")
+    bad.queries.aggregator = "gaussian_class_count"
+    block, name = field.split(".")
+    bad[block][name] = value
+    with pytest.raises(ConfigError, match="class it was synthesised for"):
+      pool.check_classes(bad)
+  config.queries.selection, config.queries.first_round = "least_confident", 2000
+  with pytest.raises(ConfigError, match="'random' or 'representative'"):
+    queries.check(config)
+
+
 def test_least_confident_rounds_are_refused_with_released_histograms():
   """The least-confident selector learns the first round's labels; a histogram release gives
   none worth learning (its argmax at sigma 44.71 is mostly noise), so the run is refused

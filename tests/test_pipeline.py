@@ -13,8 +13,9 @@ import jax
 import numpy as np
 import pytest
 
-from dgd_jax import artefacts, ensemble, methods, pipeline, pool, train
+from dgd_jax import artefacts, ensemble, methods, pipeline, pool, student_training, train
 from dgd_jax.stages import queries as queries_stage
+from dgd_jax.stages import student as student_stage
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError, WorkdirConflictError
@@ -418,6 +419,43 @@ def test_dgd_with_released_histograms(finished_dgd_copy):
   text = (pathlib.Path(workdir) / "report.md").read_text()
   assert "gaussian_histogram: the noisy vote histograms of 60 queries" in text
   assert "teachers' noiseless vote shares reaches" in text
+
+
+def test_dgd_with_released_class_counts(finished_dgd_copy):
+  """queries.aggregator='gaussian_class_count' on a DeepInversion pool: the queries stage
+  keeps, per query, the noisy count of the votes for the class its sample was inverted for,
+  the ledger charges sensitivity 1, and the student learns ``class_count_targets``."""
+  npz_file, workdir, _ = finished_dgd_copy
+  for stage in ("generator", "vae", "queries", "student"):
+    shutil.rmtree(pathlib.Path(workdir) / stage, ignore_errors=True)
+  config = tiny_configs.dgd(npz_file)
+  config.generator.update(synthesis="inversion", num_synthetic=96, oversample=1.0,
+                          inversion_batch_size=32, inversion_steps=10, synthetic_student_steps=5)
+  config.queries.update(aggregator="gaussian_class_count", plan="auto", num_queries=60)
+  config.privacy.max_epsilon = 3.0
+  config.student.diagnose_noiseless = True
+  report = pipeline.run(config, workdir)
+  q = dict(np.load(pathlib.Path(workdir) / "queries" / "queries.npz"))
+  votes = np.load(pathlib.Path(workdir) / "queries" / "votes.npy")
+  assert q["counts"].shape == (60,) and "histograms" not in q
+  # inverted 32 a batch, the classes dealt in turn within each batch
+  np.testing.assert_array_equal(q["classes"], q["indices"] % 32 % 10)
+  np.testing.assert_array_equal(q["labels"], q["classes"])
+  sigma = report["stages"]["queries"]["noise_scale"]
+  noise = q["counts"] - votes[np.arange(60), q["classes"]]
+  assert 0.5 * sigma < np.std(noise) < 1.5 * sigma
+  assert 2.99 < report["epsilon"] <= 3.0 and not report["epsilon_is_data_dependent"]
+  assert "gaussian_class_count" in report["covers"]["covered"]
+  ctx = pipeline.open_run(workdir, "student")
+  _, targets, _, _ = student_stage.labelled_split(ctx, pool.load(ctx))
+  np.testing.assert_allclose(targets, student_training.class_count_targets(
+      q["counts"], q["classes"], config.num_teachers, 10), rtol=1e-6)
+  student_result = report["stages"]["student"]
+  assert student_result["num_labelled"] == 60
+  assert 0 <= student_result["student_accuracy_noiseless_labels"] <= 1
+  text = (pathlib.Path(workdir) / "report.md").read_text()
+  assert "gaussian_class_count: the noisy count of 60 queries' votes" in text
+  assert "teachers' noiseless counts reaches" in text
 
 
 def test_refit_rounds_ask_teachers_refit_from_the_released_histograms(finished_dgd_copy):

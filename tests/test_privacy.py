@@ -122,6 +122,32 @@ def test_gaussian_histogram_costs_gnmax_data_independent_and_has_no_data_depende
       privacy.min_noise(privacy.GNMaxQueries(1.0, 2000), 10.0, DELTA))
 
 
+def test_class_count_is_the_gaussian_mechanism_of_sensitivity_one():
+  """One count per query moves by at most 1 per changed vote (k for k moved teachers), so
+  sigma / sqrt 2 costs what the whole histogram costs at sigma, under every accountant; the
+  analytic Gaussian mechanism of Q counts gives the same PLD epsilon."""
+  for k in (1, 2):
+    count = privacy.ClassCountQueries(33.49 / math.sqrt(2), 2000, teachers_changed=k)
+    hist = privacy.HistogramQueries(33.49, 2000, teachers_changed=k)
+    a = privacy.PrivacyLedger([count]).epsilons(DELTA)
+    b = privacy.PrivacyLedger([hist]).epsilons(DELTA)
+    assert set(a) == set(b) == {"rdp", "rdp_classic", "pld"}
+    for name in a:
+      assert a[name].epsilon == pytest.approx(b[name].epsilon, rel=1e-9)
+      assert not a[name].data_dependent
+  exact = analytic_gaussian.epsilon(math.sqrt(2000) / 20.0, DELTA)  # multiplier 20 / sqrt Q
+  pld = privacy.PrivacyLedger([privacy.ClassCountQueries(20.0, 2000)]).epsilons(DELTA)["pld"]
+  assert pld.epsilon == pytest.approx(exact, abs=1e-3)
+  assert privacy.min_noise(privacy.ClassCountQueries(1.0, 4000), 10.0, DELTA) == pytest.approx(
+      privacy.min_noise(privacy.HistogramQueries(1.0, 4000), 10.0, DELTA) / math.sqrt(2),
+      rel=1e-3)
+  with pytest.raises(ConfigError, match="no data-dependent analysis"):
+    releases.build_release("gaussian_class_count", queries=3, noise_scale=1.0,
+                           votes=np.ones((3, 10)))
+  built = releases.build_release("gaussian_class_count", queries=3, noise_scale=2.0)
+  assert isinstance(built, privacy.ClassCountQueries) and built.sigma == 2.0
+
+
 # ---- DGD Table I replay -------------------------------------------------------------------------
 
 # Laplace scale 2/eps0 = 40 (eps0 = 0.05 per query), delta = 1e-5. REFERENCE.md gives the first

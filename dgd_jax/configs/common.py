@@ -389,7 +389,8 @@ def queries_config(num_queries: int, aggregator: str, noise_scale: float
   """Label queries to the teacher ensemble (DGD Eq. 3, PATE)."""
   return ml_collections.ConfigDict(dict(
       num_queries=num_queries,  # |D_s|
-      aggregator=aggregator,  # lnmax | gnmax | gaussian_histogram | confident_gnmax
+      # lnmax | gnmax | gaussian_histogram | gaussian_class_count | confident_gnmax
+      aggregator=aggregator,
       noise_scale=noise_scale,  # the Laplace scale b, or the Gaussian sigma (sigma2)
       threshold=0.0,  # Confident-GNMax only
       sigma1=0.0,  # Confident-GNMax only

@@ -32,14 +32,15 @@ from dgd_jax.privacy.ledger import (ACCOUNTANTS, DATA_DEPENDENT_ONLY, DATA_DEPEN
                                     FIXED_INPUTS_NOTE, EpsilonReport, PrivacyLedger,
                                     relations_json)
 from dgd_jax.privacy.local import ldp_local_epsilon, vae_latent_epsilon, vae_latent_noise_scale
-from dgd_jax.privacy.releases import (MECHANISMS, ConfidentGNMaxQueries, DpdfdSteps, DpsgdSteps,
+from dgd_jax.privacy.releases import (MECHANISMS, ClassCountQueries, ConfidentGNMaxQueries,
+                                      DpdfdSteps, DpsgdSteps,
                                       FilteredQueries, GNMaxQueries, HistogramQueries,
                                       LNMaxQueries, PureDpRelease, Release)
 
 __all__ = [
     "ACCOUNTANTS", "DATA_DEPENDENT_ONLY", "DATA_DEPENDENT_WARNING", "DEFAULT_MOMENT_ORDERS",
     "FIXED_INPUTS_NOTE",
-    "DEFAULT_RDP_ORDERS", "MECHANISMS", "ConfidentGNMaxQueries", "DpdfdSteps", "DpsgdSteps",
+    "DEFAULT_RDP_ORDERS", "MECHANISMS", "ClassCountQueries", "ConfidentGNMaxQueries", "DpdfdSteps", "DpsgdSteps",
     "EpsilonReport", "FilteredQueries",
     "GNMaxQueries", "HistogramQueries", "LNMaxQueries", "PrivacyLedger", "PureDpRelease",
     "Release", "classic_epsilon",

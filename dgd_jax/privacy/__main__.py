@@ -151,6 +151,9 @@ def _describe(release: releases.Release) -> str:
             f"(per-query pure epsilon 2/b = {release.eps0:.6g})")
   if isinstance(release, releases.GNMaxQueries):
     return f"gnmax, {release.queries} queries, Gaussian sigma = {release.sigma:g}"
+  if isinstance(release, releases.ClassCountQueries):
+    return (f"gaussian_class_count, {release.queries} noisy counts of one class each, "
+            f"Gaussian sigma = {release.sigma:g}")
   if isinstance(release, releases.HistogramQueries):
     return (f"gaussian_histogram, {release.queries} noisy vote histograms released whole, "
             f"Gaussian sigma = {release.sigma:g}")

@@ -109,6 +109,9 @@ NOT_COVERED = {
     "gaussian_histogram": (
         "Covers the noisy vote histograms released whole (every count of every queried sample "
         "with its Gaussian noise). " + _DGD_EXCLUSIONS),
+    "gaussian_class_count": (
+        "Covers the noisy vote counts released (of each queried sample, the count of the class "
+        "it was synthesised for, with its Gaussian noise). " + _DGD_EXCLUSIONS),
     "confident_gnmax": (
         "Covers the noisy threshold checks and label answers only. Not covered: the teachers "
         "(no DP guarantee), and any baseline classifier, generator, synthetic data or VAE derived "
@@ -144,7 +147,8 @@ NOT_COVERED = {
         "added to the total as the paper does (never makes the total smaller)."),
 }
 
-VOTE_MECHANISMS = ("lnmax", "gnmax", "gaussian_histogram", "confident_gnmax")
+VOTE_MECHANISMS = ("lnmax", "gnmax", "gaussian_histogram", "gaussian_class_count",
+                   "confident_gnmax")
 
 
 @dataclasses.dataclass(frozen=True)

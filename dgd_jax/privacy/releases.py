@@ -109,6 +109,10 @@ class Release:
     return out
 
 
+# L2 sensitivity of one class's vote count to one changed vote (ClassCountQueries)
+COUNT_SENSITIVITY = 1.0
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class TeacherRelease(Release):
   """A record whose sensitivity rests on "one neighbouring change of the private set moves k
@@ -185,6 +189,30 @@ class HistogramQueries(TeacherRelease):
 
   def event(self) -> dp_accounting.DpEvent:
     return pate2018.gnmax_event(self.sigma, self.queries, self.teachers_changed)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ClassCountQueries(TeacherRelease):
+  """``queries`` noisy counts n_c + N(0, sigma^2), each of one class c fixed before the query
+  (the class a synthetic sample was made for): the Gaussian mechanism of L2 sensitivity k
+  (one changed vote moves the count by at most 1), so sigma / sqrt 2 costs what
+  ``HistogramQueries`` costs at sigma. No data-dependent analysis: every accountant charges
+  the data-independent curve."""
+
+  sigma: float
+  queries: int
+
+  mechanism: ClassVar[str] = "gaussian_class_count"
+  noise_field: ClassVar[str] = "sigma"
+  count_field: ClassVar[str] = "queries"
+
+  def __post_init__(self):
+    self._check_neighbours()
+    self._check_queries(f"sigma ({self.mechanism} noise)")
+
+  def event(self) -> dp_accounting.DpEvent:
+    return events.gaussian_event(self.sigma, self.teachers_changed * COUNT_SENSITIVITY,
+                                 self.queries)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -636,7 +664,8 @@ class PureDpRelease(Release):
 
 
 MECHANISMS = {cls.mechanism: cls for cls in (LNMaxQueries, GNMaxQueries, HistogramQueries,
-                                             ConfidentGNMaxQueries, DpdfdSteps, DpsgdSteps)}
+                                             ClassCountQueries, ConfidentGNMaxQueries,
+                                             DpdfdSteps, DpsgdSteps)}
 
 
 def _need(mechanism: str, **values) -> None:
@@ -672,11 +701,11 @@ def build_release(mechanism: str, *, queries: int | None, noise_scale: float | N
   if mechanism == "gnmax":
     _need(mechanism, noise_scale=noise_scale, queries=queries)
     return GNMaxQueries(noise_scale, queries, votes, **teacher)
-  if mechanism == "gaussian_histogram":
+  if mechanism in ("gaussian_histogram", "gaussian_class_count"):
     if votes is not None:
-      raise ConfigError("gaussian_histogram has no data-dependent analysis: drop --votes.")
+      raise ConfigError(f"{mechanism} has no data-dependent analysis: drop --votes.")
     _need(mechanism, noise_scale=noise_scale, queries=queries)
-    return HistogramQueries(noise_scale, queries, **teacher)
+    return MECHANISMS[mechanism](noise_scale, queries, **teacher)
   if mechanism == "confident_gnmax":
     _need(mechanism, threshold=threshold, sigma1=sigma1, sigma2=sigma2, queries=queries)
     return ConfidentGNMaxQueries(threshold, sigma1, sigma2, queries, answered, votes, **teacher)

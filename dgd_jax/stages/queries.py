@@ -4,6 +4,10 @@ aggregation (LNMax with Laplace scale 2/eps0, or GNMax / Confident-GNMax for DGD
 every query and its vote histogram go into the privacy ledger. The rest, D_u, stays
 unlabelled. ``gaussian_histogram`` releases GNMax's noisy histogram whole instead of its
 argmax (at GNMax's data-independent epsilon): the student learns the noisy vote shares.
+``gaussian_class_count`` releases one count of each histogram, that of the class the
+synthetic sample was made for (``pool.classes``, fixed before any vote): sensitivity 1
+instead of sqrt 2, so at the same epsilon the count carries sigma / sqrt 2 of noise
+(``student_training.class_count_targets`` makes the student's targets of it).
 
 ``config.queries.refits`` = R > 0 (``gaussian_histogram``, random selection) asks the
 histograms in R + 1 rounds of random pool samples, ``num_queries`` in all at the planned
@@ -38,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dgd_jax import (aggregation, artefacts, dpsgd_plan, ensemble, ldp, pool, privacy, propagation,
-                     student_training, train)
+                     query_plan, student_training, train)
 from dgd_jax.artefacts import QUERIES, VOTES, classifier, fit_config
 from dgd_jax.query_plan import release, settings
 from dgd_jax.core import Context
@@ -49,7 +53,8 @@ from dgd_jax.workdir import save_array, save_arrays
 
 CONFIG_KEYS = ("pool", "queries", "privacy")
 SELECTIONS = ("random", "least_confident", "representative")
-AGGREGATORS = ("lnmax", "gnmax", "gaussian_histogram", "confident_gnmax")
+AGGREGATORS = ("lnmax", "gnmax", "gaussian_histogram", "gaussian_class_count",
+               "confident_gnmax")
 
 
 def neighbours(config) -> tuple[str, ...]:
@@ -113,7 +118,7 @@ def check(config) -> None:
   q = settings(config)
   synthetic = (config.pool.source == "synthetic"
                and config.get("generator", {}).get("num_synthetic", 0))
-  counted = config.queries.plan == "fixed" or q.aggregator == "gaussian_histogram"
+  counted = config.queries.plan == "fixed" or q.aggregator in query_plan.COUNT_RELEASES
   if counted and synthetic and per_round(config, q.num_queries) > synthetic:  # as check_run
     raise too_many(config, q.num_queries, f"{synthetic} synthetic samples the generator will "
                    "make", "raise generator.num_synthetic")
@@ -142,11 +147,13 @@ def check(config) -> None:
     if max(config_teachers_changed(config).values()) != 1:
       raise ConfigError("config.queries.smooth_sensitivity assumes one changed example moves "
                         "one teacher's vote (k = 1): use the default 'shuffle' partition.")
-  if q.selection == "least_confident" and q.aggregator == "gaussian_histogram":
+  if q.selection == "least_confident" and q.aggregator in query_plan.COUNT_RELEASES:
     raise ConfigError("config.queries.selection='least_confident' trains its selector on the "
-                      "first round's labels, which released histograms do not give (their "
-                      "argmax is mostly noise at the presets' sigma): use selection 'random' "
-                      "or 'representative'.")
+                      f"first round's labels, which {q.aggregator} does not release (a "
+                      "histogram's argmax is mostly noise at the presets' sigma): use "
+                      "selection 'random' or 'representative'.")
+  if q.aggregator == "gaussian_class_count":
+    pool.check_classes(config)
   if refits and (q.aggregator != "gaussian_histogram" or q.selection != "random"
                  or client or filtered(config)):
     raise ConfigError("config.queries.refits rounds' students learn released vote histograms "
@@ -186,7 +193,10 @@ def too_many(config, num: int, available: str, enlarge: str) -> ConfigError:
                      "gaussian_histogram).")
 
 
-def aggregate(config, key: jax.Array, votes: np.ndarray) -> aggregation.Aggregate:
+def aggregate(config, key: jax.Array, votes: np.ndarray, classes: np.ndarray | None = None
+              ) -> aggregation.Aggregate:
+  """The config's aggregator on ``votes`` [Q, K]; ``classes`` [Q]: the class whose count
+  ``gaussian_class_count`` releases for each query."""
   q = settings(config)
   votes = jnp.asarray(votes)
   if q.aggregator == "lnmax":
@@ -195,6 +205,8 @@ def aggregate(config, key: jax.Array, votes: np.ndarray) -> aggregation.Aggregat
     return aggregation.gnmax(key, votes, q.noise_scale)
   if q.aggregator == "gaussian_histogram":
     return aggregation.gaussian_histogram(key, votes, q.noise_scale)
+  if q.aggregator == "gaussian_class_count":
+    return aggregation.gaussian_class_count(key, votes, classes, q.noise_scale)
   return aggregation.confident_gnmax(key, votes, q.threshold, q.sigma1, q.noise_scale)
 
 
@@ -291,7 +303,8 @@ def refit_teachers(ctx: Context, model, params, round_index: int):
 
 def ask_teachers(ctx: Context, x_pool: np.ndarray):
   """The queries in their rounds: (indices into the pool, vote histograms, noisy labels,
-  answered mask, the released noisy histograms or None), in the order they were asked.
+  answered mask, the released noisy histograms or counts, or None where the labels are the
+  release), in the order they were asked.
   Selection reads public information only (the pool, and for least-confident selection a
   student of the first round's answers); ``queries.refits`` rounds draw their samples at
   random, each from a key of its own, and ask teachers refit from a student of the released
@@ -302,6 +315,7 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
   select_key, noise_key = jax.random.split(ctx.key("queries"))
   params, predict, _ = artefacts.load_teachers(ctx)
   client_key = ctx.key("ldp_client")
+  classes = pool.classes(ctx) if q.aggregator == "gaussian_class_count" else None
 
   def ask(indices, key, round_index, vote=None):  # the votes on x_pool[indices], answers
     sent = x_pool[indices]
@@ -311,7 +325,7 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
                                       jnp.asarray(sent), c.sigma, c.mu, c.bound))
     votes = (vote(sent) if vote else
              ensemble.vote_histograms(predict, params, sent, ctx.dataset.num_classes))
-    agg = aggregate(config, key, votes)
+    agg = aggregate(config, key, votes, None if classes is None else classes[indices])
     released = None if agg.released is None else np.asarray(agg.released, np.float32)
     return votes, np.asarray(agg.labels), np.asarray(agg.answered), released
 
@@ -392,9 +406,14 @@ def run(ctx: Context) -> dict:
         config, plans, indices, votes, labels, answered)
   else:
     records = {r: release(config, votes, answered, r) for r in plans}
-  histograms = {} if released is None else {"histograms": released}  # the release itself
+  if released is None:  # the labels are the release
+    kept = {}
+  elif q.aggregator == "gaussian_class_count":  # the counts, and which class each counts
+    kept = {"counts": released, "classes": labels}
+  else:
+    kept = {"histograms": released}
   save_arrays(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
-              answered=answered, **histograms)
+              answered=answered, **kept)
   save_array(os.path.join(ctx.stage.path, VOTES), votes)
   ledgers = {r: privacy.PrivacyLedger([*baseline[r], records[r]]) for r in plans}
   if config.queries.smooth_sensitivity:

@@ -23,7 +23,8 @@ from dgd_jax import plots, pool, propagation, train
 from dgd_jax.artefacts import load_queries, load_vae, load_votes, student_fits
 from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError
-from dgd_jax.student_training import members, propagates, shares, train_student, uses_vae
+from dgd_jax.student_training import (class_count_targets, members, propagates, shares,
+                                      train_student, uses_vae)
 
 # 'vae' stays in the student's key even when unused, so workdirs made before the VAE stage
 # became optional are still this config's.
@@ -44,16 +45,27 @@ def check(config) -> None:
                         f"least {least} (--config.student.{field}={least}: {meaning}).")
 
 
-def labelled_split(ctx: Context, x_pool: np.ndarray
+def labelled_split(ctx: Context, x_pool: np.ndarray, votes: np.ndarray | None = None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
   """(D_s, L_s, D_u, answered): the answered queries' pool samples and released labels (the
-  released vote shares [L, K] where the queries released histograms), the pool samples not
-  queried, and which queries were answered."""
+  released vote shares [L, K] where the queries released histograms, ``class_count_targets``
+  where they released class counts), the pool samples not queried, and which queries were
+  answered. With ``votes`` (the queries' noiseless vote histograms, a diagnostic) L_s is made
+  of them as the release would have been without noise."""
   q = load_queries(ctx)
   answered = q["answered"]
   labelled = q["indices"][answered]
-  targets = (shares(q["histograms"][answered], ctx.config.num_teachers) if "histograms" in q
-             else q["labels"][answered].astype(np.int32))
+  n, k = ctx.config.num_teachers, ctx.dataset.num_classes
+  clean = None if votes is None else votes[answered]
+  if "counts" in q:  # gaussian_class_count
+    classes = q["classes"][answered]
+    counts = (q["counts"][answered] if clean is None
+              else clean[np.arange(len(classes)), classes])
+    targets = class_count_targets(counts, classes, n, k)
+  elif "histograms" in q:  # gaussian_histogram
+    targets = shares(q["histograms"][answered] if clean is None else clean, n)
+  else:
+    targets = (q["labels"][answered] if clean is None else clean.argmax(-1)).astype(np.int32)
   return x_pool[labelled], targets, np.delete(x_pool, labelled, axis=0), answered
 
 
@@ -63,7 +75,7 @@ def run(ctx: Context) -> dict:
   x_s, y_s, x_u, answered = labelled_split(ctx, x_pool)
   x_eval, y_eval = pool.evaluation(ctx)  # the test split (PATE: the part not in the pool)
   vae = load_vae(ctx, x_pool.shape[1:]) if uses_vae(config.student) else (None, None)
-  brier = y_s.ndim == 2  # released vote shares (gaussian_histogram)
+  brier = y_s.ndim == 2  # released counts (gaussian_histogram, gaussian_class_count)
   propagated = not brier and propagates(config, len(x_s), len(x_pool))
   features = propagation.features(np.concatenate([x_s, x_u])) if propagated else None
   k = members(config, ctx.results.get("queries", {}).get("noise_scale"))
@@ -79,9 +91,7 @@ def run(ctx: Context) -> dict:
   if len(rounds) > 1:
     diagnostic["test_accuracy_by_self_training_round"] = [accuracy(p) for p in rounds]
   if config.student.diagnose_noiseless:  # server-side diagnostic (module docstring)
-    votes = load_votes(ctx)[answered]  # the noiseless counterpart: shares, or the plurality
-    clean_targets = (shares(votes, config.num_teachers) if brier
-                     else votes.argmax(-1).astype(np.int32))
+    _, clean_targets, _, _ = labelled_split(ctx, x_pool, load_votes(ctx))
     _, clean, _ = train_student(ctx, vae, x_s, clean_targets, x_u, "student_noiseless",
                                 os.path.join(ctx.stage.path, "noiseless_checkpoints"), features,
                                 brier, k)
