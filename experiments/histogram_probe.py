@@ -30,6 +30,10 @@ accuracy of each round:
   simplex: h~ projected onto the simplex scaled to the teacher count, normalised
   clip:    max(h~, 0), normalised
   clean:   the noiseless vote shares n / sum n (no privacy: the ceiling)
+  own_class: the one count n_c of the class c each sample was inverted for (sample i of the
+           pool: class i mod K, ``generative.invert``), plus N(0, sigma^2 / 2): L2 sensitivity
+           1 instead of sqrt 2, so the same epsilon as h~ at sigma; the target puts a = n~_c / n
+           on c and (1 - a) / (K - 1) on each other class
 
   python experiments/histogram_probe.py --workdir=workdirs/quickstart_cpu \
       --plans='1:48:40;1:4000' --targets=hard,soft,clean
@@ -85,7 +89,8 @@ def soft_votes(ctx, teachers, x: np.ndarray, temperature: float) -> np.ndarray:
                          for i in range(0, len(x), 500)])
 
 
-def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float) -> np.ndarray:
+def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float,
+            classes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
   if kind == "hard":
     return np.eye(votes.shape[1])[noisy.argmax(1)]
   if kind == "soft":
@@ -107,6 +112,12 @@ def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float) -> np
     return student_training.shares(noisy, n)
   if kind == "clean":
     return student_training.shares(votes, n)
+  if kind == "own_class":  # n_c + N(0, (sigma / sqrt 2)^2) of each sample's inversion class c
+    rows = np.arange(len(votes))
+    a = (votes[rows, classes] + sigma / np.sqrt(2) * rng.standard_normal(len(votes))) / n
+    t = np.repeat(((1 - a) / (votes.shape[1] - 1))[:, None], votes.shape[1], 1)
+    t[rows, classes] = a
+    return t
   raise ValueError(f"unknown target kind {kind!r}")
 
 
@@ -143,7 +154,8 @@ def main(argv):
     for kind in _TARGETS.value:
       t0 = time.time()
       name = f"probe_{plan.replace(':', '_')}_{kind}"
-      t = targets(kind, noisy, votes, sigma).astype(np.float32)
+      t = targets(kind, noisy, votes, sigma, idx % data.num_classes,
+                  np.random.default_rng([_SEED.value, 1])).astype(np.float32)
       x_s, rest = x[idx], np.delete(x, idx, axis=0)
       if _PROPAGATION.value:  # queried samples first, as the student stage orders them
         x_s = np.concatenate([x_s, rest])

@@ -31,6 +31,17 @@ from dgd_jax.stages.generator import stable_samples
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 flags.mark_flag_as_required("workdir")
 _NUM_TEST = flags.DEFINE_integer("num_test", 2000, "Real test images to count votes on.")
+_BLUR = flags.DEFINE_list("blur", [], "Gaussian blur widths (pixels) of the pool to score too.")
+
+
+def blurred(x: np.ndarray, sigma: float) -> np.ndarray:
+  """x [N, H, W, C] convolved with a separable Gaussian of width ``sigma`` (edge padded)."""
+  r = int(np.ceil(3 * sigma))
+  g = np.exp(-0.5 * (np.arange(-r, r + 1) / sigma) ** 2)
+  g /= g.sum()
+  pad = np.pad(x, ((0, 0), (r, r), (r, r), (0, 0)), mode="edge")
+  rows = sum(g[i] * pad[:, i:i + x.shape[1]] for i in range(2 * r + 1))
+  return sum(g[i] * rows[:, :, i:i + x.shape[2]] for i in range(2 * r + 1)).astype(x.dtype)
 
 
 def top_share(votes: np.ndarray) -> np.ndarray:
@@ -44,7 +55,8 @@ def main(argv):
   data, k = ctx.dataset, ctx.dataset.num_classes
   x = pool.load(ctx)
   params, predict, _ = artefacts.load_teachers(ctx)
-  share = top_share(ensemble.vote_histograms(predict, params, x, k))
+  pool_votes = ensemble.vote_histograms(predict, params, x, k)
+  share = top_share(pool_votes)
   real = top_share(ensemble.vote_histograms(predict, params, data.x_test[:_NUM_TEST.value], k))
   baseline, baseline_params = artefacts.load_classifier(ctx, "baseline")
   logits = train.logits(baseline.apply, baseline_params, x)
@@ -55,6 +67,15 @@ def main(argv):
     out[f"stable_1/{fraction}"] = round(float(share[keep].mean()), 3)
   names = logits.argmax(1)
   out["pool_by_baseline_class"] = [round(float(share[names == c].mean()), 3) for c in range(k)]
+  for sigma in map(float, _BLUR.value):  # the same pool blurred: agreement, and on what
+    xb = blurred(x, sigma)
+    votes = ensemble.vote_histograms(predict, params, xb, k)
+    out[f"blur_{sigma}"] = {
+        "pool": round(float(top_share(votes).mean()), 3),
+        "plurality_is_baseline_class": round(float(np.mean(votes.argmax(1) == names)), 3),
+        "baseline_class_kept": round(float(np.mean(
+            train.logits(baseline.apply, baseline_params, xb).argmax(1) == names)), 3)}
+  out["plurality_is_baseline_class"] = round(float(np.mean(pool_votes.argmax(1) == names)), 3)
   print(json.dumps(out), flush=True)
 
 
