@@ -446,6 +446,10 @@ def test_dgd_with_released_class_counts(finished_dgd_copy):
   assert 0.5 * sigma < np.std(noise) < 1.5 * sigma
   assert 2.99 < report["epsilon"] <= 3.0 and not report["epsilon_is_data_dependent"]
   assert "gaussian_class_count" in report["covers"]["covered"]
+  result = report["stages"]["queries"]
+  assert result["asked_class_is_plurality"] == pytest.approx(
+      np.mean(q["classes"] == votes.argmax(1)))
+  assert "noisy_label_agreement_with_plurality" not in result
   ctx = pipeline.open_run(workdir, "student")
   _, targets, _, _ = student_stage.labelled_split(ctx, pool.load(ctx))
   np.testing.assert_allclose(targets, student_training.class_count_targets(

@@ -375,7 +375,8 @@ def diagnostics(ctx: Context, x_pool, indices, labels, answered, steps) -> dict:
     local["covered"] = (f"the private baseline's {steps[0].steps} DP-SGD steps and the "
                         f"{q.aggregator} answers to {len(indices)} label queries, composed "
                         "(everything the student saw derives from these)")
-  if config.pool.source == "synthetic":  # the baseline's labels of the queried samples
+  # the baseline's labels of the queried samples (gaussian_class_count releases no label)
+  if config.pool.source == "synthetic" and q.aggregator != "gaussian_class_count":
     named = artefacts.load_synthetic_labels(ctx)[indices]
     local["label_accuracy_vs_baseline"] = float(np.mean(labels[answered] == named[answered]))
   if q.chosen:  # why this plan: every candidate's expected label accuracy and epsilon
@@ -420,6 +421,9 @@ def run(ctx: Context) -> dict:
     pate2018["smooth_sensitivity"] = release_smooth_sensitivity(
         config, ctx.key("smooth_sensitivity"), votes, answered)
   plurality = np.argmax(votes, -1)
+  # how often the released label (gaussian_class_count: the class asked about) is the plurality
+  agreement = ("asked_class_is_plurality" if q.aggregator == "gaussian_class_count"
+               else "noisy_label_agreement_with_plurality")
   rounds = np.array_split(votes, config.queries.refits + 1)  # round_sizes; a diagnostic
   return {
       "refits": config.queries.refits,
@@ -431,7 +435,6 @@ def run(ctx: Context) -> dict:
       "noise_scale": q.noise_scale,
       "num_queries": len(indices),
       "answered": int(answered.sum()),
-      "noisy_label_agreement_with_plurality": float(
-          np.mean(labels[answered] == plurality[answered])),
+      agreement: float(np.mean(labels[answered] == plurality[answered])),
       "privacy": privacy.relations_json(ledgers, p.delta, p.accountant),
   }
