@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dgd_jax import artefacts, generative
+from dgd_jax import artefacts, generative, query_plan
 from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError
 
@@ -49,8 +49,7 @@ def load(ctx: Context) -> np.ndarray:
 def check_classes(config) -> None:
   """Refuses a pool whose samples have no class fixed before synthesis (``classes``)."""
   g = config.get("generator", {})
-  if (config.pool.source != "synthetic" or g.get("synthesis") != "inversion"
-      or g.get("oversample", 1.0) != 1.0):
+  if not query_plan.has_synthesis_classes(config):
     raise ConfigError(
         "the class counts (queries.aggregator='gaussian_class_count') ask each sample's "
         "count for the class it was synthesised for, which only a DeepInversion pool kept "

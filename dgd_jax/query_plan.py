@@ -187,9 +187,45 @@ COUNT_RELEASES = {"gaussian_histogram": privacy.HistogramQueries,
                   "gaussian_class_count": privacy.ClassCountQueries}
 
 
+# 'auto_counts' releases class counts where the histograms' noise per teacher, sigma / n, is
+# at least this, else the histograms: with 50 teachers at eps 10 (0.89) class counts taught
+# the student more, with 250 (0.18) the histograms (RESULTS.md, "One count per query").
+CLASS_COUNT_NOISE_PER_VOTE = 0.5
+
+
 def _counts(aggregator: str, sigma: float, queries: int, teachers_changed: int
             ) -> privacy.Release:
   return COUNT_RELEASES[aggregator](sigma, queries, teachers_changed=teachers_changed)
+
+
+def has_synthesis_classes(config) -> bool:
+  """Whether each pool sample has a class fixed before any data is read, the class
+  DeepInversion made it for (``generative.inversion_classes``): a synthetic DeepInversion pool
+  kept whole (``generator.oversample`` > 1 lets the baseline pick the samples kept)."""
+  g = config.get("generator", {})
+  return (config.pool.source == "synthetic" and g.get("synthesis") == "inversion"
+          and g.get("oversample", 1.0) == 1.0)
+
+
+def _count_release(config, num_queries: int, epsilon: float, delta: float, accountant: str,
+                   teachers_changed: int) -> tuple[str, str]:
+  """'auto_counts': (the aggregator, why): class counts where the pool has synthesis classes
+  and the histograms would carry at least ``CLASS_COUNT_NOISE_PER_VOTE`` noise per teacher."""
+  if config.num_teachers < 1:
+    raise ConfigError("queries.aggregator='auto_counts' chooses by the noise per teacher: "
+                      "resolve num_teachers first (pipeline.run_config) or set it.")
+  sigma = privacy.min_noise(_counts("gaussian_histogram", 1.0, num_queries, teachers_changed),
+                            epsilon, delta, accountant)
+  noise = sigma / config.num_teachers
+  if not has_synthesis_classes(config):
+    return "gaussian_histogram", "the pool's samples have no class fixed before synthesis"
+  if noise < CLASS_COUNT_NOISE_PER_VOTE:
+    return "gaussian_histogram", (f"histogram noise per teacher {noise:.2f} < "
+                                  f"{CLASS_COUNT_NOISE_PER_VOTE}: the other classes' counts "
+                                  "still carry signal")
+  return "gaussian_class_count", (f"histogram noise per teacher {noise:.2f} >= "
+                                  f"{CLASS_COUNT_NOISE_PER_VOTE}: one count at sigma / sqrt 2 "
+                                  "carries more")
 
 
 def settings(config) -> Settings:
@@ -207,13 +243,19 @@ def settings(config) -> Settings:
   accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
   # Planned for the claimed relation whose change moves the most teachers (the largest epsilon).
   worst = max(config_teachers_changed(config).values())
-  if q.aggregator in COUNT_RELEASES:  # num_queries releases, the least noise that fits
-    sigma = privacy.min_noise(_counts(q.aggregator, 1.0, q.num_queries, worst), p.max_epsilon,
+  aggregator, why = q.aggregator, {}
+  if aggregator == "auto_counts":
+    aggregator, reason = _count_release(config, q.num_queries, p.max_epsilon, p.delta,
+                                        accountant, worst)
+    why = {"why": reason}
+  if aggregator in COUNT_RELEASES:  # num_queries releases, the least noise that fits
+    sigma = privacy.min_noise(_counts(aggregator, 1.0, q.num_queries, worst), p.max_epsilon,
                               p.delta, accountant)
-    chosen = {"aggregator": q.aggregator, "noise_scale": sigma, "num_queries": q.num_queries,
-              "epsilon": privacy.epsilon_of(_counts(q.aggregator, sigma, q.num_queries, worst),
-                                            p.delta, accountant)}
-    return dataclasses.replace(fixed, noise_scale=sigma, chosen=(chosen, []))
+    chosen = {"aggregator": aggregator, "noise_scale": sigma, "num_queries": q.num_queries,
+              "epsilon": privacy.epsilon_of(_counts(aggregator, sigma, q.num_queries, worst),
+                                            p.delta, accountant), **why}
+    return dataclasses.replace(fixed, aggregator=aggregator, noise_scale=sigma,
+                               chosen=(chosen, []))
   best, found = _choose(config.num_teachers, q.num_classes, p.max_epsilon, p.delta,
                         q.assumed_consensus, q.num_queries, accountant, worst)
   return dataclasses.replace(

@@ -180,8 +180,8 @@ def _plan_lines(plan: dict) -> list[str]:
     return ["## Query plan", "",
             f"{c['aggregator']}: {released[c['aggregator']].format(c['num_queries'])}, "
             f"with the least noise that fits the target epsilon: sigma "
-            f"{c['noise_scale']:g} (epsilon {c['epsilon']:.3f}; no votes are read to choose).",
-            ""]
+            f"{c['noise_scale']:g} (epsilon {c['epsilon']:.3f}; no votes are read to choose)"
+            + (f"; chosen because {c['why']}." if "why" in c else "."), ""]
   lines = ["## Query plan", "",
            f"Chosen automatically for the target epsilon: {c['aggregator']} with noise "
            f"{c['noise_scale']:g}, {c['num_queries']} queries (the most clean-equivalent "

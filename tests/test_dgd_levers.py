@@ -293,6 +293,7 @@ def test_class_count_plan_targets_and_refusals():
   from dgd_jax.stages import queries
   config = dgd_config.get_config("fashion_mnist,cpu")
   config.num_teachers = 50
+  config.queries.aggregator = "gaussian_histogram"
   histogram = query_plan.settings(config)
   config.queries.aggregator = "gaussian_class_count"
   q = query_plan.settings(config)
@@ -319,6 +320,34 @@ def test_class_count_plan_targets_and_refusals():
     queries.check(config)
 
 
+@pytest.mark.parametrize("teachers,arg,source,expected", [
+    (50, "fashion_mnist,cpu", "synthetic", "gaussian_class_count"),  # noise per teacher 0.89
+    (250, "fashion_mnist,cpu", "synthetic", "gaussian_histogram"),  # 0.18
+    (250, "fashion_mnist,cpu,eps1", "synthetic", "gaussian_class_count"),  # 1.33
+    (50, "fashion_mnist,cpu", "public", "gaussian_histogram"),  # no synthesis classes
+])
+def test_auto_counts_chooses_class_counts_by_the_noise_per_teacher(teachers, arg, source,
+                                                                   expected):
+  """aggregator='auto_counts': class counts where the histograms' planned sigma over the
+  teacher count is at least CLASS_COUNT_NOISE_PER_VOTE and the pool's samples have classes,
+  else the histograms; the plan says why, at the chosen release's least sigma."""
+  from dgd_jax.errors import ConfigError
+  from dgd_jax.stages import queries
+  config = dgd_config.get_config(arg)
+  config.num_teachers = teachers
+  config.pool.source = source
+  config.queries.aggregator = "auto_counts"
+  q = query_plan.settings(config)
+  assert q.aggregator == expected
+  assert ("no class" if source == "public" else "noise per teacher") in q.chosen[0]["why"]
+  named = config.copy_and_resolve_references()
+  named.queries.aggregator = expected
+  assert q.noise_scale == query_plan.settings(named).noise_scale
+  config.queries.plan = "fixed"
+  with pytest.raises(ConfigError, match="auto_counts"):
+    queries.check(config)
+
+
 def test_least_confident_rounds_are_refused_with_released_histograms():
   """The least-confident selector learns the first round's labels; a histogram release gives
   none worth learning (its argmax at sigma 44.71 is mostly noise), so the run is refused
@@ -326,6 +355,7 @@ def test_least_confident_rounds_are_refused_with_released_histograms():
   from dgd_jax.errors import ConfigError
   from dgd_jax.stages import queries
   config = dgd_config.get_config("fashion_mnist,cpu")
+  config.num_teachers = 250  # as pipeline.run_config resolves it for 60,000 images
   config.queries.update(selection="least_confident", first_round=2000)
   with pytest.raises(ConfigError, match="'random' or 'representative'"):
     queries.check(config)
@@ -333,17 +363,23 @@ def test_least_confident_rounds_are_refused_with_released_histograms():
   queries.check(config)
 
 
-@pytest.mark.parametrize("arg", ["fashion_mnist,cpu", "fashion_mnist,standard,eps1"])
-def test_histogram_plan_fits_the_budget_of_the_analytic_gaussian_mechanism(arg):
-  """The presets' Q histograms of noise sigma are one Gaussian mechanism of L2 sensitivity
-  sqrt(2 Q) / sigma; its exact epsilon (Balle & Wang 2018, Thm. 8) at the planned sigma is
-  within the budget, and 1% less noise would exceed it: PLD planned it neither loosely nor
-  too tightly."""
+@pytest.mark.parametrize("arg,teachers,release", [
+    ("fashion_mnist,cpu", 250, "gaussian_histogram"),
+    ("fashion_mnist,cpu", 50, "gaussian_class_count"),
+    ("fashion_mnist,standard,eps1", 250, "gaussian_class_count")])
+def test_count_plans_fit_the_budget_of_the_analytic_gaussian_mechanism(arg, teachers, release):
+  """The presets' Q histograms (class counts) of noise sigma are one Gaussian mechanism of L2
+  sensitivity sqrt(2 Q) / sigma (sqrt(Q) / sigma); its exact epsilon (Balle & Wang 2018,
+  Thm. 8) at the planned sigma is within the budget, and 1% less noise would exceed it: PLD
+  planned it neither loosely nor too tightly."""
   import math
   import analytic_gaussian
   config = dgd_config.get_config(arg)
+  config.num_teachers = teachers
   q = query_plan.settings(config)
-  exact = lambda sigma: analytic_gaussian.epsilon(math.sqrt(2 * q.num_queries) / sigma,
+  assert q.aggregator == release  # the presets' auto_counts, by the noise per teacher
+  per_query = 2 if release == "gaussian_histogram" else 1  # squared sensitivity
+  exact = lambda sigma: analytic_gaussian.epsilon(math.sqrt(per_query * q.num_queries) / sigma,
                                                   config.privacy.delta)
 
   budget = config.privacy.max_epsilon
@@ -379,6 +415,7 @@ def test_released_histograms_become_vote_shares():
 def test_more_histograms_than_synthetic_samples_are_refused_before_training():
   from dgd_jax.stages import queries
   config = dgd_config.get_config("fashion_mnist,cpu")
+  config.num_teachers = 250  # as pipeline.run_config resolves it for 60,000 images
   queries.check(config)  # 4,000 of the 8,000 samples
   config.generator.num_synthetic = 2000
   with pytest.raises(ConfigError, match="num_queries=4000 exceeds the 2000 synthetic samples"):
@@ -405,7 +442,9 @@ def test_refit_rounds_that_cannot_run_are_refused_before_training():
   from dgd_jax.stages import queries
   config = dgd_config.get_config("fashion_mnist,cpu")
   config.num_teachers = 50
-  config.queries.update(refits=1, num_queries=16000)  # 8,000 a round of 8,000 samples
+  # 8,000 a round of 8,000 samples; refit rounds learn histograms (the presets' auto_counts
+  # would choose class counts for 50 teachers)
+  config.queries.update(aggregator="gaussian_histogram", refits=1, num_queries=16000)
   queries.check(config)
   for field, value, match in (("refits", -1, "refits=-1"), ("refits", True, "refits=True"),
                               ("aggregator", "gnmax", "gaussian_histogram"),

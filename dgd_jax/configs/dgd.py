@@ -139,8 +139,10 @@ INVERSION = dict(synthesis="inversion", w_stats=10.0, jitter=1, oversample=1.0,
                  num_synthetic=8000)
 
 
-# The CPU presets' release (``inversion``): the noisy vote histograms of half the synthetic set
-# (the whole histogram, GNMax's epsilon; stages/student.py learns the vote shares). With 50
+# The CPU presets' release (``inversion``): for half the synthetic set, the noisy vote
+# histograms (the whole histogram, GNMax's epsilon; stages/student.py learns the vote shares)
+# or, where their noise per teacher is large, the noisy count of each sample's own class
+# (``query_plan.CLASS_COUNT_NOISE_PER_VOTE``: 'auto_counts'). With 50
 # teachers of 160 images they taught 66.9% at eps 10 against 57.9% for the GNMax plan (3
 # seeds); with the quick preset's 250 teachers 75.7% against 76.5% at eps 10 and 64.6% against
 # 58.0% at eps 1 (one seed each; RESULTS.md, DGD on a small private set, and DGD, "The
@@ -162,10 +164,12 @@ def inversion(config) -> None:
   against the baseline (generative.invert: statistics matching w 10, jitter 1, 200 Adam steps
   per batch) makes 8000 samples, each optimised on its own, instead of DGD's generator, whose
   samples collapse towards class templates; the teachers agree with one another more on them
-  (their plurality labels are more often a real image's class). The automatic plan releases
-  the noisy vote histograms of ``HISTOGRAMS`` samples with the least noise that fits the
-  budget under PLD, and the student learns their vote shares, its labelled pairs mixed (mixup
-  0.4), five such students distilled into the one released where the noise per teacher is
+  (their plurality labels are more often a real image's class). The automatic plan releases,
+  for ``HISTOGRAMS`` samples with the least noise that fits the budget under PLD, the noisy
+  vote histograms or, where their noise per teacher would be large (few teachers, a small
+  budget), the noisy count of the votes for the class each sample was inverted for
+  (``auto_counts``), and the student learns the vote shares or the counts, its labelled
+  pairs mixed (mixup 0.4), five such students distilled into the one released where the noise per teacher is
   large (``student.ensemble = 0``: stages/student.py, ``members``). With
   ``queries.aggregator='gnmax'`` the plan trades label accuracy against count instead (add
   ``privacy.accountant='rdp'`` for GNMax's data-dependent epsilon: PLD accounts its
@@ -174,8 +178,8 @@ def inversion(config) -> None:
   (stages/student.py; RESULTS.md)."""
   config.generator.update(INVERSION)
   if config.queries.plan == "auto":  # not DGD+'s fixed GNMax plan
-    config.queries.update(aggregator="gaussian_histogram", num_queries=HISTOGRAMS)
-    # Q Gaussian histograms compose to one Gaussian mechanism, whose epsilon the 'pld'
+    config.queries.update(aggregator="auto_counts", num_queries=HISTOGRAMS)
+    # Q Gaussian histograms (or counts) compose to one Gaussian mechanism, whose epsilon the 'pld'
     # accountant gives exactly (dp_accounting.get_epsilon_gaussian): sigma 44.71 at eps 10,
     # where RDP's conversion needs 47.37.
     config.privacy.accountant = "pld"

@@ -53,8 +53,10 @@ from dgd_jax.workdir import save_array, save_arrays
 
 CONFIG_KEYS = ("pool", "queries", "privacy")
 SELECTIONS = ("random", "least_confident", "representative")
+# 'auto_counts' (plan 'auto'): gaussian_class_count or gaussian_histogram, as
+# query_plan.CLASS_COUNT_NOISE_PER_VOTE chooses
 AGGREGATORS = ("lnmax", "gnmax", "gaussian_histogram", "gaussian_class_count",
-               "confident_gnmax")
+               "auto_counts", "confident_gnmax")
 
 
 def neighbours(config) -> tuple[str, ...]:
@@ -111,6 +113,10 @@ def check(config) -> None:
   if config.queries.aggregator not in AGGREGATORS:
     raise ConfigError(f"config.queries.aggregator={config.queries.aggregator!r}; use one of "
                       f"{AGGREGATORS}.")
+  if config.queries.aggregator == "auto_counts" and config.queries.plan != "auto":
+    raise ConfigError("config.queries.aggregator='auto_counts' is chosen by the automatic plan: "
+                      "set queries.plan='auto', or name the aggregator (gaussian_class_count "
+                      "or gaussian_histogram).")
   refits = config.queries.refits
   if isinstance(refits, bool) or not isinstance(refits, int) or refits < 0:
     raise ConfigError(f"config.queries.refits={refits!r}: it must be a whole number of at least "
