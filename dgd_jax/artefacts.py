@@ -77,8 +77,7 @@ def new_teachers(config, data, n: int, key: jax.Array):
   """n freshly initialised teachers on the teacher mesh, and what runs them: returns
   (state [n, ...], predict_fn, mesh, chunk, fit config)."""
   model, cfg, mesh, chunk = teacher_plan(config, data, n)
-  state = ensemble.init_teachers(model, train.optimizer(cfg), key, n, data.image_shape, mesh,
-                                 shared=config.teachers.get("shared_init", False))
+  state = ensemble.init_teachers(model, train.optimizer(cfg), key, n, data.image_shape, mesh)
   return state, ensemble.make_predict_fn(mesh, model.apply, chunk), mesh, chunk, cfg
 
 

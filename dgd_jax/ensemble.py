@@ -94,16 +94,13 @@ class Partitions:
 
 
 def init_teachers(model: nn.Module, tx: optax.GradientTransformation, key: jax.Array,
-                  num_teachers: int, image_shape: tuple[int, ...], mesh: Mesh,
-                  shared: bool = False) -> train.TrainState:
-  """n independently initialised teachers (member i from ``split(key, n)[i]``), or with
-  ``shared`` n copies of member 0's initialisation, stacked and created in place on the
-  teacher mesh (each device initialises its own teachers)."""
+                  num_teachers: int, image_shape: tuple[int, ...], mesh: Mesh
+                  ) -> train.TrainState:
+  """n independently initialised teachers (member i from ``split(key, n)[i]``), stacked and
+  created in place on the teacher mesh (each device initialises its own teachers)."""
   @functools.partial(jax.jit, out_shardings=NamedSharding(mesh, P(parallel.AXIS)))
   def init(key):
     keys = jax.random.split(key, num_teachers)
-    if shared:
-      keys = keys[jnp.zeros(num_teachers, jnp.int32)]
     return jax.vmap(lambda k: train.create_train_state(model, tx, k, image_shape))(keys)
   return init(key)
 

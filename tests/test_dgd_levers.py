@@ -459,31 +459,3 @@ def test_refit_rounds_that_cannot_run_are_refused_before_training():
   bad.student.w_tangent = 1.0
   with pytest.raises(ConfigError, match="before the VAE"):
     queries.check(bad)
-
-
-def test_shared_init_teachers_start_as_member_zero_and_differ_by_their_shards():
-  """teachers.shared_init: every member starts from member 0's initialisation (a
-  data-independent constant); one step on different shards moves them apart."""
-  from dgd_jax import ensemble, parallel, train
-  from dgd_jax.stages import teachers  # noqa: F401  (the stage reads the config field)
-  model = Classifier(width=0.125)
-  tx = train.optimizer(train.FitConfig(num_steps=10))
-  mesh = parallel.teacher_mesh(3)
-  own = ensemble.init_teachers(model, tx, jax.random.key(0), 3, (28, 28, 1), mesh)
-  shared = ensemble.init_teachers(model, tx, jax.random.key(0), 3, (28, 28, 1), mesh,
-                                  shared=True)
-  for a, b in zip(jax.tree.leaves(own.params), jax.tree.leaves(shared.params)):
-    a, b = np.asarray(a), np.asarray(b)
-    for i in range(3):
-      np.testing.assert_array_equal(b[i], a[0])
-  kernel = lambda state: np.asarray(max(jax.tree.leaves(state.params), key=np.ndim))
-  assert not np.allclose(kernel(own)[1], kernel(own)[0])  # independent: differ from the start
-  x = np.asarray(jax.random.normal(jax.random.key(1), (12, 28, 28, 1)))
-  y = np.arange(12) % 10
-  parts = ensemble.Partitions.stack([np.arange(0, 4), np.arange(4, 8), np.arange(8, 12)])
-  examples = ensemble.place_examples(mesh, parts, x, y)
-  step = ensemble.make_train_step(mesh, 4, 3)
-  moved, _ = step(shared, jax.random.key(2), *examples)
-  k = kernel(moved)
-  assert not np.allclose(k[1], k[0]) and not np.allclose(k[2], k[1])
-  assert dgd_config.get_config("fashion_mnist,cpu").teachers.shared_init is False

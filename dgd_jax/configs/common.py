@@ -351,9 +351,6 @@ def teachers_config(preset: str) -> ml_collections.ConfigDict:
       end_learning_rate=0.0,
       augment=False,  # random shift/mirror of each minibatch (stages/teachers.py)
       mixup=0.0,  # > 0: each minibatch mixed in pairs, lam ~ Beta(mixup, mixup) (Zhang 2018)
-      # True: every teacher starts from the same (data-independent) initialisation, so
-      # teachers differ only by their shards and minibatches (stages/teachers.py)
-      shared_init=False,
       # 'shuffle': equal shards of a seeded permutation (replace-one only); 'stable': a keyed
       # hash of each example picks its teacher (add/remove-one too, and two teachers per
       # replaced example: data/partitions.py)
