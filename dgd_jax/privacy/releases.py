@@ -192,23 +192,14 @@ class HistogramQueries(TeacherRelease):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ClassCountQueries(TeacherRelease):
+class ClassCountQueries(HistogramQueries):
   """``queries`` noisy counts n_c + N(0, sigma^2), each of one class c fixed before the query
   (the class a synthetic sample was made for): the Gaussian mechanism of L2 sensitivity k
   (one changed vote moves the count by at most 1), so sigma / sqrt 2 costs what
   ``HistogramQueries`` costs at sigma. No data-dependent analysis: every accountant charges
   the data-independent curve."""
 
-  sigma: float
-  queries: int
-
   mechanism: ClassVar[str] = "gaussian_class_count"
-  noise_field: ClassVar[str] = "sigma"
-  count_field: ClassVar[str] = "queries"
-
-  def __post_init__(self):
-    self._check_neighbours()
-    self._check_queries(f"sigma ({self.mechanism} noise)")
 
   def event(self) -> dp_accounting.DpEvent:
     return events.gaussian_event(self.sigma, self.teachers_changed * COUNT_SENSITIVITY,
