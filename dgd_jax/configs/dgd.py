@@ -169,8 +169,8 @@ def inversion(config) -> None:
   vote histograms or, where their noise per teacher would be large (few teachers, a small
   budget), the noisy count of the votes for the class each sample was inverted for
   (``auto_counts``), and the student learns the vote shares or the counts, its labelled
-  pairs mixed (mixup 0.4), five such students distilled into the one released where the noise per teacher is
-  large (``student.ensemble = 0``: stages/student.py, ``members``). With
+  pairs mixed (mixup 0.4), five such students distilled into the one released where the
+  noise per teacher is large (``student.ensemble = 0``: stages/student.py, ``members``). With
   ``queries.aggregator='gnmax'`` the plan trades label accuracy against count instead (add
   ``privacy.accountant='rdp'`` for GNMax's data-dependent epsilon: PLD accounts its
   data-independent bound only), and when those labels cover at most 5% of the pool (eps 1,

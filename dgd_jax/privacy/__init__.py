@@ -40,7 +40,8 @@ from dgd_jax.privacy.releases import (MECHANISMS, ClassCountQueries, ConfidentGN
 __all__ = [
     "ACCOUNTANTS", "DATA_DEPENDENT_ONLY", "DATA_DEPENDENT_WARNING", "DEFAULT_MOMENT_ORDERS",
     "FIXED_INPUTS_NOTE",
-    "DEFAULT_RDP_ORDERS", "MECHANISMS", "ClassCountQueries", "ConfidentGNMaxQueries", "DpdfdSteps", "DpsgdSteps",
+    "DEFAULT_RDP_ORDERS", "MECHANISMS", "ClassCountQueries", "ConfidentGNMaxQueries",
+    "DpdfdSteps", "DpsgdSteps",
     "EpsilonReport", "FilteredQueries",
     "GNMaxQueries", "HistogramQueries", "LNMaxQueries", "PrivacyLedger", "PureDpRelease",
     "Release", "classic_epsilon",
