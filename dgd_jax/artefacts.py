@@ -26,8 +26,9 @@ CHECKPOINTS = "checkpoints"  # <stage>/checkpoints: the stage's Orbax checkpoint
 REPLAY_CHECKPOINTS = "replay_checkpoints"
 SYNTHETIC = "synthetic.npy"  # generator (and dpdfd_samples): the synthetic images
 SYNTHETIC_LABELS = "synthetic_labels.npy"  # generator: the baseline's labels of them
-# queries: indices into the pool, noisy labels, answered mask (and, for the gaussian_histogram
-# aggregator, the released noisy histograms)
+# queries: indices into the pool, noisy labels, answered mask (and the released noisy
+# histograms for gaussian_histogram, the noisy counts of the labels' classes for
+# gaussian_class_count)
 QUERIES = "queries.npz"
 VOTES = "votes.npy"  # queries: the teachers' vote histograms: PRIVATE, accounting only
 
@@ -229,7 +230,8 @@ def load_synthetic_labels(ctx: Context) -> np.ndarray:
 
 def load_queries(ctx: Context) -> dict[str, np.ndarray]:
   """The queries stage's ``indices`` (into the pool), noisy ``labels`` and ``answered`` (and
-  ``histograms``, the released noisy vote histograms, where the aggregator releases them)."""
+  ``histograms``, the released noisy vote histograms, or ``counts``, the released noisy
+  counts of the class in ``labels``, where the aggregator releases them)."""
   return dict(load_array(os.path.join(ctx.stage_path("queries"), QUERIES)))
 
 

@@ -59,13 +59,12 @@ def check_classes(config) -> None:
         f"generator.synthesis={g.get('synthesis')!r}, generator.oversample={g.get('oversample')}).")
 
 
-def classes(ctx: Context) -> np.ndarray:
-  """[pool size] the class each pool sample was synthesised for (``check_classes``):
-  DeepInversion's targets (``generative.invert``), a function of the sample's index alone."""
-  check_classes(ctx.config)
-  return generative.inversion_classes(len(artefacts.load_synthetic(ctx)),
-                                      ctx.config.generator.inversion_batch_size,
-                                      ctx.dataset.num_classes)
+def classes(config, size: int, num_classes: int) -> np.ndarray:
+  """[size] the class each of the pool's ``size`` samples was synthesised for
+  (``check_classes``): DeepInversion's targets (``generative.invert``), a function of the
+  sample's index alone."""
+  check_classes(config)
+  return generative.inversion_classes(size, config.generator.inversion_batch_size, num_classes)
 
 
 def evaluation(ctx: Context) -> tuple[np.ndarray, np.ndarray]:

@@ -30,10 +30,9 @@ accuracy of each round:
   simplex: h~ projected onto the simplex scaled to the teacher count, normalised
   clip:    max(h~, 0), normalised
   clean:   the noiseless vote shares n / sum n (no privacy: the ceiling)
-  own_class: the one count n_c of the class c each sample was inverted for (sample i of the
-           pool: class i mod K, ``generative.invert``), plus N(0, sigma^2 / 2): L2 sensitivity
-           1 instead of sqrt 2, so the same epsilon as h~ at sigma; the target puts a = n~_c / n
-           on c and (1 - a) / (K - 1) on each other class
+  own_class: the one count n_c of the class c each sample was inverted for (``pool.classes``),
+           plus N(0, sigma^2 / 2): L2 sensitivity 1 instead of sqrt 2, so the same epsilon as
+           h~ at sigma; the targets are the student stage's (``class_count_targets``)
 
   python experiments/histogram_probe.py --workdir=workdirs/quickstart_cpu \
       --plans='1:48:40;1:4000' --targets=hard,soft,clean
@@ -113,11 +112,10 @@ def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float,
   if kind == "clean":
     return student_training.shares(votes, n)
   if kind == "own_class":  # n_c + N(0, (sigma / sqrt 2)^2) of each sample's inversion class c
-    rows = np.arange(len(votes))
-    a = (votes[rows, classes] + sigma / np.sqrt(2) * rng.standard_normal(len(votes))) / n
-    t = np.repeat(((1 - a) / (votes.shape[1] - 1))[:, None], votes.shape[1], 1)
-    t[rows, classes] = a
-    return t
+    counts = votes[np.arange(len(votes)), classes]
+    return student_training.class_count_targets(
+        counts + sigma / np.sqrt(2) * rng.standard_normal(len(votes)), classes, n,
+        votes.shape[1])
   raise ValueError(f"unknown target kind {kind!r}")
 
 
@@ -131,6 +129,8 @@ def main(argv):
     field, value = item.split("=")
     config.student[field] = type(config.student[field])(value)
   x = pool.load(ctx)
+  classes = (pool.classes(config, len(x), data.num_classes)  # own_class: what each counts
+             if "own_class" in _TARGETS.value else None)
   teachers, predict, _ = artefacts.load_teachers(ctx)
   votes_all = (soft_votes(ctx, teachers, x, _VOTES.value) if _VOTES.value  # PRIVATE
                else ensemble.vote_histograms(predict, teachers, x, data.num_classes))
@@ -154,7 +154,7 @@ def main(argv):
     for kind in _TARGETS.value:
       t0 = time.time()
       name = f"probe_{plan.replace(':', '_')}_{kind}"
-      t = targets(kind, noisy, votes, sigma, idx % data.num_classes,
+      t = targets(kind, noisy, votes, sigma, classes[idx],
                   np.random.default_rng([_SEED.value, 1])).astype(np.float32)
       x_s, rest = x[idx], np.delete(x, idx, axis=0)
       if _PROPAGATION.value:  # queried samples first, as the student stage orders them

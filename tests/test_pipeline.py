@@ -439,21 +439,21 @@ def test_dgd_with_released_class_counts(finished_dgd_copy):
   votes = np.load(pathlib.Path(workdir) / "queries" / "votes.npy")
   assert q["counts"].shape == (60,) and "histograms" not in q
   # inverted 32 a batch, the classes dealt in turn within each batch
-  np.testing.assert_array_equal(q["classes"], q["indices"] % 32 % 10)
-  np.testing.assert_array_equal(q["labels"], q["classes"])
+  np.testing.assert_array_equal(q["labels"], q["indices"] % 32 % 10)
+  np.testing.assert_array_equal(q["labels"], pool.classes(config, 96, 10)[q["indices"]])
   sigma = report["stages"]["queries"]["noise_scale"]
-  noise = q["counts"] - votes[np.arange(60), q["classes"]]
+  noise = q["counts"] - votes[np.arange(60), q["labels"]]
   assert 0.5 * sigma < np.std(noise) < 1.5 * sigma
   assert 2.99 < report["epsilon"] <= 3.0 and not report["epsilon_is_data_dependent"]
   assert "gaussian_class_count" in report["covers"]["covered"]
   result = report["stages"]["queries"]
   assert result["asked_class_is_plurality"] == pytest.approx(
-      np.mean(q["classes"] == votes.argmax(1)))
+      np.mean(q["labels"] == votes.argmax(1)))
   assert "noisy_label_agreement_with_plurality" not in result
   ctx = pipeline.open_run(workdir, "student")
   _, targets, _, _ = student_stage.labelled_split(ctx, pool.load(ctx))
   np.testing.assert_allclose(targets, student_training.class_count_targets(
-      q["counts"], q["classes"], config.num_teachers, 10), rtol=1e-6)
+      q["counts"], q["labels"], config.num_teachers, 10), rtol=1e-6)
   student_result = report["stages"]["student"]
   assert student_result["num_labelled"] == 60
   assert 0 <= student_result["student_accuracy_noiseless_labels"] <= 1

@@ -321,7 +321,8 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
   select_key, noise_key = jax.random.split(ctx.key("queries"))
   params, predict, _ = artefacts.load_teachers(ctx)
   client_key = ctx.key("ldp_client")
-  classes = pool.classes(ctx) if q.aggregator == "gaussian_class_count" else None
+  classes = (pool.classes(config, len(x_pool), ctx.dataset.num_classes)
+             if q.aggregator == "gaussian_class_count" else None)
 
   def ask(indices, key, round_index, vote=None):  # the votes on x_pool[indices], answers
     sent = x_pool[indices]
@@ -415,8 +416,8 @@ def run(ctx: Context) -> dict:
     records = {r: release(config, votes, answered, r) for r in plans}
   if released is None:  # the labels are the release
     kept = {}
-  elif q.aggregator == "gaussian_class_count":  # the counts, and which class each counts
-    kept = {"counts": released, "classes": labels}
+  elif q.aggregator == "gaussian_class_count":  # the counts (``labels``: the class counted)
+    kept = {"counts": released}
   else:
     kept = {"histograms": released}
   save_arrays(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,

@@ -57,8 +57,8 @@ def labelled_split(ctx: Context, x_pool: np.ndarray, votes: np.ndarray | None = 
   labelled = q["indices"][answered]
   n, k = ctx.config.num_teachers, ctx.dataset.num_classes
   clean = None if votes is None else votes[answered]
-  if "counts" in q:  # gaussian_class_count
-    classes = q["classes"][answered]
+  if "counts" in q:  # gaussian_class_count: the labels are the classes counted
+    classes = q["labels"][answered]
     counts = (q["counts"][answered] if clean is None
               else clean[np.arange(len(classes)), classes])
     targets = class_count_targets(counts, classes, n, k)
