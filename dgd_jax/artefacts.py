@@ -45,6 +45,11 @@ def classifier(config, num_classes: int, block: str | None = None,
                     hidden=tuple(config.model.hidden), lowering=lowering)
 
 
+def teacher_model(config, num_classes: int) -> Classifier:
+  """The teachers' classifier: ``config.teachers.width`` where set, else the model's."""
+  return classifier(config, num_classes, "teachers")
+
+
 def fit_config(config, block: str) -> train.FitConfig:
   """Training hyperparameters from ``config.<block>`` (e.g. 'baseline', 'teachers')."""
   b = config[block]
@@ -57,7 +62,7 @@ def teacher_plan(config, data, n: int):
   """What runs n teachers: (model, fit config, teacher mesh, the teachers per vmapped chunk
   that fit the device with their optimizer and training set: ``memory.plan``, on abstract
   values). The teachers stage records the chunk in its result; readers use that one."""
-  model = classifier(config, data.num_classes)
+  model = teacher_model(config, data.num_classes)
   cfg = fit_config(config, "teachers")
   mesh = parallel.teacher_mesh(n)
   fixed, member = memory.estimate(  # every device may hold the whole training set
@@ -163,7 +168,7 @@ def load_teachers(ctx: Context):
   rerun the teachers stage there (its memory plan picks the chunk)."""
   config, data = ctx.config, ctx.dataset
   n, chunk = config.num_teachers, ctx.results["teachers"]["chunk"]
-  model, mesh = classifier(config, data.num_classes), parallel.teacher_mesh(n)
+  model, mesh = teacher_model(config, data.num_classes), parallel.teacher_mesh(n)
   x = jnp.zeros((1,) + data.image_shape, jnp.float32)
   abstract = jax.eval_shape(jax.vmap(lambda k: model.init(k, x)),
                             jax.random.split(jax.random.key(0), n))

@@ -31,6 +31,10 @@ def check_config(config: Config) -> None:
   methods.method(config)  # a known method
   if not config.model.width > 0:
     raise ConfigError(f"config.model.width={config.model.width}; it must be > 0.")
+  for block in ("teachers", "student"):  # 0: the model's width
+    if block in config and config[block].get("width", 0) < 0:
+      raise ConfigError(f"config.{block}.width={config[block].width}; it must be > 0, or 0 "
+                        "for config.model.width.")
   for block in ("baseline", "teachers", "vae", "student", "dpdfd", "ldp"):  # training blocks
     if block not in config:
       continue

@@ -81,7 +81,7 @@ flags.mark_flag_as_required("workdir")
 
 def soft_votes(ctx, teachers, x: np.ndarray, temperature: float) -> np.ndarray:
   """[Q, K] sums over the teachers of softmax(logits / T) on x."""
-  model = artefacts.classifier(ctx.config, ctx.dataset.num_classes)
+  model = artefacts.teacher_model(ctx.config, ctx.dataset.num_classes)
   fn = jax.jit(lambda p, xb: jax.nn.softmax(
       jax.vmap(model.apply, (0, None))(p, xb) / temperature).sum(0))
   return np.concatenate([np.asarray(fn(teachers, x[i:i + 500]), np.float64)

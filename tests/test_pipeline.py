@@ -18,6 +18,7 @@ from dgd_jax.stages import queries as queries_stage
 from dgd_jax.stages import student as student_stage
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.core import Context
+from dgd_jax.data import load_private
 from dgd_jax.errors import ConfigError, WorkdirConflictError
 from dgd_jax.workdir import Workdir
 
@@ -174,6 +175,32 @@ def test_teachers_eval_size_reads_the_head_of_the_test_set(npz_file, tmp_path):
   from dgd_jax.configs import dgd as dgd_config_file
   assert dgd_config_file.get_config("fashion_mnist,cpu").teachers.eval_size == 2000
   assert dgd_config_file.get_config("fashion_mnist").teachers.eval_size == 0  # paper preset
+
+
+@pytest.mark.integration
+def test_teachers_width_sets_the_teachers_model_and_is_read_back(npz_file, tmp_path):
+  config = teachers_config(npz_file)
+  config.teachers.width = 2 * config.model.width
+  path = str(tmp_path / "t")
+  pipeline.run(config, path)
+  wd = Workdir(path, writer=False)
+  results = {"teachers": json.load(open(os.path.join(path, "teachers", "result.json")))}
+  ctx = Context(wd.read_config(), wd, wd.stage("audit", config, ()),
+                lambda: load_private(config), results)
+  params, predict, _ = artefacts.load_teachers(ctx)
+  def size(model):  # parameters of one model
+    x = np.zeros((1,) + ctx.dataset.image_shape, np.float32)
+    return sum(l.size for l in jax.tree.leaves(jax.eval_shape(model.init, jax.random.key(0), x)))
+  wide, narrow = (size(artefacts.classifier(config, 10, b)) for b in ("teachers", None))
+  assert sum(l.size for l in jax.tree.leaves(params)) == config.num_teachers * wide != \
+      config.num_teachers * narrow
+  votes = ensemble.histogram(ensemble.teacher_predictions(
+      predict, params, ctx.dataset.x_test[:results["teachers"]["eval_size"]]), 10)
+  np.testing.assert_array_equal(votes, np.load(os.path.join(path, "teachers",
+                                                            "test_votes.npy")))
+  config.teachers.width = -1.0
+  with pytest.raises(ConfigError, match="teachers.width=-1.0; it must be > 0, or 0"):
+    pipeline.run(config, str(tmp_path / "w"))
 
 
 @pytest.mark.integration

@@ -346,6 +346,7 @@ def teachers_config(preset: str) -> ml_collections.ConfigDict:
   paper = preset == "paper"
   return ml_collections.ConfigDict(dict(
       num_steps=3000 if paper else 300,
+      width=0.0,  # the teachers' width multiplier; 0 = config.model.width (the baseline's)
       batch_size=128 if paper else 32,
       learning_rate=1e-3,
       end_learning_rate=0.0,

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from dgd_jax import artefacts, audit, plots, pool
-from dgd_jax.artefacts import classifier, load_classifier
+from dgd_jax.artefacts import load_classifier
 from dgd_jax.core import Context
 from dgd_jax.data import config_shards
 from dgd_jax.errors import ConfigError
@@ -80,7 +80,7 @@ def membership(ctx: Context, models: dict) -> dict:
     out["dpsgd"] = attack(lambda r, s=split: s, a.splits)
   if "teachers" in ctx.results:  # split r attacks teacher r on its own partition
     params, *_ = artefacts.load_teachers(ctx)
-    apply_fn = classifier(config, data.num_classes).apply
+    apply_fn = artefacts.teacher_model(config, data.num_classes).apply
     rows = config_shards(config, data.x_train, data.y_train)
 
     def teacher_split(r):

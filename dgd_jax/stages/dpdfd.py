@@ -137,7 +137,7 @@ def _teacher_logits(ctx: Context):
   """The sensitive model(s) as ``x -> logits`` ([B, K], or [n, B, K] for the ensemble)."""
   if ctx.config.dpdfd.teacher == "ensemble":
     params, _, chunk = artefacts.load_teachers(ctx)  # chunk: planned for the device memory
-    model = classifier(ctx.config, ctx.dataset.num_classes)
+    model = artefacts.teacher_model(ctx.config, ctx.dataset.num_classes)
     return (lambda x: ensemble.lift(lambda p: model.apply(p, x), chunk)(params),
             ctx.results["teachers"]["plurality_accuracy"])
   model, params = artefacts.load_classifier(ctx, "baseline")
