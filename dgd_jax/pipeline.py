@@ -31,16 +31,15 @@ def check_config(config: Config) -> None:
   methods.method(config)  # a known method
   if not config.model.width > 0:
     raise ConfigError(f"config.model.width={config.model.width}; it must be > 0.")
-  for block in ("teachers", "student"):  # 0: the model's width
-    if block in config and config[block].get("width", 0) < 0:
-      raise ConfigError(f"config.{block}.width={config[block].width}; it must be > 0, or 0 "
-                        "for config.model.width.")
   for block in ("baseline", "teachers", "vae", "student", "dpdfd", "ldp"):  # training blocks
     if block not in config:
       continue
     for name in ("num_steps", "batch_size"):
       if config[block][name] < 1:
         raise ConfigError(f"config.{block}.{name}={config[block][name]}; it must be >= 1.")
+    if config[block].get("width", 0) < 0:  # teachers, student: 0 = the model's width
+      raise ConfigError(f"config.{block}.width={config[block].width}; it must be > 0, or 0 "
+                        "for config.model.width.")
     if not config[block].learning_rate > 0:
       raise ConfigError(f"config.{block}.learning_rate={config[block].learning_rate}; "
                         "it must be > 0.")

@@ -154,7 +154,7 @@ def main(argv):
     for kind in _TARGETS.value:
       t0 = time.time()
       name = f"probe_{plan.replace(':', '_')}_{kind}"
-      t = targets(kind, noisy, votes, sigma, classes[idx],
+      t = targets(kind, noisy, votes, sigma, None if classes is None else classes[idx],
                   np.random.default_rng([_SEED.value, 1])).astype(np.float32)
       x_s, rest = x[idx], np.delete(x, idx, axis=0)
       if _PROPAGATION.value:  # queried samples first, as the student stage orders them

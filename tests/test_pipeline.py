@@ -20,7 +20,7 @@ from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.core import Context
 from dgd_jax.data import load_private
 from dgd_jax.errors import ConfigError, WorkdirConflictError
-from dgd_jax.workdir import Workdir
+from dgd_jax.workdir import Workdir, read_json
 
 import tiny_configs
 
@@ -184,7 +184,7 @@ def test_teachers_width_sets_the_teachers_model_and_is_read_back(npz_file, tmp_p
   path = str(tmp_path / "t")
   pipeline.run(config, path)
   wd = Workdir(path, writer=False)
-  results = {"teachers": json.load(open(os.path.join(path, "teachers", "result.json")))}
+  results = {"teachers": read_json(os.path.join(path, "teachers", "result.json"))}
   ctx = Context(wd.read_config(), wd, wd.stage("audit", config, ()),
                 lambda: load_private(config), results)
   params, predict, _ = artefacts.load_teachers(ctx)
