@@ -215,10 +215,12 @@ def generator_step(state: GeneratorState, key: jax.Array, baseline_apply: Callab
 def inversion_loss(x: jnp.ndarray, y: jnp.ndarray, key: jax.Array, baseline_apply: Callable,
                    baseline_params: Any, priors: Priors, targets=None) -> jnp.ndarray:
   """DeepInversion's objective (Yin et al. 2020 Eq. 2-4) on a batch of images ``x`` with
-  target classes ``y``: CE(o(jitter(x)), y) + w_stats R_feature + w_tv TV(x)."""
+  targets ``y`` (classes [B], or distributions [B, K]: ``inversion_targets``):
+  CE(o(jitter(x)), y) + w_stats R_feature + w_tv TV(x)."""
   seen = augment.weak(key, x, priors.jitter, priors.mirror)
   logits, _, stats = baseline_forward(baseline_apply, baseline_params, seen)
-  loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+  loss = (optax.softmax_cross_entropy_with_integer_labels(logits, y) if y.ndim == 1
+          else optax.softmax_cross_entropy(logits, y)).mean()  # y: classes or distributions
   if priors.w_stats > 0:
     loss = loss + priors.w_stats * statistics_loss(stats, targets)
   if priors.w_tv > 0:
@@ -241,7 +243,8 @@ class InversionState:
 
 def inversion_step(key: jax.Array, steps: int, learning_rate: float, num_classes: int,
                    batch_size: int, image_shape: tuple[int, ...], baseline_apply: Callable,
-                   baseline_params: Any, priors: Priors, targets=None) -> Callable:
+                   baseline_params: Any, priors: Priors, targets=None, mix: float = 0.0
+                   ) -> Callable:
   """``step(state, _) -> (state, metrics)`` on an ``InversionState``: batch b starts (its step
   0) from v ~ N(0, 1) drawn with ``fold_in(key, b)`` and a fresh Adam, takes Adam step s on
   ``inversion_loss`` with ``fold_in(fold_in(key, b), s + 1)``, and after its last step writes
@@ -250,7 +253,8 @@ def inversion_step(key: jax.Array, steps: int, learning_rate: float, num_classes
   grouped. A Python function around one jitted Adam step: a conv inside ``lax.scan`` runs
   ~25x slower on CPU (REFERENCE Sec. 8)."""
   tx = optax.adam(learning_rate)
-  y = jnp.asarray(inversion_classes(batch_size, batch_size, num_classes))
+  y = jnp.asarray(inversion_classes(batch_size, batch_size, num_classes) if mix == 0
+                  else inversion_targets(batch_size, num_classes, mix))
 
   @jax.jit
   def update(v, opt_state, key):
@@ -279,10 +283,11 @@ def invert(key: jax.Array, num: int, batch_size: int, steps: int, learning_rate:
            num_classes: int, image_shape: tuple[int, ...], baseline_apply: Callable,
            baseline_params: Any, priors: Priors, targets=None, checkpoint_dir: str | None = None,
            log: Callable[[dict], None] = lambda m: None, checkpoint_every: int = 500,
-           log_every: int = 100) -> tuple[np.ndarray, np.ndarray]:
+           log_every: int = 100, mix: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
   """``num`` images synthesised by DeepInversion: each batch's pixels, x = tanh(v) in [-1, 1]
   and v ~ N(0, 1) at the start, minimise ``inversion_loss`` for ``steps`` Adam steps, with the
-  target classes dealt in turn (a balanced set). Returns (x, targets). The steps run through
+  target classes dealt in turn (a balanced set; ``mix`` > 0: each sample's target is its class
+  mixed with another, ``inversion_targets``). Returns (x, classes). The steps run through
   ``train.run_steps`` (``inversion_step``), checkpointed in ``checkpoint_dir`` and resumed
   from it to the same set (None: a temporary folder, not resumable)."""
   batches = -(-num // batch_size)
@@ -290,7 +295,7 @@ def invert(key: jax.Array, num: int, batch_size: int, steps: int, learning_rate:
   state = InversionState(step=0, v=jnp.zeros(shape), opt_state=optax.adam(learning_rate).init(
       jnp.zeros(shape)), images=jnp.zeros((batches * batch_size,) + tuple(image_shape)))
   step = inversion_step(key, steps, learning_rate, num_classes, batch_size, image_shape,
-                        baseline_apply, baseline_params, priors, targets)
+                        baseline_apply, baseline_params, priors, targets, mix)
   fit = train.FitConfig(num_steps=batches * steps, batch_size=batch_size,
                         checkpoint_every=checkpoint_every, log_every=log_every)
   with contextlib.ExitStack() as stack:
@@ -304,6 +309,22 @@ def inversion_classes(num: int, batch_size: int, num_classes: int) -> np.ndarray
   """[num] int32: the class each of ``invert``'s samples is optimised for, dealt in turn
   within each batch: a function of the sample's index alone, not of any data."""
   return np.resize((np.arange(batch_size) % num_classes).astype(np.int32), num)
+
+
+def inversion_targets(batch_size: int, num_classes: int, mix: float) -> np.ndarray:
+  """[batch_size, K] float32: sample i's target distribution, 1 - lambda_i on its class
+  a = i mod K (``inversion_classes``) and lambda_i = mix (i // K) / ceil(B / K) on the class
+  b = a + 1 + (i // K) mod (K - 1) (mod K): each class's samples spread from its interior
+  (lambda 0) towards its boundary with every other class; mix <= 0.5 keeps a the largest.
+  A function of the index alone, like the classes."""
+  i = np.arange(batch_size)
+  a, group = i % num_classes, i // num_classes
+  b = (a + 1 + group % (num_classes - 1)) % num_classes
+  lam = mix * group / -(-batch_size // num_classes)
+  y = np.zeros((batch_size, num_classes), np.float32)
+  y[i, a] = 1 - lam
+  y[i, b] += lam
+  return y
 
 
 def vae_step(state: train_state.TrainState, key: jax.Array, model: VAE, x: jnp.ndarray,

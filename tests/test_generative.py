@@ -127,6 +127,35 @@ def test_inversion_reaches_its_targets_balanced_in_range_and_deterministic():
   np.testing.assert_array_equal(generative.invert(*args)[0], x)
 
 
+def test_inversion_targets_mix_each_class_with_every_other_below_the_share_asked():
+  y = generative.inversion_targets(250, 10, 0.5)
+  a = generative.inversion_classes(250, 250, 10)
+  np.testing.assert_allclose(y.sum(-1), 1.0, rtol=1e-6)
+  np.testing.assert_array_equal(y.argmax(-1), a)  # the dealt class stays the largest
+  second = np.where(np.arange(10) == a[:, None], -1.0, y).argmax(-1)
+  assert y[np.arange(250), a].min() > 0.5 and y[:10].max(-1).min() == 1.0  # lambda 0 first
+  for k in range(10):  # every class is mixed with each of the other nine
+    assert set(second[(a == k) & (y.max(-1) < 1)]) == set(range(10)) - {k}
+  np.testing.assert_array_equal(generative.inversion_targets(250, 10, 0.0),
+                                np.eye(10, dtype=np.float32)[a])
+
+
+@pytest.mark.integration
+def test_inversion_with_mixed_targets_moves_the_baselines_second_class_share():
+  """generative.invert(mix=0.5): the baseline still names each sample's dealt class, and gives
+  the mixed-in class a larger share where the target asks for more of it."""
+  baseline, baseline_params = tiny_baseline()
+  x, y = generative.invert(jax.random.key(3), 40, 40, 80, 0.1, 10, (28, 28, 1), baseline.apply,
+                           baseline_params, generative.Priors(), mix=0.5)
+  target = generative.inversion_targets(40, 10, 0.5)
+  p = np.asarray(jax.nn.softmax(train.logits(baseline.apply, baseline_params, x)))
+  mixed = target.max(-1) < 0.8  # the samples asked for at least 20% of a second class
+  assert mixed.sum() >= 10
+  second_share = (p * (target > 0) * (target < target.max(-1, keepdims=True))).sum(-1)
+  assert second_share[mixed].mean() > 0.15 > second_share[:10].mean(), second_share
+  assert np.mean(p.argmax(-1) == y) >= 0.9
+
+
 @pytest.mark.integration
 def test_vae_loss_falls_and_traces_once():
   x = jnp.asarray(square_images(128)[0])

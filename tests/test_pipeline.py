@@ -99,6 +99,10 @@ def test_bad_config_values(npz_file, tmp_path):
     config = tiny_configs.dgd(npz_file)
     config.teachers.mixup = -1.0
     pipeline.run(config, str(tmp_path / "w"))
+  with pytest.raises(ConfigError, match=r"generator.target_mix=0.6; it must be in \[0, 0.5\]"):
+    config = tiny_configs.dgd(npz_file)
+    config.generator.target_mix = 0.6
+    pipeline.run(config, str(tmp_path / "w"))
   assert not os.path.exists(tmp_path / "w")  # refused before writing anything
 
 

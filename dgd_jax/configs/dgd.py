@@ -126,6 +126,9 @@ def generator_config(paper: bool, table1: bool = False) -> ml_collections.Config
       inversion_steps=200,  # Adam steps per batch of inverted samples
       inversion_learning_rate=0.1,
       inversion_batch_size=250,  # samples optimised together: R_feature is a batch statistic
+      # > 0: each inverted sample's target mixes its class with another, up to this share
+      # (generative.inversion_targets): samples towards the baseline's class boundaries
+      target_mix=0.0,
       # steps of the data-free diagnostic (DGD Fig. 4: the baseline's architecture trained on
       # the synthetic set, scored on the real test set); 0 = the baseline's schedule
       synthetic_student_steps=0,

@@ -66,7 +66,7 @@ def synthesise(ctx: Context, baseline, baseline_params, targets, num: int, init_
         sample_key, num, g.inversion_batch_size, g.inversion_steps, g.inversion_learning_rate,
         data.num_classes, data.image_shape, baseline.apply, baseline_params, settings.priors,
         targets, ctx.stage.checkpoint_dir, ctx.log, config.checkpoint_every,
-        config.log_every)[0]
+        config.log_every, g.target_mix)[0]
   state = new_generator(config, data.image_shape, init_key)
   step = jax.jit(lambda s, k: generative.generator_step(
       s, k, baseline.apply, baseline_params, settings, targets), donate_argnums=0)
