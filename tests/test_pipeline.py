@@ -103,6 +103,11 @@ def test_bad_config_values(npz_file, tmp_path):
     config = tiny_configs.dgd(npz_file)
     config.generator.target_mix = 0.6
     pipeline.run(config, str(tmp_path / "w"))
+  with pytest.raises(ConfigError, match="target_mix=0.25 mixes DeepInversion's targets; "
+                     "generator.synthesis='generator' has none"):
+    config = tiny_configs.dgd(npz_file)
+    config.generator.update(synthesis="generator", target_mix=0.25)
+    pipeline.run(config, str(tmp_path / "w"))
   assert not os.path.exists(tmp_path / "w")  # refused before writing anything
 
 
