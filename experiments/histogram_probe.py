@@ -84,8 +84,10 @@ def soft_votes(ctx, teachers, x: np.ndarray, temperature: float) -> np.ndarray:
   model = artefacts.teacher_model(ctx.config, ctx.dataset.num_classes)
   fn = jax.jit(lambda p, xb: jax.nn.softmax(
       jax.vmap(model.apply, (0, None))(p, xb) / temperature).sum(0))
-  return np.concatenate([np.asarray(fn(teachers, x[i:i + 500]), np.float64)
-                         for i in range(0, len(x), 500)])
+  n = jax.tree_util.tree_leaves(teachers)[0].shape[0]
+  chunk = max(1, 12500 // n)  # teacher-sample pairs per call: ~3 GB of im2col activations
+  return np.concatenate([np.asarray(fn(teachers, x[i:i + chunk]), np.float64)
+                         for i in range(0, len(x), chunk)])
 
 
 def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float,
