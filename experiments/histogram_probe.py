@@ -79,15 +79,16 @@ _VOTES = flags.DEFINE_float(
 flags.mark_flag_as_required("workdir")
 
 
-def soft_votes(ctx, teachers, x: np.ndarray, temperature: float) -> np.ndarray:
-  """[Q, K] sums over the teachers of softmax(logits / T) on x."""
+def soft_votes(ctx, teachers, chunk: int, x: np.ndarray, temperature: float) -> np.ndarray:
+  """[Q, K] sums over the teachers of softmax(logits / T) on x, the teachers mapped in the
+  stage's chunks (``ensemble.lift``) and the queries ``ensemble.QUERY_CHUNK`` at a time, as
+  the votes are."""
   model = artefacts.teacher_model(ctx.config, ctx.dataset.num_classes)
-  fn = jax.jit(lambda p, xb: jax.nn.softmax(
-      jax.vmap(model.apply, (0, None))(p, xb) / temperature).sum(0))
-  n = jax.tree_util.tree_leaves(teachers)[0].shape[0]
-  chunk = max(1, 12500 // n)  # teacher-sample pairs per call: ~3 GB of im2col activations
-  return np.concatenate([np.asarray(fn(teachers, x[i:i + chunk]), np.float64)
-                         for i in range(0, len(x), chunk)])
+  fn = jax.jit(lambda p, xb: ensemble.lift(
+      lambda q: jax.nn.softmax(model.apply(q, xb) / temperature), chunk)(p).sum(0))
+  step = ensemble.QUERY_CHUNK
+  return np.concatenate([np.asarray(fn(teachers, x[i:i + step]), np.float64)
+                         for i in range(0, len(x), step)])
 
 
 def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float,
@@ -133,8 +134,8 @@ def main(argv):
   x = pool.load(ctx)
   classes = (pool.classes(config, len(x), data.num_classes)  # own_class: what each counts
              if "own_class" in _TARGETS.value else None)
-  teachers, predict, _ = artefacts.load_teachers(ctx)
-  votes_all = (soft_votes(ctx, teachers, x, _VOTES.value) if _VOTES.value  # PRIVATE
+  teachers, predict, chunk = artefacts.load_teachers(ctx)
+  votes_all = (soft_votes(ctx, teachers, chunk, x, _VOTES.value) if _VOTES.value  # PRIVATE
                else ensemble.vote_histograms(predict, teachers, x, data.num_classes))
   vae = (artefacts.load_vae(ctx, x.shape[1:]) if student_training.uses_vae(config.student)
          else (None, None))
