@@ -50,17 +50,19 @@ def check_config(config: Config) -> None:
     if block in config and not all(b > 0 for b in config[block].noise_scales):
       raise ConfigError(f"config.{block}.noise_scales={config[block].noise_scales}: Laplace "
                         "scales must be > 0 (the plurality vote is reported separately).")
-  if "generator" in config and config.generator.synthesis not in generative.SYNTHESES:
-    raise ConfigError(f"config.generator.synthesis={config.generator.synthesis!r}; it must "
-                      f"be one of {generative.SYNTHESES}.")
-  mix = config.generator.get("target_mix", 0) if "generator" in config else 0
-  if not 0 <= mix <= 0.5:
-    raise ConfigError(f"config.generator.target_mix={mix}; it must be in [0, 0.5] (the share "
-                      "of a second class in an inverted sample's target; 0: one class).")
-  if mix and config.generator.synthesis != "inversion":
-    raise ConfigError(f"config.generator.target_mix={mix} mixes DeepInversion's targets; "
-                      f"generator.synthesis={config.generator.synthesis!r} has none: set "
-                      "generator.synthesis='inversion', or target_mix=0.")
+  if "generator" in config:
+    g = config.generator
+    if g.synthesis not in generative.SYNTHESES:
+      raise ConfigError(f"config.generator.synthesis={g.synthesis!r}; it must be one of "
+                        f"{generative.SYNTHESES}.")
+    if not 0 <= g.target_mix <= 0.5:
+      raise ConfigError(f"config.generator.target_mix={g.target_mix}; it must be in [0, 0.5] "
+                        "(the share of a second class in an inverted sample's target; 0: one "
+                        "class).")
+    if g.target_mix and g.synthesis != "inversion":
+      raise ConfigError(f"config.generator.target_mix={g.target_mix} mixes DeepInversion's "
+                        f"targets; generator.synthesis={g.synthesis!r} has none: set "
+                        "generator.synthesis='inversion', or target_mix=0.")
   if "pool" in config:
     pool.check(config)
   if "sweep" in config and not all(n >= 1 for n in config.sweep.sizes):
