@@ -12,7 +12,8 @@ Layout::
   <workdir>/lock.json          the writing run's pid, host and start time, while it runs
 
 A stage whose folder holds another config slice is refused (``WorkdirConflictError``),
-never overwritten: artefacts already written are not lost. In a multi-process run every
+never overwritten: artefacts already written are not lost. A slice written before a field was
+added or removed is compared as this code would write it (``as_written_now``). In a multi-process run every
 process reads the workdir and only the writer (process 0; ``writer=False`` elsewhere)
 writes these files and holds the lock; Orbax checkpoints are written by all. A second run
 on the same workdir is refused while the first holds the lock (``WorkdirLockedError``); the
@@ -65,6 +66,31 @@ def plain(value: Any) -> Any:
   if isinstance(value, (list, tuple)):
     return [plain(v) for v in value]
   return value
+
+
+# Fields added to (or removed from) a stage's config slice since workdirs of this format were
+# first written, each with the value that reproduces what a stage written without it (with it)
+# did: a stored slice is read with these filled in (dropped), so a finished stage is reused,
+# not redone or refused, for a field that changes nothing there. Another value still conflicts.
+ADDED_FIELDS = {("teachers", "mixup"): 0.0, ("teachers", "width"): 0.0,
+                ("generator", "target_mix"): 0.0}
+REMOVED_FIELDS = {("teachers", "shared_init"): False}
+
+
+def as_written_now(stored: dict) -> dict:
+  """A stage.json config slice as this code writes the same stage's: each of
+  ``ADDED_FIELDS`` it lacks at its value, each of ``REMOVED_FIELDS`` it holds at its value
+  dropped (only in blocks the slice has)."""
+  if not isinstance(stored, dict):
+    return stored
+  out = {k: dict(v) if isinstance(v, dict) else v for k, v in stored.items()}
+  for (block, field), value in ADDED_FIELDS.items():
+    if isinstance(out.get(block), dict):
+      out[block].setdefault(field, value)
+  for (block, field), value in REMOVED_FIELDS.items():
+    if isinstance(out.get(block), dict) and field in out[block] and out[block][field] == value:
+      del out[block][field]
+  return out
 
 
 def config_slice(config: ml_collections.ConfigDict, keys: tuple[str, ...]) -> dict:
@@ -306,8 +332,7 @@ class Stage:
       theirs = read_artefact_json(meta_path)
       if not isinstance(theirs, dict) or "config" not in theirs:
         raise damaged(meta_path, ValueError("no 'config' field"))
-      theirs = theirs["config"]
-      diffs = _differences(self.config_part, theirs)
+      diffs = _differences(self.config_part, as_written_now(theirs["config"]))
       if diffs:
         raise WorkdirConflictError(
             f"{self.path} holds '{self.name}' artefacts of another config:\n  "

@@ -181,3 +181,23 @@ def test_the_filter_with_an_automatic_plan_is_refused(npz_file):
   config.privacy.accountant = "renyi_filter"
   with pytest.raises(ConfigError, match="plan='fixed'"):
     queries.check(config)
+
+
+def test_reuse_links_a_finished_stage_written_before_a_neutral_field_was_added(npz_file,
+                                                                               tmp_path):
+  """--reuse finds a finished teachers stage whose stage.json predates teachers.mixup when the
+  sweep asks for mixup 0 (what that stage did), and not when it asks for mixup."""
+  from dgd_jax import methods, pipeline
+  from dgd_jax.workdir import config_slice, write_json
+  config = pipeline.run_config(tiny_configs.dgd(npz_file))
+  old = tmp_path / "old" / "teachers"
+  old.mkdir(parents=True)
+  part = config_slice(config, methods.config_keys("teachers", config))
+  del part["teachers"]["mixup"]
+  write_json(str(old / "stage.json"), {"stage": "teachers", "config": part})
+  write_json(str(old / "result.json"), {})
+  sweep._link_stages(config, str(tmp_path / "s"), "plain", [str(tmp_path / "old")])
+  assert os.path.realpath(tmp_path / "s" / "plain" / "teachers") == os.path.realpath(old)
+  config.teachers.mixup = 0.4
+  sweep._link_stages(config, str(tmp_path / "s"), "mixup", [str(tmp_path / "old")])
+  assert os.path.realpath(tmp_path / "s" / "mixup" / "teachers") != os.path.realpath(old)

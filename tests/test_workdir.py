@@ -203,3 +203,28 @@ def test_a_workdir_of_another_format_is_refused_whole_before_anything_runs(tmp_p
   with pytest.raises(errors.WorkdirConflictError, match=expected):
     workdir.Workdir(str(path)).read_config()
   assert sorted(p.name for p in path.iterdir()) == before and not (path / workdir.LOCK).exists()
+
+
+def test_a_stage_written_before_a_field_was_added_or_removed_is_read_at_its_neutral_value(
+    tmp_path):
+  """A stored slice that lacks an added field (or holds a removed one) at the value that
+  reproduces what its stage did matches: the finished stage is not refused for a field that
+  changes nothing there. The same slice against any other value is a conflict naming it."""
+  ours = {"num_teachers": 250, "teachers": {"num_steps": 600, "width": 0.0, "mixup": 0.0}}
+  written_before = {"num_teachers": 250, "teachers": {"num_steps": 600, "shared_init": False}}
+  assert workdir.as_written_now(written_before) == ours
+  wd = workdir.Workdir(str(tmp_path / "w"))
+  stage = workdir.Stage(wd, "teachers", ours)
+  os.makedirs(stage.path)
+  workdir.write_json(os.path.join(stage.path, "stage.json"),
+                     {"stage": "teachers", "hash": "old", "config": written_before})
+  stage.check()
+  for field, value in (("mixup", 0.4), ("width", 0.5)):
+    other = workdir.Stage(wd, "teachers", {**ours, "teachers": {**ours["teachers"], field: value}})
+    with pytest.raises(errors.WorkdirConflictError, match=f"teachers.{field}: {value}"):
+      other.check()
+  workdir.write_json(os.path.join(stage.path, "stage.json"),  # one initialisation for all
+                     {"stage": "teachers", "config": {**written_before, "teachers": {
+                         **written_before["teachers"], "shared_init": True}}})
+  with pytest.raises(errors.WorkdirConflictError, match="teachers.shared_init"):
+    stage.check()
