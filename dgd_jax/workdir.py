@@ -13,11 +13,12 @@ Layout::
 
 A stage whose folder holds another config slice is refused (``WorkdirConflictError``),
 never overwritten: artefacts already written are not lost. A slice written before a field was
-added or removed is compared as this code would write it (``as_written_now``). In a multi-process run every
-process reads the workdir and only the writer (process 0; ``writer=False`` elsewhere)
-writes these files and holds the lock; Orbax checkpoints are written by all. A second run
-on the same workdir is refused while the first holds the lock (``WorkdirLockedError``); the
-lock of a killed run (its pid no longer running on this host) is taken over.
+added or removed is compared as this code would write it (``as_written_now``). In a
+multi-process run every process reads the workdir and only the writer (process 0;
+``writer=False`` elsewhere) writes these files and holds the lock; Orbax checkpoints are
+written by all. A second run on the same workdir is refused while the first holds the lock
+(``WorkdirLockedError``); the lock of a killed run (its pid no longer running on this host)
+is taken over.
 
 Every file is written whole (``atomic_write``: a temporary file, fsynced, renamed into
 place) and ``result.json`` last, so a killed run never leaves a half-written artefact that
