@@ -82,8 +82,9 @@ def get_config(arg: str | None = None):
     inversion(config)
     # 600 teacher steps: on the quick preset's stages 77.80% against 75.76% with 300, for 4
     # more minutes; the standard preset's 1,200: 80.38 / 80.16% against 79.66 / 78.97% with
-    # 600 (seeds 0 / 1) for about 10 more at eps 10, the budget it was measured at (RESULTS.md,
-    # DGD, "The presets")
+    # 600 (seeds 0 / 1) for about 15 more minutes at eps 10, the budget it was measured at;
+    # 2,400 steps (79.87%) and 500 teachers of 600 steps (79.57%) lose (RESULTS.md, DGD, "The
+    # presets")
     config.teachers.num_steps = 1200 if standard and budget == "eps10" else 600
     # teachers that agree more on the synthetic pool: 50 teachers of 8,000 / 12,000 images
     # taught 72.66% / 72.71% against 70.88% / 70.14% (3 seeds; RESULTS.md, "Teachers trained
