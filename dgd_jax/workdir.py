@@ -13,7 +13,7 @@ Layout::
 
 A stage whose folder holds another config slice is refused (``WorkdirConflictError``),
 never overwritten: artefacts already written are not lost. A slice written before a field was
-added or removed is compared as this code would write it (``as_written_now``). In a
+added or removed is compared as this code would write it (``stored_slice``). In a
 multi-process run every process reads the workdir and only the writer (process 0;
 ``writer=False`` elsewhere) writes these files and holds the lock; Orbax checkpoints are
 written by all. A second run on the same workdir is refused while the first holds the lock
@@ -69,9 +69,9 @@ def plain(value: Any) -> Any:
   return value
 
 
-# Fields added to (or removed from) a stage's config slice since workdirs of this format were
-# first written, each with the value that reproduces what a stage written without it (with it)
-# did: a stored slice is read with these filled in (dropped), so a finished stage is reused,
+# Fields added to (or removed from) the config since workdirs of this format were first
+# written, each with the value that reproduces what a run without it (with it) did: a recorded
+# config or stage slice is read with these filled in (dropped), so a finished stage is reused,
 # not redone or refused, for a field that changes nothing there. Another value still conflicts.
 ADDED_FIELDS = {("teachers", "mixup"): 0.0, ("teachers", "width"): 0.0,
                 ("generator", "target_mix"): 0.0}
@@ -79,11 +79,9 @@ REMOVED_FIELDS = {("teachers", "shared_init"): False}
 
 
 def as_written_now(stored: dict) -> dict:
-  """A stage.json config slice as this code writes the same stage's: each of
+  """A recorded config (config.json) or stage slice (stage.json) as this code writes it: each of
   ``ADDED_FIELDS`` it lacks at its value, each of ``REMOVED_FIELDS`` it holds at its value
   dropped (only in blocks the slice has)."""
-  if not isinstance(stored, dict):
-    return stored
   out = {k: dict(v) if isinstance(v, dict) else v for k, v in stored.items()}
   for (block, field), value in ADDED_FIELDS.items():
     if isinstance(out.get(block), dict):
@@ -92,6 +90,15 @@ def as_written_now(stored: dict) -> dict:
     if isinstance(out.get(block), dict) and field in out[block] and out[block][field] == value:
       del out[block][field]
   return out
+
+
+def stored_slice(meta_path: str) -> dict:
+  """The config slice a stage folder's stage.json records, as this code would write it
+  (``as_written_now``); ``DamagedArtefactError`` if the file holds none."""
+  meta = read_artefact_json(meta_path)
+  if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+    raise damaged(meta_path, ValueError("no 'config' object"))
+  return as_written_now(meta["config"])
 
 
 def config_slice(config: ml_collections.ConfigDict, keys: tuple[str, ...]) -> dict:
@@ -330,10 +337,7 @@ class Stage:
     """Refuses a folder that holds another config's artefacts."""
     meta_path = os.path.join(self.path, "stage.json")
     if os.path.exists(meta_path):
-      theirs = read_artefact_json(meta_path)
-      if not isinstance(theirs, dict) or "config" not in theirs:
-        raise damaged(meta_path, ValueError("no 'config' field"))
-      diffs = _differences(self.config_part, as_written_now(theirs["config"]))
+      diffs = _differences(self.config_part, stored_slice(meta_path))
       if diffs:
         raise WorkdirConflictError(
             f"{self.path} holds '{self.name}' artefacts of another config:\n  "
@@ -480,7 +484,8 @@ class Workdir:
           "changed. Use a new --workdir, or read this one with the dgd_jax that wrote it.")
 
   def read_config(self) -> ml_collections.ConfigDict:
-    """The config the workdir's latest run recorded (``check_format`` first)."""
+    """The config the workdir's latest run recorded (``check_format`` first), as this code
+    would record it (``as_written_now``)."""
     path = os.path.join(self.path, CONFIG)
     if not os.path.exists(path):
       raise WorkdirConflictError(f"{path} does not exist: {self.path} is not the workdir of "
@@ -488,7 +493,7 @@ class Workdir:
     self.check_format()
     recorded = dict(read_artefact_json(path))
     del recorded["format"]
-    return ml_collections.ConfigDict(recorded)
+    return ml_collections.ConfigDict(as_written_now(recorded))
 
   def record_config(self, config: ml_collections.ConfigDict) -> None:
     if not self.writer:

@@ -228,3 +228,15 @@ def test_a_stage_written_before_a_field_was_added_or_removed_is_read_at_its_neut
                          **written_before["teachers"], "shared_init": True}}})
   with pytest.raises(errors.WorkdirConflictError, match="teachers.shared_init"):
     stage.check()
+
+
+def test_a_config_recorded_before_a_field_was_added_is_read_with_its_neutral_value(tmp_path):
+  """config.json written before teachers.mixup existed reads back with mixup 0 (what that run
+  did), so the code that reads the field and the stage check see one config."""
+  path = tmp_path / "w"
+  path.mkdir()
+  (path / workdir.CONFIG).write_text(json.dumps(
+      {"format": workdir.FORMAT, "seed": 0, "teachers": {"num_steps": 600, "shared_init": False}}))
+  config = workdir.Workdir(str(path)).read_config()
+  assert config.to_dict() == {"seed": 0, "teachers": {"num_steps": 600, "width": 0.0,
+                                                      "mixup": 0.0}}

@@ -31,8 +31,8 @@ import ml_collections
 from dgd_jax import methods, pipeline, plots, privacy
 from dgd_jax.configs.common import with_overrides
 from dgd_jax.errors import ConfigError
-from dgd_jax.workdir import (Workdir, as_written_now, config_slice, fingerprint, read_json,
-                             write_csv, write_json, write_text)
+from dgd_jax.workdir import (Workdir, config_slice, fingerprint, stored_slice, write_csv,
+                             write_json, write_text)
 
 Axis = tuple[tuple[str, ...], list[tuple[Any, ...]]]  # field names, one value tuple per point
 
@@ -101,7 +101,7 @@ def _link_stages(config, workdir: str, point: str, reuse: Sequence[str]) -> None
     for found in ([] if os.path.exists(shared) else [os.path.join(r, name) for r in reuse]):
       stage_json = os.path.join(found, "stage.json")
       if (os.path.exists(os.path.join(found, "result.json")) and os.path.exists(stage_json)
-          and as_written_now(read_json(stage_json).get("config", {})) == part):
+          and stored_slice(stage_json) == part):
         shared = os.path.abspath(found)
         break
     os.makedirs(shared, exist_ok=True)
