@@ -7,8 +7,9 @@ import os
 
 import pytest
 
-from dgd_jax import sweep
+from dgd_jax import methods, pipeline, sweep
 from dgd_jax.errors import ConfigError
+from dgd_jax.workdir import config_slice, write_json
 
 import tiny_configs
 
@@ -187,8 +188,6 @@ def test_reuse_links_a_finished_stage_written_before_a_neutral_field_was_added(n
                                                                                tmp_path):
   """--reuse finds a finished teachers stage whose stage.json predates teachers.mixup when the
   sweep asks for mixup 0 (what that stage did), and not when it asks for mixup."""
-  from dgd_jax import methods, pipeline
-  from dgd_jax.workdir import config_slice, write_json
   config = pipeline.run_config(tiny_configs.dgd(npz_file))
   old = tmp_path / "old" / "teachers"
   old.mkdir(parents=True)
