@@ -218,7 +218,7 @@ def histogram(labels: jnp.ndarray, num_classes: int) -> jnp.ndarray:
   return jax.nn.one_hot(labels, num_classes, dtype=jnp.int32).sum(axis=0)
 
 
-def _in_chunks(fn, queries: np.ndarray, query_chunk: int, axis: int) -> np.ndarray:
+def in_chunks(fn, queries: np.ndarray, query_chunk: int, axis: int) -> np.ndarray:
   """``fn`` over ``queries`` ``query_chunk`` at a time (the last chunk padded, so ``fn``
   traces once), results concatenated along ``axis``."""
   q = len(queries)
@@ -234,12 +234,12 @@ def _in_chunks(fn, queries: np.ndarray, query_chunk: int, axis: int) -> np.ndarr
 def teacher_predictions(predict_fn, params: Any, queries: np.ndarray,
                         query_chunk: int = QUERY_CHUNK) -> np.ndarray:
   """Every teacher's label for every query, [n, Q] (memory: n x ``query_chunk``)."""
-  return _in_chunks(lambda x: predict_fn(params, x), queries, query_chunk, axis=1)
+  return in_chunks(lambda x: predict_fn(params, x), queries, query_chunk, axis=1)
 
 
 def vote_histograms(predict_fn, params: Any, queries: np.ndarray, num_classes: int,
                     query_chunk: int = QUERY_CHUNK) -> np.ndarray:
   """Vote histograms [Q, K] int32 for any number of queries, ``query_chunk`` at a time,
   so device memory stays bounded."""
-  return _in_chunks(lambda x: histogram(predict_fn(params, x), num_classes), queries,
+  return in_chunks(lambda x: histogram(predict_fn(params, x), num_classes), queries,
                     query_chunk, axis=0)

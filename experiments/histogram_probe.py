@@ -81,14 +81,13 @@ flags.mark_flag_as_required("workdir")
 
 def soft_votes(ctx, teachers, chunk: int, x: np.ndarray, temperature: float) -> np.ndarray:
   """[Q, K] sums over the teachers of softmax(logits / T) on x, the teachers mapped in the
-  stage's chunks (``ensemble.lift``) and the queries ``ensemble.QUERY_CHUNK`` at a time, as
-  the votes are."""
+  stage's chunks (``ensemble.lift``) and the queries ``ensemble.QUERY_CHUNK`` at a time
+  (``ensemble.in_chunks``), as the votes are."""
   model = artefacts.teacher_model(ctx.config, ctx.dataset.num_classes)
   fn = jax.jit(lambda p, xb: ensemble.lift(
       lambda q: jax.nn.softmax(model.apply(q, xb) / temperature), chunk)(p).sum(0))
-  step = ensemble.QUERY_CHUNK
-  return np.concatenate([np.asarray(fn(teachers, x[i:i + step]), np.float64)
-                         for i in range(0, len(x), step)])
+  return ensemble.in_chunks(lambda xb: fn(teachers, xb), x, ensemble.QUERY_CHUNK,
+                            axis=0).astype(np.float64)
 
 
 def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float,
