@@ -90,3 +90,31 @@ def test_dpdfd_votes_runs_on_a_finished_run(finished_dgd):
   assert result.returncode == 0, result.stderr[-2000:]
   assert "real test images: top vote share" in result.stdout
   assert "uniform noise in [0, 1): top vote share" in result.stdout
+
+
+@pytest.mark.integration
+def test_robust_inversion_probe_runs_on_a_finished_run_and_writes_nothing_to_it(finished_dgd):
+  workdir = finished_dgd[1]
+  before = {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")}
+  result = subprocess.run([sys.executable, "experiments/robust_inversion_probe.py",
+                           f"--workdir={workdir}", "--robust=pgd", "--radius=1", "--num=32",
+                           "--inversion_steps=3"], cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  for line in ("baseline (pgd, radius 1): ", "inverted 32 samples",
+               "teachers' mean top vote share", "student on the noiseless vote shares: "):
+    assert line in result.stdout, (line, result.stdout)
+  assert {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")} == before
+
+
+@pytest.mark.integration
+def test_histogram_probe_trains_on_a_union_of_pools_with_every_sample_queried(finished_dgd):
+  workdir = finished_dgd[1]
+  result = subprocess.run([sys.executable, "experiments/histogram_probe.py",
+                           f"--workdir={workdir}", f"--pools={workdir}", "--plans=10:99999:1",
+                           "--targets=baseline,clean", "--loss=brier"], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  pool = len(artefacts.load_synthetic(pipeline.open_run(workdir, "student")))
+  assert f"eps 10, {2 * pool} queries, sigma 1.00" in result.stdout, result.stdout
+  assert "  baseline " in result.stdout and "  clean " in result.stdout, result.stdout
