@@ -105,8 +105,7 @@ def soft_votes(ctx, teachers, chunk: int, x: np.ndarray, temperature: float) -> 
 def baseline_softmax(ctx, x: np.ndarray) -> np.ndarray:
   """[Q, K] the baseline's softmax on x (PRIVATE: the baseline saw every private image)."""
   model, params = artefacts.load_classifier(ctx, "baseline")
-  fn = jax.jit(lambda xb: jax.nn.softmax(model.apply(params, xb)))
-  return ensemble.in_chunks(fn, x, ensemble.QUERY_CHUNK, axis=0).astype(np.float64)
+  return np.asarray(jax.nn.softmax(train.logits(model.apply, params, x)), np.float64)
 
 
 def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float,

@@ -37,8 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import (artefacts, ensemble, generative, pipeline, progress, student_training,
-                     train)
+from dgd_jax import (artefacts, ensemble, generative, ldp, pipeline, progress,
+                     student_training, train)
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 flags.mark_flag_as_required("workdir")
@@ -55,41 +55,30 @@ _STEPS = flags.DEFINE_integer("inversion_steps", 0, "Adam steps per inverted bat
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the baseline, the inversion and the student.")
 
 
-def l2_pgd(apply_fn, params, x, y, key, radius: float, steps: int):
-  """x + delta, ||delta||_2 <= radius per image, raising the cross-entropy by ``steps``
-  normalised-gradient ascent steps of 2.5 radius / steps (Madry et al. 2018), from a random
-  start in the ball; images clipped to [-1, 1]."""
-  flat = lambda a: a.reshape(a.shape[0], -1)
-  norm = lambda a: jnp.linalg.norm(flat(a), axis=1).reshape((-1,) + (1,) * (a.ndim - 1))
-  project = lambda d: d * jnp.minimum(1.0, radius / jnp.maximum(norm(d), 1e-12))
-  delta = project(jax.random.normal(key, x.shape) * radius / np.sqrt(x[0].size))
-  loss = lambda d: train.cross_entropy(apply_fn(params, jnp.clip(x + d, -1, 1)), y)
-  for _ in range(steps):
-    g = jax.grad(loss)(delta)
-    delta = project(delta + 2.5 * radius / steps * g / jnp.maximum(norm(g), 1e-12))
-  return jnp.clip(x + jax.lax.stop_gradient(delta), -1, 1)
-
-
 def robust_baseline(ctx, model, key: jax.Array, folder: str):
   """The run's baseline architecture and schedule trained on minibatches perturbed per
-  ``--robust``; returns its parameters."""
+  ``--robust`` (PGD: ``ldp.worst_perturbation``, L2 ascent from 0 as Madry et al. 2018);
+  returns its parameters."""
   data, cfg = ctx.dataset, artefacts.fit_config(ctx.config, "baseline")
-  x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
-  radius, steps = _RADIUS.value, _PGD_STEPS.value
+  radius, steps, robust = _RADIUS.value, _PGD_STEPS.value, _ROBUST.value
 
-  @jax.jit
-  def step(state, key):
-    k_batch, k_perturb = jax.random.split(key)
+  def step(state, key, x, y):  # x, y arguments, not constants baked into the program
+    k_batch, k_noise = jax.random.split(key)
     xb, yb = train.sample_batch(k_batch, x, y, cfg.batch_size)
-    if _ROBUST.value == "noise":
-      xb = jnp.clip(xb + radius * jax.random.normal(k_perturb, xb.shape), -1, 1)
+    if robust == "noise":
+      xb = jnp.clip(xb + radius * jax.random.normal(k_noise, xb.shape), -1, 1)
     else:
-      xb = l2_pgd(state.apply_fn, state.params, xb, yb, k_perturb, radius, steps)
+      xb = xb + ldp.worst_perturbation(
+          lambda inputs: train.cross_entropy(state.apply_fn(state.params, inputs), yb), xb,
+          radius, steps)
     return train.update(state, xb, yb)
 
+  step = jax.jit(step, donate_argnums=0)
+  x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
   init_key, run_key = jax.random.split(key)
   state = train.create_train_state(model, train.optimizer(cfg), init_key, data.image_shape)
-  return train.run_steps(state, step, run_key, cfg, folder, "robust_baseline").params
+  return train.run_steps(state, lambda s, k: step(s, k, x, y), run_key, cfg, folder,
+                         "robust_baseline").params
 
 
 def main(argv):
@@ -98,11 +87,9 @@ def main(argv):
   ctx = pipeline.open_run(_WORKDIR.value, "student")
   config, data, g = ctx.config, ctx.dataset, ctx.config.generator
   folder, key = tempfile.mkdtemp(), jax.random.key(_SEED.value)
-  model = artefacts.classifier(config, data.num_classes, "baseline", lowering="conv")
   t0 = time.time()
-  if _ROBUST.value == "none":
-    model, params = artefacts.load_classifier(ctx, "baseline", lowering="conv")
-  else:
+  model, params = artefacts.load_classifier(ctx, "baseline", lowering="conv")
+  if _ROBUST.value != "none":
     params = robust_baseline(ctx, model, jax.random.fold_in(key, 1),
                              os.path.join(folder, "baseline"))
   print(f"baseline ({_ROBUST.value}, radius {_RADIUS.value:g}): "
@@ -111,7 +98,7 @@ def main(argv):
 
   t0 = time.time()
   targets = generative.layer_statistics(model.apply, params, data.x_train)  # PRIVATE
-  priors = generative.Priors(w_stats=g.w_stats, w_tv=g.w_tv, jitter=g.jitter, mirror=g.mirror)
+  priors = generative.GeneratorSettings.from_config(g).priors  # the generator stage's
   x, _ = generative.invert(jax.random.fold_in(key, 2), _NUM.value, g.inversion_batch_size,
                            _STEPS.value or g.inversion_steps, g.inversion_learning_rate, data.num_classes,
                            data.image_shape, model.apply, params, priors, targets,
