@@ -56,12 +56,11 @@ def worst_perturbation(loss_fn, x: jnp.ndarray, eta: float, steps: int) -> jnp.n
     norms = jnp.sqrt(jnp.sum(r * r, axis=axes, keepdims=True))
     return r * jnp.minimum(1.0, eta / (norms + 1e-12))
 
-  def ascend(r, _):
+  r = jnp.zeros_like(x)
+  for _ in range(steps):  # unrolled: a conv inside lax.scan runs ~25x slower on CPU
     g = jax.grad(lambda r: loss_fn(x + r))(r)
     g = g / (jnp.sqrt(jnp.sum(g * g, axis=axes, keepdims=True)) + 1e-12)
-    return project(r + 2.5 * eta / steps * g), None
-
-  r, _ = jax.lax.scan(ascend, jnp.zeros_like(x), None, length=steps)
+    r = project(r + 2.5 * eta / steps * g)
   return jax.lax.stop_gradient(r)
 
 
