@@ -12,6 +12,8 @@ the baseline, the more the teachers agree on its samples and the less their vote
 run's own baseline 80.56% (top vote share 0.639), Gaussian noise 0.5: 80.44% (0.653), L2 PGD of
 radius 0.5 / 1 / 2: 80.41% (0.681) / 79.99% (0.719) / 77.71% (0.767). The robust samples show
 more garment shape, with stripes, and the baseline loses accuracy (87.28 / 85.74 / 82.63%).
+Those PGD rows started at random in the ball and clipped to [-1, 1]; with ``ldp.worst_perturbation``
+(from 0, unclipped: this script now) radius 1 gives 79.49% (0.762; baseline 85.24%).
 Feeds: RESULTS.md, DGD, "The presets".
 
 A development diagnostic, not a release: it reads the teachers without noise and prints
@@ -100,9 +102,9 @@ def main(argv):
   targets = generative.layer_statistics(model.apply, params, data.x_train)  # PRIVATE
   priors = generative.GeneratorSettings.from_config(g).priors  # the generator stage's
   x, _ = generative.invert(jax.random.fold_in(key, 2), _NUM.value, g.inversion_batch_size,
-                           _STEPS.value or g.inversion_steps, g.inversion_learning_rate, data.num_classes,
-                           data.image_shape, model.apply, params, priors, targets,
-                           mix=g.target_mix)
+                           _STEPS.value or g.inversion_steps, g.inversion_learning_rate,
+                           data.num_classes, data.image_shape, model.apply, params, priors,
+                           targets, mix=g.target_mix)
   np.save(os.path.join(folder, "samples.npy"), x)
   print(f"inverted {len(x)} samples ({time.time() - t0:.0f} s), saved in {folder}", flush=True)
 
