@@ -118,3 +118,20 @@ def test_histogram_probe_trains_on_a_union_of_pools_with_every_sample_queried(fi
   pool = len(artefacts.load_synthetic(pipeline.open_run(workdir, "student")))
   assert f"eps 10, {2 * pool} queries, sigma 1.00" in result.stdout, result.stdout
   assert "  baseline " in result.stdout and "  clean " in result.stdout, result.stdout
+
+
+@pytest.mark.integration
+def test_histogram_probe_shrinks_noisy_targets_towards_held_out_fold_predictions(finished_dgd):
+  workdir = finished_dgd[1]
+  result = subprocess.run([sys.executable, "experiments/histogram_probe.py",
+                           f"--workdir={workdir}", "--plans=10:99999:40", "--targets=raw",
+                           "--loss=brier", "--crossfit=2", "--fold_steps=3"], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  shrunk = next(line for line in result.stdout.splitlines() if "shrunk: w" in line)
+  w = [float(v) for v in shrunk.split("[")[1].split("]")[0].split()]
+  assert len(w) == 10 and all(0 <= v < 1 for v in w), shrunk
+  # sigma 40 over the tiny run's few teachers: the raw shares are far noisier than the folds'
+  mse, raw = shrunk.split("MSE ")[1].split(" (raw ")
+  assert float(mse) < float(raw.rstrip(")")), shrunk
+  assert "  raw " in result.stdout, result.stdout
