@@ -121,14 +121,16 @@ def crossfit(ctx, vae, x_s: np.ndarray, t: np.ndarray, x_u: np.ndarray, folds: i
   p = np.zeros_like(t)
   steps = ctx.config.student.num_steps  # the fold students' schedule, restored after them
   ctx.config.student.num_steps = _FOLD_STEPS.value or steps
-  for f in range(folds):
-    out = fold == f
-    model, rounds, _ = student_training.train_student(
-        ctx, vae, x_s[~out], t[~out], x_u, f"{name}_fold{f}",
-        os.path.join(folder, f"{name}_fold{f}"), brier=_LOSS.value == "brier",
-        key=f"crossfit{f}")
-    p[out] = np.asarray(jax.nn.softmax(train.logits(model.apply, rounds[-1], x_s[out])))
-  ctx.config.student.num_steps = steps
+  try:
+    for f in range(folds):
+      out = fold == f
+      model, rounds, _ = student_training.train_student(
+          ctx, vae, x_s[~out], t[~out], x_u, f"{name}_fold{f}",
+          os.path.join(folder, f"{name}_fold{f}"), brier=_LOSS.value == "brier",
+          key=f"crossfit{f}")
+      p[out] = np.asarray(jax.nn.softmax(train.logits(model.apply, rounds[-1], x_s[out])))
+  finally:
+    ctx.config.student.num_steps = steps
   return p
 
 
@@ -187,6 +189,9 @@ def main(argv):
   progress.setup_cli_logging()
   if _CROSSFIT.value > 1 and _TARGETS.value != ["raw"]:  # shrink knows raw shares' noise only
     raise app.UsageError("--crossfit shrinks the raw shares h~ / n: pass --targets=raw.")
+  if _CROSSFIT.value > 1 and _PROPAGATION.value:  # propagated targets carry no known noise
+    raise app.UsageError("--crossfit shrinks the queried samples' own shares: drop "
+                         "--propagation.")
   ctx = pipeline.open_run(_WORKDIR.value, "student")
   config, data = ctx.config, ctx.dataset
   config.student.self_training = _SELF.value
@@ -236,15 +241,17 @@ def main(argv):
         t = (p if _OWN.value == "propagated" else np.concatenate([t, p[q:]])).astype(np.float32)
       if _CROSSFIT.value > 1:
         p = crossfit(ctx, vae, x_s, t, rest, _CROSSFIT.value, folder, name)
-        n = votes[0].sum()
-        clean = votes / n
-        print(f"  folds: MSE to the noiseless shares {np.mean(np.sum((p - clean) ** 2, 1)):.4f}"
-              f", agreement with the plurality {np.mean(p.argmax(1) == votes.argmax(1)):.3f}",
-              flush=True)
-        t, w = shrink(t, p, sigma / n)
+        clean = targets("clean", noisy, votes, sigma, None, None, None)
+
+        def mse(y):  # squared error to the noiseless vote shares, per sample
+          return np.mean(np.sum((y - clean) ** 2, 1))
+
+        print(f"  folds: MSE to the noiseless shares {mse(p):.4f}, agreement with the "
+              f"plurality {np.mean(p.argmax(1) == votes.argmax(1)):.3f}", flush=True)
+        raw = mse(t)
+        t, w = shrink(t, p, sigma / votes[0].sum())
         t = t.astype(np.float32)
-        print(f"  shrunk: w {np.round(w, 3)}, MSE {np.mean(np.sum((t - clean) ** 2, 1)):.4f}"
-              f" (raw {np.mean(np.sum((noisy / n - clean) ** 2, 1)):.4f})", flush=True)
+        print(f"  shrunk: w {np.round(w, 3)}, MSE {mse(t):.4f} (raw {raw:.4f})", flush=True)
       model, rounds, _ = student_training.train_student(
           ctx, vae, x_s, t, rest, name, os.path.join(folder, name),
           brier=_LOSS.value == "brier")
