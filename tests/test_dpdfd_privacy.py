@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from dp_accounting import rdp as dp_rdp
+from dp_accounting.rdp.rdp_privacy_accountant import (  # pylint: disable=protected-access
+    _compute_rdp_sample_wor_gaussian_scalar as wor_rdp)
 
 from dgd_jax import dpdfd as algorithm
 from dgd_jax import privacy
@@ -68,6 +70,17 @@ def test_each_relation_equals_dp_accounting_of_its_events(kwargs, event):
   exact = dp_accounting.get_epsilon_gaussian(multiplier / math.sqrt(count), DELTA, tol=1e-12)
   assert reports["pld"].epsilon == pytest.approx(exact, rel=1e-9)
   assert release.describe()["gaussian_releases"] == count
+
+
+def test_sampled_without_replacement_curve_is_dp_accountings_per_order():
+  """The cached integer-order CGFs interpolated at fractional orders give dp-accounting's own
+  per-order RDP to the bit, and q = 1 its closed form."""
+  orders = [1.5, 2.0, 2.5, 10.3, 33.0, 63.5, 96.0]
+  for n, b, sigma in ((60000, 64, 1.0), (1000, 250, 0.7), (64, 64, 2.0)):
+    event = dp_accounting.SampledWithoutReplacementDpEvent(n, b,
+                                                           dp_accounting.GaussianDpEvent(sigma))
+    want = [wor_rdp(b / n, sigma, o) for o in orders]
+    np.testing.assert_array_equal(events.sampled_wor_gaussian_rdp(event, orders), want)
 
 
 @pytest.mark.integration

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+from scipy import optimize
+
 from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import checks
 from dgd_jax.privacy.ledger import PrivacyLedger
@@ -108,9 +110,11 @@ def _min_noise(release: Release, target_epsilon: float, delta: float, accountant
                       f"{sum(r.epsilon for r in pure):g}) use up the target epsilon {target:g}: "
                       "no noise meets it; raise the target or lower those terms.")
 
+  def epsilon(noise: float) -> float:
+    return epsilon_of(release.with_noise(noise), delta, accountant, others, **ledger_kwargs)
+
   def fits(noise: float) -> bool:
-    return epsilon_of(release.with_noise(noise), delta, accountant, others,
-                      **ledger_kwargs) <= target
+    return epsilon(noise) <= target
 
   high = release.noise_parameter
   while not fits(high):  # grow until the target is met
@@ -124,6 +128,20 @@ def _min_noise(release: Release, target_epsilon: float, delta: float, accountant
     low, high = low / 2.0, low
     if low < 1e-12:
       return high
+  bracket = [low, high]
+
+  def excess(log_noise: float) -> float:  # log(epsilon / target): its root is the answer
+    noise = math.exp(log_noise)
+    eps = epsilon(noise)
+    if eps <= target:  # every evaluation narrows [not fits, fits] (epsilon falls with noise)
+      bracket[1] = min(bracket[1], noise)
+    else:
+      bracket[0] = max(bracket[0], noise)
+    return math.log(min(max(eps, 1e-300), 1e300) / target)
+
+  if high / low - 1.0 > rtol:  # Brent's method: a few accountings instead of ~30 bisections
+    optimize.brentq(excess, math.log(low), math.log(high), xtol=rtol / 4)
+  low, high = bracket
   while high / low - 1.0 > rtol:  # bisection in log space: fits(high), not fits(low)
     mid = math.sqrt(low * high)
     low, high = (low, mid) if fits(mid) else (mid, high)

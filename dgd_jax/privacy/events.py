@@ -123,9 +123,25 @@ def orders_for(evs, orders) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=100_000)
-def _sampled_wor_gaussian_rdp(q: float, noise_multiplier: float, order: float) -> float:
-  return float(dp_rdp_accountant._compute_rdp_sample_wor_gaussian_scalar(  # pylint: disable=protected-access
+def _sampled_wor_gaussian_cgf(q: float, noise_multiplier: float, order: int) -> float:
+  """(order - 1) x RDP at an integer order: dp-accounting's own function, cached."""
+  return float(dp_rdp_accountant._compute_rdp_sample_wor_gaussian_int(  # pylint: disable=protected-access
       q, noise_multiplier, order))
+
+
+def _sampled_wor_gaussian_rdp(q: float, noise_multiplier: float, order: float) -> float:
+  """dp-accounting's ``_compute_rdp_sample_wor_gaussian_scalar``, with the integer orders' CGF
+  cached: a fractional order interpolates the CGFs of its floor and ceiling (WBK19 Cor. 10),
+  which the grid's neighbouring orders share, so each integer order is computed once per noise."""
+  if q in (0.0, 1.0) or math.isinf(order):  # the library's closed forms
+    return float(dp_rdp_accountant._compute_rdp_sample_wor_gaussian_scalar(  # pylint: disable=protected-access
+        q, noise_multiplier, order))
+  low, high = math.floor(order), math.ceil(order)
+  if low == high:
+    return _sampled_wor_gaussian_cgf(q, noise_multiplier, low) / (order - 1)
+  t = order - low
+  return ((1 - t) * _sampled_wor_gaussian_cgf(q, noise_multiplier, low)
+          + t * _sampled_wor_gaussian_cgf(q, noise_multiplier, high)) / (order - 1)
 
 
 def sampled_wor_gaussian_rdp(event: dp_accounting.SampledWithoutReplacementDpEvent,
