@@ -268,7 +268,7 @@ def write(workdir: str, report: dict) -> None:
   lines = [f"# dgd_jax report: {report['method']} on {report['dataset']} "
            f"({report['preset']} preset)", ""]
   if report.get("smoke"):
-    lines += [f"**SMOKE RUN**: every schedule cut to {SMOKE_STEPS} steps at the preset's "
+    lines += [f"**SMOKE RUN**: every schedule cut to {SMOKE_STEPS} step(s) at the preset's "
               "shapes; it shows the run works, its numbers mean nothing.", ""]
   lines += _headline(report)
   if report.get("ldp_local_epsilon") is not None:

@@ -20,6 +20,22 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+# XLA:CPU's backend optimisation level for the suite (a flag XLA reads when the CPU backend
+# starts, so set before any test runs; subprocess tests inherit it). The suite's programs are
+# small and run a few steps, where LLVM's optimisation passes cost more compile time than they
+# save: level 0 ran tests/test_pipeline.py in 185 s against 289 s (docs/PERFORMANCE.md).
+# The smoke runs (-m smoke) execute the presets' full-size programs, where optimised code pays
+# for its compile (a smoke teachers stage took 214 s at level 0, 128 s at the default): they
+# keep XLA's default. Results are the same programs' results. XLA_FLAGS that already set the
+# level are left as they are.
+OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
+
+
+def pytest_configure(config):
+  flags = os.environ.get("XLA_FLAGS", "")
+  if "smoke" not in (config.option.markexpr or "") and OPT_LEVEL_FLAG not in flags:
+    os.environ["XLA_FLAGS"] = f"{flags} {OPT_LEVEL_FLAG}=0".strip()
+
 from dgd_jax.data import idx, load_dataset  # noqa: E402
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"

@@ -8,7 +8,7 @@ value of one of the file's choices (a budget, a model, ...) or one of its flags.
 file states what it accepts in its ``GRAMMAR``; ``parse_arg`` refuses anything else (an
 unknown token, two values of one choice, a flag without the one it needs) with a one-line
 ``ConfigError`` naming the valid tokens and the closest match. ``smoke`` (any file, any
-preset) keeps every shape and cuts every schedule to a couple of steps (``smoke_schedules``).
+preset) keeps every shape and cuts every schedule to one step (``smoke_schedules``).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from dgd_jax.errors import ConfigError, UserInputError
 PRESETS = ("paper", "cpu")
 DEFAULT_DATASET = "fashion_mnist"
 SMOKE = "smoke"  # the modifier: every schedule cut to SMOKE_STEPS, every shape kept
-SMOKE_STEPS = 2
+SMOKE_STEPS = 1  # one step runs every program once at its shapes
 SMOKE_TEST_SIZE = 100  # test examples a smoke run evaluates on (after a public pool's)
 # A smoke run keeps every shape that decides memory and compilation (widths, batch sizes,
 # teacher counts, latent sizes, the query chunk) and cuts every count to what runs each
