@@ -32,8 +32,9 @@ OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
 
 
 def pytest_configure(config):
-  flags = os.environ.get("XLA_FLAGS", "")
-  if "smoke" not in (config.option.markexpr or "") and OPT_LEVEL_FLAG not in flags:
+  flags, marks = os.environ.get("XLA_FLAGS", ""), config.option.markexpr or ""
+  smoke = "smoke" in marks and "not smoke" not in marks  # a run selecting the smoke runs
+  if not smoke and OPT_LEVEL_FLAG not in flags:
     os.environ["XLA_FLAGS"] = f"{flags} {OPT_LEVEL_FLAG}=0".strip()
 
 from dgd_jax.data import idx, load_dataset  # noqa: E402
