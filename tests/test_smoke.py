@@ -216,3 +216,4 @@ def test_the_override_makes_a_smoke_run_too(npz_file, tmp_path):
   report = pipeline.run(config, str(tmp_path))
   assert report["smoke"] and report["stages"]["baseline"]["num_steps"] == common.SMOKE_STEPS
   assert report["config"]["test_size"] == common.SMOKE_TEST_SIZE
+  assert report["stages"]["baseline"]["train_accuracy_size"] == common.SMOKE_TEST_SIZE
