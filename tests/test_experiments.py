@@ -135,3 +135,20 @@ def test_histogram_probe_shrinks_noisy_targets_towards_held_out_fold_predictions
   mse, raw = shrunk.split("MSE ")[1].split(" (raw ")
   assert float(mse) < float(raw.rstrip(")")), shrunk
   assert "  raw " in result.stdout, result.stdout
+
+
+@pytest.mark.integration
+def test_pool_teachers_probe_trains_teachers_on_the_pool_and_writes_nothing(finished_dgd):
+  workdir = finished_dgd[1]
+  before = {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")}
+  result = subprocess.run([sys.executable, "experiments/pool_teachers_probe.py",
+                           f"--workdir={workdir}", "--steps=3", "--threshold=0",
+                           "--plans=10:99999:40"], cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  for line in ("run: plurality ", "  run 10:99999:40 raw: student ", "pool_w1: plurality ",
+               "  pool_w1 10:99999:40 raw: student ", "  pool_w1 10:99999:40 clean: student "):
+    assert line in result.stdout, (line, result.stdout)
+  # threshold 0 keeps every pool sample's pseudo-label
+  assert "step 3: " in result.stdout and "pool kept 1.000" in result.stdout, result.stdout
+  assert {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")} == before
