@@ -63,12 +63,13 @@ def run(ctx: Context) -> dict:
   state = train.fit(state, data.x_train, data.y_train, train_key, cfg,
                     ctx.stage.checkpoint_dir, "baseline", ctx.log)
   seconds = time.perf_counter() - t0
-  seen = len(data.x_test)  # the training accuracy is estimated on as many images as the test's
+  # the training accuracy is estimated on as many training images as the test accuracy's
+  seen = min(len(data.x_test), len(data.x_train))
   return {
       "test_accuracy": train.accuracy(model.apply, state.params, data.x_test, data.y_test),
       "train_accuracy": train.accuracy(model.apply, state.params, data.x_train[:seen],
                                        data.y_train[:seen]),
-      "train_accuracy_size": min(seen, len(data.x_train)),  # training images it is measured on
+      "train_accuracy_size": seen,
       "num_params": sum(x.size for x in jax.tree.leaves(state.params)),
       "train_seconds": seconds,
       "num_steps": cfg.num_steps,
