@@ -36,6 +36,10 @@ release.
 
   python experiments/pool_teachers_probe.py --workdir=workdirs/std_s2 --steps=400 \
       --weight=1.0 --plans='10:4000:44.71' --seed=2
+
+The numbers above were measured at commit 67714dc, whose loop drew each teacher's minibatch and
+mixup from other splits of the step key than ``ensemble.member_step`` and the stage's update
+now do: a rerun gives another draw of the same experiment.
 """
 from __future__ import annotations
 
@@ -69,9 +73,10 @@ _OLD = flags.DEFINE_bool("old", True, "Also probe the run's own teachers (raw ta
 
 
 def pool_update(state, key, xb, yb, u_all, alpha: float, num_classes: int):
-  """The stage's mixup update on the shard minibatch plus ``--weight`` times FixMatch's
-  unsupervised term on ``--pool_batch`` pool samples (their shifted view against the
-  confident argmax of the unshifted sample, without gradient through the target)."""
+  """The stage's mixup update (``teachers_stage.mixup_update``'s mixed pairs) of the shard
+  minibatch, its loss plus ``--weight`` times FixMatch's unsupervised term on ``--pool_batch``
+  pool samples (their shifted view against the confident argmax of the unshifted sample,
+  without gradient through the target)."""
   k_mix, k_u, k_view = jax.random.split(key, 3)
   xm, tm = xb, jax.nn.one_hot(yb, num_classes)
   if alpha > 0:  # the stage's teachers.mixup
@@ -81,8 +86,6 @@ def pool_update(state, key, xb, yb, u_all, alpha: float, num_classes: int):
 
   def loss_fn(params):
     supervised = train.cross_entropy(state.apply_fn(params, xm), tm)
-    if not _WEIGHT.value:  # the control: the extra steps alone
-      return supervised, jnp.zeros(())
     p = jax.nn.softmax(jax.lax.stop_gradient(state.apply_fn(params, u)))
     keep = (p.max(-1) >= _THRESHOLD.value).astype(jnp.float32)
     unsup = jnp.mean(keep * optax.softmax_cross_entropy_with_integer_labels(
@@ -94,7 +97,9 @@ def pool_update(state, key, xb, yb, u_all, alpha: float, num_classes: int):
 
 
 def fine_tune(ctx, params, chunk: int, x_pool: np.ndarray):
-  """The run's teachers trained ``--steps`` more steps on their shards and the pool."""
+  """The run's teachers trained ``--steps`` more steps on their shards (``ensemble.member_step``
+  draws each minibatch as the stage does) and, with ``--weight`` > 0, the pool; with
+  ``--weight=0`` each step is the stage's own member update (the control)."""
   config, data = ctx.config, ctx.dataset
   parts = ensemble.Partitions.stack(config_shards(config, data.x_train, data.y_train))
   model = artefacts.teacher_model(config, data.num_classes)
@@ -103,18 +108,15 @@ def fine_tune(ctx, params, chunk: int, x_pool: np.ndarray):
   tx = train.optimizer(cfg)
   state = jax.jit(jax.vmap(lambda p: train.TrainState.create(
       apply_fn=model.apply, params=p, tx=tx)))(params)
-  rule = functools.partial(pool_update, alpha=config.teachers.mixup,
-                           num_classes=data.num_classes)
-  n, batch = len(parts.sizes), cfg.batch_size
+  stage_update = teachers_stage.member_update(config, data.num_classes)
+  n = len(parts.sizes)
 
   @functools.partial(jax.jit, donate_argnums=0)
   def step(state, key, x, y, indices, sizes, u_all):
-    def one(args):
-      s, idx, size, k = args
-      k_rows, k_rule = jax.random.split(k)
-      rows = idx[jax.random.randint(k_rows, (batch,), 0, size)]
-      return rule(s, k_rule, x[rows], y[rows], u_all)
-    return ensemble.lift(one, chunk)((state, indices, sizes, jax.random.split(key, n)))
+    rule = (functools.partial(pool_update, u_all=u_all, alpha=config.teachers.mixup,
+                              num_classes=data.num_classes) if _WEIGHT.value else stage_update)
+    one = lambda args: ensemble.member_step(*args[:2], x, y, *args[2:], cfg.batch_size, rule)
+    return ensemble.lift(one, chunk)((state, jax.random.split(key, n), indices, sizes))
 
   args = (jnp.asarray(data.x_train), jnp.asarray(data.y_train), jnp.asarray(parts.indices),
           jnp.asarray(parts.sizes), jnp.asarray(x_pool))
@@ -122,8 +124,8 @@ def fine_tune(ctx, params, chunk: int, x_pool: np.ndarray):
   for i in range(_STEPS.value):
     state, metrics = step(state, jax.random.fold_in(key, i), *args)
     if (i + 1) % 50 == 0 or i + 1 == _STEPS.value:
-      m = {k: float(np.mean(v)) for k, v in metrics.items()}
-      print(f"  step {i + 1}: loss {m['loss']:.3f}, pool kept {m['kept']:.3f} "
+      kept = f", pool kept {float(np.mean(metrics['kept'])):.3f}" if "kept" in metrics else ""
+      print(f"  step {i + 1}: loss {float(np.mean(metrics['loss'])):.3f}{kept} "
             f"({time.time() - t0:.0f} s)", flush=True)
   return state.params
 
@@ -164,6 +166,10 @@ def main(argv):
   ctx = pipeline.open_run(_WORKDIR.value, "student")
   if student_training.uses_vae(ctx.config.student):
     raise app.UsageError("The probe trains the student without the VAE term.")
+  others = set(teachers_stage.update_rules(ctx.config)) - {"teachers.mixup"}
+  if others and _WEIGHT.value:  # pool_update adds its term to the stage's mixup update only
+    raise app.UsageError(f"The run's teachers train with {sorted(others)}; the pool term is "
+                         "written for plain or mixup teachers.")
   x = pool.load(ctx)
   params, predict, chunk = artefacts.load_teachers(ctx)
   folder = tempfile.mkdtemp()

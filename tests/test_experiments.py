@@ -152,3 +152,13 @@ def test_pool_teachers_probe_trains_teachers_on_the_pool_and_writes_nothing(fini
   # threshold 0 keeps every pool sample's pseudo-label
   assert "step 3: " in result.stdout and "pool kept 1.000" in result.stdout, result.stdout
   assert {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")} == before
+  # --weight=0: the control, each step the stage's own member update
+  result = subprocess.run([sys.executable, "experiments/pool_teachers_probe.py",
+                           f"--workdir={workdir}", "--steps=2", "--weight=0", "--old=false",
+                           "--targets=raw", "--plans=10:99999:40"], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "  step 2: loss " in result.stdout and "pool kept" not in result.stdout, result.stdout
+  assert "run: plurality " not in result.stdout, result.stdout
+  assert "  pool_w0 10:99999:40 raw: student " in result.stdout, result.stdout
+  assert {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")} == before
