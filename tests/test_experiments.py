@@ -107,13 +107,14 @@ def test_robust_inversion_probe_runs_on_a_finished_run_and_writes_nothing_to_it(
   assert {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")} == before
 
 
+@pytest.mark.integration
 def test_competition_inversion_probe_inverts_against_a_proxy_and_writes_nothing(finished_dgd):
   workdir = finished_dgd[1]
   before = {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")}
   result = subprocess.run([sys.executable, "experiments/competition_inversion_probe.py",
                            f"--workdir={workdir}", "--num=40", "--proxy_steps=2",
-                           "--sigma=40"], cwd=REPO, env=ENV, capture_output=True, text=True,
-                          timeout=300, check=False)
+                           "--student_steps=2", "--sigma=40"], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode == 0, result.stderr[-2000:]
   for line in ("batch 1/", "JS(baseline, proxy) ", "proxy on the real test set ", "40 samples",
                "teachers' mean top vote share", "steps, clean: student ",
@@ -124,9 +125,9 @@ def test_competition_inversion_probe_inverts_against_a_proxy_and_writes_nothing(
   # --samples: the saved pool, no inversion
   saved = result.stdout.split("), in ")[1].split()[0]
   result = subprocess.run([sys.executable, "experiments/competition_inversion_probe.py",
-                           f"--workdir={workdir}", f"--samples={saved}/samples.npy"],
-                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300,
-                          check=False)
+                           f"--workdir={workdir}", f"--samples={saved}/samples.npy",
+                           "--student_steps=2"], cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=300, check=False)
   assert result.returncode == 0, result.stderr[-2000:]
   assert "batch 1/" not in result.stdout and "40 samples" in result.stdout, result.stdout
   assert "raw: student" not in result.stdout, result.stdout
