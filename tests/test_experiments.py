@@ -23,6 +23,19 @@ RESEARCH = [p for p in EXPERIMENTS if p.name not in GENERATORS]
 ENV = dict(os.environ, JAX_PLATFORMS="cpu")
 
 
+def run_experiment(script: str, *flags: str) -> str:
+  """experiments/``script`` run with ``flags`` in a subprocess; its stdout, once it exits 0."""
+  result = subprocess.run([sys.executable, f"experiments/{script}", *flags], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  return result.stdout
+
+
+def mtimes(workdir: str) -> dict:
+  """Every path under ``workdir`` -> its modification time: equal before and after a read."""
+  return {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")}
+
+
 def docstring(path: pathlib.Path) -> str:
   return ast.get_docstring(ast.parse(path.read_text())) or ""
 
@@ -60,7 +73,7 @@ def test_every_experiment_answers_help():
 @pytest.mark.integration
 def test_open_run_reads_a_finished_run_and_writes_nothing(finished_dgd):
   _, workdir, _ = finished_dgd
-  before = {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")}
+  before = mtimes(workdir)
   ctx = pipeline.open_run(workdir, "student")
   recorded = read_json(os.path.join(workdir, "config.json"))
   assert ctx.config.to_dict() == {k: v for k, v in recorded.items() if k != "format"}
@@ -70,7 +83,7 @@ def test_open_run_reads_a_finished_run_and_writes_nothing(finished_dgd):
   assert len(queries["indices"]) == ctx.config.queries.num_queries
   assert len(ctx.dataset.x_test) > 0
   ctx.log({"loss": 1.0})  # read-only: dropped
-  after = {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")}
+  after = mtimes(workdir)
   assert after == before
 
 
@@ -84,107 +97,83 @@ def test_open_run_refuses_what_is_not_a_run(finished_dgd, tmp_path):
 
 @pytest.mark.integration
 def test_dpdfd_votes_runs_on_a_finished_run(finished_dgd):
-  result = subprocess.run([sys.executable, "experiments/dpdfd_votes.py",
-                           f"--workdir={finished_dgd[1]}"], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=300, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
-  assert "real test images: top vote share" in result.stdout
-  assert "uniform noise in [0, 1): top vote share" in result.stdout
+  out = run_experiment("dpdfd_votes.py", f"--workdir={finished_dgd[1]}")
+  assert "real test images: top vote share" in out
+  assert "uniform noise in [0, 1): top vote share" in out
 
 
 @pytest.mark.integration
 def test_robust_inversion_probe_runs_on_a_finished_run_and_writes_nothing_to_it(finished_dgd):
   workdir = finished_dgd[1]
-  before = {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")}
-  result = subprocess.run([sys.executable, "experiments/robust_inversion_probe.py",
-                           f"--workdir={workdir}", "--robust=pgd", "--radius=1", "--num=32",
-                           "--inversion_steps=3"], cwd=REPO, env=ENV, capture_output=True,
-                          text=True, timeout=300, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
+  before = mtimes(workdir)
+  out = run_experiment("robust_inversion_probe.py", f"--workdir={workdir}", "--robust=pgd",
+                       "--radius=1", "--num=32", "--inversion_steps=3")
   for line in ("baseline (pgd, radius 1): ", "inverted 32 samples",
                "teachers' mean top vote share", "student on the noiseless vote shares: "):
-    assert line in result.stdout, (line, result.stdout)
-  assert {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")} == before
+    assert line in out, (line, out)
+  assert mtimes(workdir) == before
 
 
 @pytest.mark.integration
 def test_competition_inversion_probe_inverts_against_a_proxy_and_writes_nothing(finished_dgd):
   workdir = finished_dgd[1]
-  before = {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")}
-  result = subprocess.run([sys.executable, "experiments/competition_inversion_probe.py",
-                           f"--workdir={workdir}", "--num=40", "--proxy_steps=2",
-                           "--student_steps=2", "--sigma=40"], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=300, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
+  before = mtimes(workdir)
+  out = run_experiment("competition_inversion_probe.py", f"--workdir={workdir}", "--num=40",
+                       "--proxy_steps=2", "--student_steps=2", "--sigma=40")
   for line in ("batch 1/", "JS(baseline, proxy) ", "proxy on the real test set ", "40 samples",
                "teachers' mean top vote share", "steps, clean: student ",
                "steps, raw: student "):
-    assert line in result.stdout, (line, result.stdout)
-  assert "nan%" not in result.stdout, result.stdout  # the proxy is trained and scored
-  assert {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")} == before
+    assert line in out, (line, out)
+  assert "nan%" not in out, out  # the proxy is trained and scored
+  assert mtimes(workdir) == before
   # --samples: the saved pool, no inversion
-  saved = result.stdout.split("), in ")[1].split()[0]
-  result = subprocess.run([sys.executable, "experiments/competition_inversion_probe.py",
-                           f"--workdir={workdir}", f"--samples={saved}/samples.npy",
-                           "--student_steps=2"], cwd=REPO, env=ENV, capture_output=True,
-                          text=True, timeout=300, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
-  assert "batch 1/" not in result.stdout and "40 samples" in result.stdout, result.stdout
-  assert "raw: student" not in result.stdout, result.stdout
+  saved = out.split("), in ")[1].split()[0]
+  out = run_experiment("competition_inversion_probe.py", f"--workdir={workdir}",
+                       f"--samples={saved}/samples.npy", "--student_steps=2")
+  assert "batch 1/" not in out and "40 samples" in out, out
+  assert "raw: student" not in out, out
 
 
 @pytest.mark.integration
 def test_histogram_probe_trains_on_a_union_of_pools_with_every_sample_queried(finished_dgd):
   workdir = finished_dgd[1]
-  result = subprocess.run([sys.executable, "experiments/histogram_probe.py",
-                           f"--workdir={workdir}", f"--pools={workdir}", "--plans=10:99999:1",
-                           "--targets=baseline,clean", "--loss=brier"], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=300, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
+  out = run_experiment("histogram_probe.py", f"--workdir={workdir}", f"--pools={workdir}",
+                       "--plans=10:99999:1", "--targets=baseline,clean", "--loss=brier")
   pool = len(artefacts.load_synthetic(pipeline.open_run(workdir, "student")))
-  assert f"eps 10, {2 * pool} queries, sigma 1.00" in result.stdout, result.stdout
-  assert "  baseline " in result.stdout and "  clean " in result.stdout, result.stdout
+  assert f"eps 10, {2 * pool} queries, sigma 1.00" in out, out
+  assert "  baseline " in out and "  clean " in out, out
 
 
 @pytest.mark.integration
 def test_histogram_probe_shrinks_noisy_targets_towards_held_out_fold_predictions(finished_dgd):
   workdir = finished_dgd[1]
-  result = subprocess.run([sys.executable, "experiments/histogram_probe.py",
-                           f"--workdir={workdir}", "--plans=10:99999:40", "--targets=raw",
-                           "--loss=brier", "--crossfit=2", "--fold_steps=3"], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=300, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
-  shrunk = next(line for line in result.stdout.splitlines() if "shrunk: w" in line)
+  out = run_experiment("histogram_probe.py", f"--workdir={workdir}", "--plans=10:99999:40",
+                       "--targets=raw", "--loss=brier", "--crossfit=2", "--fold_steps=3")
+  shrunk = next(line for line in out.splitlines() if "shrunk: w" in line)
   w = [float(v) for v in shrunk.split("[")[1].split("]")[0].split()]
   assert len(w) == 10 and all(0 <= v < 1 for v in w), shrunk
   # sigma 40 over the tiny run's few teachers: the raw shares are far noisier than the folds'
   mse, raw = shrunk.split("MSE ")[1].split(" (raw ")
   assert float(mse) < float(raw.rstrip(")")), shrunk
-  assert "  raw " in result.stdout, result.stdout
+  assert "  raw " in out, out
 
 
 @pytest.mark.integration
 def test_pool_teachers_probe_trains_teachers_on_the_pool_and_writes_nothing(finished_dgd):
   workdir = finished_dgd[1]
-  before = {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")}
-  result = subprocess.run([sys.executable, "experiments/pool_teachers_probe.py",
-                           f"--workdir={workdir}", "--steps=3", "--threshold=0",
-                           "--plans=10:99999:40"], cwd=REPO, env=ENV, capture_output=True,
-                          text=True, timeout=300, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
+  before = mtimes(workdir)
+  out = run_experiment("pool_teachers_probe.py", f"--workdir={workdir}", "--steps=3",
+                       "--threshold=0", "--plans=10:99999:40")
   for line in ("run: plurality ", "  run 10:99999:40 raw: student ", "pool_w1: plurality ",
                "  pool_w1 10:99999:40 raw: student ", "  pool_w1 10:99999:40 clean: student "):
-    assert line in result.stdout, (line, result.stdout)
+    assert line in out, (line, out)
   # threshold 0 keeps every pool sample's pseudo-label
-  assert "step 3: " in result.stdout and "pool kept 1.000" in result.stdout, result.stdout
-  assert {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")} == before
+  assert "step 3: " in out and "pool kept 1.000" in out, out
+  assert mtimes(workdir) == before
   # --weight=0: the control, each step the stage's own member update
-  result = subprocess.run([sys.executable, "experiments/pool_teachers_probe.py",
-                           f"--workdir={workdir}", "--steps=2", "--weight=0", "--old=false",
-                           "--targets=raw", "--plans=10:99999:40"], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=300, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
-  assert "  step 2: loss " in result.stdout and "pool kept" not in result.stdout, result.stdout
-  assert "run: plurality " not in result.stdout, result.stdout
-  assert "  pool_w0 10:99999:40 raw: student " in result.stdout, result.stdout
-  assert {p: os.stat(p).st_mtime_ns for p in pathlib.Path(workdir).rglob("*")} == before
+  out = run_experiment("pool_teachers_probe.py", f"--workdir={workdir}", "--steps=2", "--weight=0",
+                       "--old=false", "--targets=raw", "--plans=10:99999:40")
+  assert "  step 2: loss " in out and "pool kept" not in out, out
+  assert "run: plurality " not in out, out
+  assert "  pool_w0 10:99999:40 raw: student " in out, out
+  assert mtimes(workdir) == before
