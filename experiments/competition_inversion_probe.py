@@ -37,10 +37,6 @@ delta 1e-5). ``--samples`` reuses a saved pool instead of inverting.
 
   python experiments/competition_inversion_probe.py --workdir=workdirs/std_s2 --num=4000 \
       --weight=1.0 --proxy_steps=50 --student_steps=500,1500 --sigma=44.71
-
-The numbers above were measured at commit 75f736e, whose inversion step also computed the
-competition term at weight 0 (adding zero) and printed the JS of the batch's last step instead
-of its finished samples'; the weighted runs' steps are unchanged.
 """
 from __future__ import annotations
 
