@@ -15,7 +15,7 @@ from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from dgd_jax import distributed, dpsgd_plan, ensemble, generative, memory, parallel, train
-from dgd_jax.core import Context
+from dgd_jax.core import Context, Program, abstract, abstract_key
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.models.generator import Generator
 from dgd_jax.models.vae import VAE
@@ -58,10 +58,10 @@ def fit_config(config, block: str) -> train.FitConfig:
                          checkpoint_every=config.checkpoint_every, log_every=config.log_every)
 
 
-def teacher_plan(config, data, n: int):
-  """What runs n teachers: (model, fit config, teacher mesh, the teachers per vmapped chunk
-  that fit the device with their optimizer and training set: ``memory.plan``, on abstract
-  values). The teachers stage records the chunk in its result; readers use that one."""
+def teacher_memory(config, data, n: int):
+  """The teachers' model, fit config, mesh, the chunk asked for and ``memory.plan``'s plan for
+  n teachers (on abstract values: the teachers per vmapped chunk that fit the device with
+  their optimizer and training set)."""
   model = teacher_model(config, data.num_classes)
   cfg = fit_config(config, "teachers")
   mesh = parallel.teacher_mesh(n)
@@ -70,13 +70,48 @@ def teacher_plan(config, data, n: int):
       examples_per_device=len(data.x_train), batch_size=cfg.batch_size,
       query_chunk=ensemble.QUERY_CHUNK)
   wanted = ensemble.auto_chunk(config.teachers.chunk, n)
-  plan = memory.plan(fixed, member, wanted)
+  return model, cfg, mesh, wanted, memory.plan(fixed, member, wanted)
+
+
+def teacher_plan(config, data, n: int):
+  """What runs n teachers: (model, fit config, teacher mesh, the teachers per vmapped chunk
+  that fit the device, ``teacher_memory``). The teachers stage records the chunk in its
+  result; readers use that one."""
+  model, cfg, mesh, wanted, plan = teacher_memory(config, data, n)
   logging.info("%s", plan.describe())
   chunk = distributed.agree_min(plan.chunk)  # one program on every process
   if chunk < wanted:
     logging.warning("teachers: chunk %d does not fit the device (of every process); using "
                     "chunk %d.", wanted, chunk)
   return model, cfg, mesh, chunk
+
+
+def teacher_programs(config, data, rows: list[np.ndarray], member_update=None
+                     ) -> dict[str, Program]:
+  """The teacher ensemble's programs for one member per index row (``new_teachers``): its
+  initialisation, its training step (``member_update``: ``ensemble.member_step``'s
+  ``robust``) on each device's examples, held to the memory plan's total, and the votes on
+  one query chunk (``ensemble.vote_histograms``)."""
+  n = len(rows)
+  model, cfg, mesh, _, plan = teacher_memory(config, data, n)
+  tx, on_mesh = train.optimizer(cfg), NamedSharding(mesh, P(parallel.AXIS))
+  init = lambda key: ensemble.init_teachers(model, tx, key, n, data.image_shape, mesh)
+  state = jax.tree.map(lambda s: abstract(s, sharding=on_mesh),
+                       jax.eval_shape(init, abstract_key()))
+  shards, local = ensemble.Partitions.stack(rows).localize(mesh.size)
+  examples = (abstract(shards.shape + data.image_shape, data.x_train.dtype, on_mesh),
+              abstract(shards.shape, data.y_train.dtype, on_mesh),
+              abstract(local.indices, sharding=on_mesh), abstract(local.sizes, sharding=on_mesh))
+  step = ensemble.make_train_step(mesh, cfg.batch_size, plan.chunk, member_update)
+  predict = ensemble.make_predict_fn(mesh, model.apply, plan.chunk)
+  queries = abstract((ensemble.QUERY_CHUNK,) + data.image_shape, data.x_train.dtype)
+  return {
+      "init": Program(init, (abstract_key(),)),
+      "train_step": Program(step, (state, abstract_key()) + examples, budget=plan.total),
+      "votes": Program(lambda params, x: ensemble.histogram(predict(params, x),
+                                                            data.num_classes),
+                       (state.params, queries)),
+  }
 
 
 def new_teachers(config, data, n: int, key: jax.Array):

@@ -74,6 +74,35 @@ Requires = Union[tuple[str, ...], Callable[[Config], tuple[str, ...]]]
 
 
 @dataclasses.dataclass(frozen=True)
+class Program:
+  """A jitted program a stage runs, as a pure function of arrays, with the abstract values
+  (``jax.ShapeDtypeStruct``, ``abstract``) it runs on at the config's shapes. ``compile``
+  builds it ahead of time (``jax.jit(fn).lower(*args).compile()``): the program proven at a
+  preset's full shapes without running it or reading the data. Arrays a stage closes over
+  (the training set, a frozen model's parameters) are arguments here, so ``fn`` is the stage's
+  own step builder applied inside the trace. ``budget``: the bytes the stage's memory plan
+  allows the program, where it plans them (the teachers); None where it plans none."""
+
+  fn: Callable
+  args: tuple
+  budget: int | None = None
+
+  def compile(self):
+    return jax.jit(self.fn).lower(*self.args).compile()
+
+
+def abstract(x, dtype=None, sharding=None) -> jax.ShapeDtypeStruct:
+  """A ``jax.ShapeDtypeStruct`` of an array's (or a shape's) shape and dtype."""
+  shape = tuple(x) if isinstance(x, (tuple, list)) else x.shape
+  return jax.ShapeDtypeStruct(shape, dtype or getattr(x, "dtype", "float32"), sharding=sharding)
+
+
+def abstract_key() -> jax.ShapeDtypeStruct:
+  """A typed PRNG key, abstract."""
+  return jax.eval_shape(lambda: jax.random.key(0))
+
+
+@dataclasses.dataclass(frozen=True)
 class StageSpec:
   """A stage as the registry knows it. Its artefacts depend on ``BASE_KEYS``, its own
   ``config_keys`` and, transitively, the config slices of the stages it ``requires``."""
@@ -85,6 +114,9 @@ class StageSpec:
   requires: Requires = ()
   precheck: Callable[[Config], Any] | None = None  # config checks before anything runs
   multiprocess: bool = False  # runs sharded over the devices of every process
+  # The jitted programs the stage runs, at the config's shapes for the private data
+  # ``dataset`` (only its shapes are read): ``programs(config, dataset) -> {name: Program}``.
+  programs: Callable[[Config, Dataset], dict[str, Program]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

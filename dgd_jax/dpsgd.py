@@ -136,12 +136,10 @@ def batches(record: privacy.DpsgdSteps, num_examples: int, seed: int, multiple: 
           for b in strategy.batch_iterator(num_examples, rng=np.random.default_rng(seed))]
 
 
-def train_private(state: train_state.TrainState, model, x: np.ndarray, y: np.ndarray,
-                  record: privacy.DpsgdSteps, microbatch_size: int, fit: train.FitConfig,
-                  noise_key: jax.Array, batch_key: jax.Array, checkpoint_dir: str, name: str,
-                  log: Callable[[dict], None] | None = None):
-  """``record.steps`` DP-SGD steps of ``state`` (``model``'s parameters) on (x, y) with the
-  record's batch selection, clip norm and noise (resumable from ``checkpoint_dir``)."""
+def private_step(model, record: privacy.DpsgdSteps, microbatch_size: int):
+  """(the jitted DP-SGD step ``step(state, key, inputs, y, idx)``, the clipped gradient's
+  ``inputs`` transform) for ``model`` under the record's clip norm and noise; refused where
+  jax-privacy's stated sensitivity is not the one the record charges."""
   grad_fn, inputs = clipped_grad_of(model, record.norm_bound, microbatch_size)
   # The sum's sensitivity under the record's relation is what the record charges.
   stated = grad_fn.sensitivity(record.neighboring_relation)
@@ -150,11 +148,30 @@ def train_private(state: train_state.TrainState, model, x: np.ndarray, y: np.nda
                       f"charges {record.l2_sensitivity}: refusing.")
   step = jax.jit(functools.partial(dpsgd_step, grad_fn=grad_fn, noise_std=record.noise_std,
                                    expected_batch=float(record.batch_size)), donate_argnums=0)
+  return step, inputs
+
+
+def step_program(state, model, x, y, record: privacy.DpsgdSteps, microbatch_size: int):
+  """``private_step``'s step as a function of arrays with the abstract values it runs on
+  (state, key, inputs, labels, a batch of the expected size padded as ``batches`` pads):
+  ``(fn, args)`` for a stage's ``Program``; ``x``, ``y`` abstract."""
+  step, inputs = private_step(model, record, microbatch_size)
+  size = -(-record.batch_size // microbatch_size) * microbatch_size
+  key = jax.eval_shape(lambda: jax.random.key(0))
+  return step, (state, key, jax.eval_shape(inputs, x), y,
+                jax.ShapeDtypeStruct((size,), jnp.int32))
+
+
+def train_private(state: train_state.TrainState, model, x: np.ndarray, y: np.ndarray,
+                  record: privacy.DpsgdSteps, microbatch_size: int, fit: train.FitConfig,
+                  noise_key: jax.Array, batch_key: jax.Array, checkpoint_dir: str, name: str,
+                  log: Callable[[dict], None] | None = None):
+  """``record.steps`` DP-SGD steps of ``state`` (``model``'s parameters) on (x, y) with the
+  record's batch selection, clip norm and noise (resumable from ``checkpoint_dir``)."""
+  step, inputs = private_step(model, record, microbatch_size)
   seed = int(jax.random.randint(batch_key, (), 0, 2 ** 31 - 1))
   indices = batches(record, len(x), seed, microbatch_size)
   x_dev, y_dev = inputs(jnp.asarray(x)), jnp.asarray(y)  # what grad_fn reads, once
   return train.run_steps(
       state, lambda s, k: step(s, k, x_dev, y_dev, jnp.asarray(indices[int(s.step)])),
       noise_key, fit, checkpoint_dir, name, log)
-
-

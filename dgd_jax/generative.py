@@ -127,12 +127,17 @@ def baseline_forward(baseline_apply: Callable, baseline_params: Any, x: jnp.ndar
   return logits, features, stats
 
 
+def layer_moments(baseline_apply: Callable, baseline_params: Any, xb: jnp.ndarray) -> list:
+  """The first and second moments [(E a_l, E a_l^2), ...] of the baseline's convolution
+  outputs over a chunk ``xb`` (``layer_statistics`` sums them over the private set)."""
+  return [(m, v + m ** 2) for m, v in baseline_forward(baseline_apply, baseline_params, xb)[2]]
+
+
 def layer_statistics(baseline_apply: Callable, baseline_params: Any, x: np.ndarray,
                      batch_size: int = 1000) -> list[tuple[np.ndarray, np.ndarray]]:
   """mu_l*, var_l* of the baseline's convolution outputs over all of ``x`` (the private
   training set), from per-chunk first and second moments."""
-  run = jax.jit(lambda xb: [(m, v + m ** 2) for m, v in
-                            baseline_forward(baseline_apply, baseline_params, xb)[2]])
+  run = jax.jit(lambda xb: layer_moments(baseline_apply, baseline_params, xb))
   sums, n = None, 0
   for i in range(0, len(x), batch_size):
     xb = x[i:i + batch_size]
@@ -241,6 +246,27 @@ class InversionState:
   images: jax.Array
 
 
+def inversion_labels(batch_size: int, num_classes: int, mix: float) -> jnp.ndarray:
+  """A batch's targets: its classes dealt in turn, or (``mix`` > 0) ``inversion_targets``."""
+  return jnp.asarray(inversion_classes(batch_size, batch_size, num_classes) if mix == 0
+                     else inversion_targets(batch_size, num_classes, mix))
+
+
+def inversion_update(tx: optax.GradientTransformation, y: jnp.ndarray,
+                     baseline_apply: Callable, baseline_params: Any, priors: Priors,
+                     targets=None) -> Callable:
+  """One Adam step of DeepInversion on a batch's free pixels: ``update(v, opt_state, key)
+  -> (v, opt_state, loss)`` on ``inversion_loss`` at x = tanh(v). Pure; jit it."""
+
+  def update(v, opt_state, key):
+    loss, grads = jax.value_and_grad(lambda v: inversion_loss(
+        jnp.tanh(v), y, key, baseline_apply, baseline_params, priors, targets))(v)
+    updates, opt_state = tx.update(grads, opt_state)
+    return optax.apply_updates(v, updates), opt_state, loss
+
+  return update
+
+
 def inversion_step(key: jax.Array, steps: int, learning_rate: float, num_classes: int,
                    batch_size: int, image_shape: tuple[int, ...], baseline_apply: Callable,
                    baseline_params: Any, priors: Priors, targets=None, mix: float = 0.0
@@ -253,15 +279,8 @@ def inversion_step(key: jax.Array, steps: int, learning_rate: float, num_classes
   grouped. A Python function around one jitted Adam step: a conv inside ``lax.scan`` runs
   ~25x slower on CPU (REFERENCE Sec. 8)."""
   tx = optax.adam(learning_rate)
-  y = jnp.asarray(inversion_classes(batch_size, batch_size, num_classes) if mix == 0
-                  else inversion_targets(batch_size, num_classes, mix))
-
-  @jax.jit
-  def update(v, opt_state, key):
-    loss, grads = jax.value_and_grad(lambda v: inversion_loss(
-        jnp.tanh(v), y, key, baseline_apply, baseline_params, priors, targets))(v)
-    updates, opt_state = tx.update(grads, opt_state)
-    return optax.apply_updates(v, updates), opt_state, loss
+  update = jax.jit(inversion_update(tx, inversion_labels(batch_size, num_classes, mix),
+                                    baseline_apply, baseline_params, priors, targets))
 
   def step(state: InversionState, _) -> tuple[InversionState, dict]:
     b, s = divmod(int(state.step), steps)

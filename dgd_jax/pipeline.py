@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import functools
 import time
+from typing import Callable
 
 import jax
 from absl import logging
@@ -124,6 +125,45 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
       if stage.done():
         stage.result()  # a damaged result.json is refused before anything is written
     return _run_stages(config, wd, planned)
+
+
+def compile_programs(config: Config, stages: tuple[str, ...] | None = None,
+                     log: Callable[[str, str, dict], None] = lambda stage, name, m: None
+                     ) -> dict[str, dict[str, dict]]:
+  """Compiles ahead of time every jitted program of the run ``run(config, ...)`` would make
+  (each planned stage's ``StageSpec.programs``) at the config's full shapes, on the private
+  data's shapes, without training, querying or writing anything: what proves a preset on this
+  host's backend (a GPU/TPU preset's shapes, compiled on the CPU here, or on the accelerator
+  it is for). Returns {stage: {program: XLA's memory analysis in bytes (argument, output,
+  temp, alias; ``budget`` where the stage's memory plan allows the program a total)}}; a
+  program over its budget raises ConfigError. ``log(stage, program, bytes)`` after each."""
+  config = run_config(config)
+  check_config(config)
+  names = methods.plan_stages(config, stages)
+  for name in names:
+    if STAGES[name].precheck:
+      STAGES[name].precheck(config)
+  if methods.method(config).privacy_stage in names:
+    methods.budget_guard(config)
+  data = load_private(config)
+  out = {}
+  for name in names:
+    out[name] = {}
+    for program_name, program in (STAGES[name].programs or (lambda c, d: {}))(config,
+                                                                             data).items():
+      analysis = program.compile().memory_analysis()
+      sizes = {f: int(getattr(analysis, f"{f}_size_in_bytes"))
+               for f in ("argument", "output", "temp", "alias")} if analysis else {}
+      if program.budget is not None:
+        sizes["budget"] = program.budget
+        used = sizes["argument"] + sizes["output"] + sizes["temp"] - sizes["alias"]
+        if analysis and used > program.budget:
+          raise ConfigError(f"{name}.{program_name} needs {used / 2**30:.3g} GiB at this "
+                            f"config's shapes, over its memory plan's {program.budget / 2**30:.3g}"
+                            " GiB: the plan underestimates it.")
+      out[name][program_name] = sizes
+      log(name, program_name, sizes)
+  return out
 
 
 def _planned_stages(config: Config, wd: Workdir, names) -> list[Stage]:

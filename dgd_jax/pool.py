@@ -46,6 +46,17 @@ def load(ctx: Context) -> np.ndarray:
   return ctx.dataset.x_test[:config.pool.size]
 
 
+def size_of(config, dataset) -> int:
+  """The pool's size for the private data ``dataset`` before anything is synthesised: as
+  many synthetic samples as ``generator.num_synthetic`` asks (0: as the private set), the
+  public pool's ``size``, or the private training set."""
+  if config.pool.source == "synthetic":
+    return config.generator.num_synthetic or len(dataset.x_train)
+  if config.pool.source == "train":
+    return len(dataset.x_train)
+  return config.pool.size
+
+
 def check_classes(config) -> None:
   """Refuses a pool whose samples have no class fixed before synthesis (``classes``)."""
   g = config.get("generator", {})

@@ -101,12 +101,15 @@ def train_step(state: TrainState, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray
   return update(state, *sample_batch(key, x, y, batch_size))
 
 
+EVAL_BATCH = 1000  # images a model labels at a time (``logits``)
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _logits(apply_fn: Callable, params: Any, x: jnp.ndarray) -> jnp.ndarray:
   return apply_fn(params, x)
 
 
-def logits(apply_fn: Callable, params: Any, x: np.ndarray, batch_size: int = 1000
+def logits(apply_fn: Callable, params: Any, x: np.ndarray, batch_size: int = EVAL_BATCH
            ) -> np.ndarray:
   """The model's logits [N, K] for ``x`` in fixed-size chunks (the last one padded: one
   trace per model)."""
@@ -136,7 +139,7 @@ def self_training(fit_round: Callable[[np.ndarray, int], Any], apply_fn: Callabl
   return history
 
 
-def predict(apply_fn: Callable, params: Any, x: np.ndarray, batch_size: int = 1000
+def predict(apply_fn: Callable, params: Any, x: np.ndarray, batch_size: int = EVAL_BATCH
             ) -> np.ndarray:
   """Predicted labels for ``x`` (see ``logits``)."""
   if not len(x):
@@ -145,7 +148,7 @@ def predict(apply_fn: Callable, params: Any, x: np.ndarray, batch_size: int = 10
 
 
 def accuracy(apply_fn: Callable, params: Any, x: np.ndarray, y: np.ndarray,
-             batch_size: int = 1000) -> float:
+             batch_size: int = EVAL_BATCH) -> float:
   """Fraction of ``x`` classified as ``y``."""
   return float(np.mean(predict(apply_fn, params, x, batch_size) == y))
 

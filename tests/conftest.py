@@ -26,15 +26,17 @@ import pytest  # noqa: E402
 # save: level 0 ran tests/test_pipeline.py in 185 s against 289 s (docs/PERFORMANCE.md).
 # The smoke runs (-m smoke) execute the presets' full-size programs, where optimised code pays
 # for its compile (a smoke teachers stage took 214 s at level 0, 128 s at the default): they
-# keep XLA's default. Results are the same programs' results. XLA_FLAGS that already set the
+# keep XLA's default, and so does the compile tier (-m compile), which proves the programs as a
+# run compiles them. Results are the same programs' results. XLA_FLAGS that already set the
 # level are left as they are.
 OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
 
 
 def pytest_configure(config):
   flags, marks = os.environ.get("XLA_FLAGS", ""), config.option.markexpr or ""
-  smoke = "smoke" in marks and "not smoke" not in marks  # a run selecting the smoke runs
-  if not smoke and OPT_LEVEL_FLAG not in flags:
+  # a run selecting the smoke runs or the compile tier: the full-size programs as a run has them
+  full = any(m in marks and f"not {m}" not in marks for m in ("smoke", "compile"))
+  if not full and OPT_LEVEL_FLAG not in flags:
     os.environ["XLA_FLAGS"] = f"{flags} {OPT_LEVEL_FLAG}=0".strip()
 
 from dgd_jax.data import idx, load_dataset  # noqa: E402

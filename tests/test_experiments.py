@@ -21,6 +21,11 @@ EXPERIMENTS = sorted((REPO / "experiments").glob("*.py"))
 GENERATORS = {"pate2018_reference_vectors.py"}
 RESEARCH = [p for p in EXPERIMENTS if p.name not in GENERATORS]
 ENV = dict(os.environ, JAX_PLATFORMS="cpu")
+# A research script's own run on the shared tiny finished run: the research tier, outside CI
+# (docs/PERFORMANCE.md, "Test tiers"); run it before changing a script or what it reads:
+# bash launch/test.sh -m research. CI checks every script's --help and the shared run's reader.
+def research_run(test):
+  return pytest.mark.research(pytest.mark.slow(pytest.mark.integration(test)))
 
 
 def run_experiment(script: str, *flags: str) -> str:
@@ -95,14 +100,14 @@ def test_open_run_refuses_what_is_not_a_run(finished_dgd, tmp_path):
     pipeline.open_run(finished_dgd[1], "dpsgd")
 
 
-@pytest.mark.integration
+@research_run
 def test_dpdfd_votes_runs_on_a_finished_run(finished_dgd):
   out = run_experiment("dpdfd_votes.py", f"--workdir={finished_dgd[1]}")
   assert "real test images: top vote share" in out
   assert "uniform noise in [0, 1): top vote share" in out
 
 
-@pytest.mark.integration
+@research_run
 def test_robust_inversion_probe_runs_on_a_finished_run_and_writes_nothing_to_it(finished_dgd):
   workdir = finished_dgd[1]
   before = mtimes(workdir)
@@ -114,7 +119,7 @@ def test_robust_inversion_probe_runs_on_a_finished_run_and_writes_nothing_to_it(
   assert mtimes(workdir) == before
 
 
-@pytest.mark.integration
+@research_run
 def test_competition_inversion_probe_inverts_against_a_proxy_and_writes_nothing(finished_dgd):
   workdir = finished_dgd[1]
   before = mtimes(workdir)
@@ -134,7 +139,7 @@ def test_competition_inversion_probe_inverts_against_a_proxy_and_writes_nothing(
   assert "raw: student" not in out, out
 
 
-@pytest.mark.integration
+@research_run
 def test_histogram_probe_trains_on_a_union_of_pools_with_every_sample_queried(finished_dgd):
   workdir = finished_dgd[1]
   out = run_experiment("histogram_probe.py", f"--workdir={workdir}", f"--pools={workdir}",
@@ -144,7 +149,7 @@ def test_histogram_probe_trains_on_a_union_of_pools_with_every_sample_queried(fi
   assert "  baseline " in out and "  clean " in out, out
 
 
-@pytest.mark.integration
+@research_run
 def test_histogram_probe_shrinks_noisy_targets_towards_held_out_fold_predictions(finished_dgd):
   workdir = finished_dgd[1]
   out = run_experiment("histogram_probe.py", f"--workdir={workdir}", "--plans=10:99999:40",
@@ -158,7 +163,7 @@ def test_histogram_probe_shrinks_noisy_targets_towards_held_out_fold_predictions
   assert "  raw " in out, out
 
 
-@pytest.mark.integration
+@research_run
 def test_pool_teachers_probe_trains_teachers_on_the_pool_and_writes_nothing(finished_dgd):
   workdir = finished_dgd[1]
   before = mtimes(workdir)

@@ -5,8 +5,11 @@ images, audit splits) to what runs each shape once by the ``,smoke`` modifier, t
 stage of their method on real Fashion-MNIST. A crash on a shape or a config path shows up
 here, not on a user's GPU.
 
-The runs are marked ``smoke`` (and ``slow``, so the default test command leaves them out);
-``.ci/run`` runs them after the suite (``bash launch/test.sh -m smoke --dist loadgroup``).
+The runs are marked ``smoke`` (and ``slow``, so the default test command leaves them out), a
+tier CI does not run: CI proves every preset's programs by compiling them at full shapes
+(tests/test_compile.py), and this tier shows what only running does (docs/PERFORMANCE.md,
+"Test tiers"). Run it before changing a stage's glue between its programs, a preset, or the
+data path: ``bash launch/test.sh -m smoke --dist loadgroup``.
 Presets that share a stage's config slice (the paper teachers of the teachers, DGD and DPDFD
 ensemble presets, DGD's baseline and generator across its budgets) share its folder, as
 sweep points do: each stage is trained once per slice and reused by the other presets run in
@@ -27,39 +30,14 @@ from dgd_jax.audit.__main__ import audit_run
 from dgd_jax.configs import common
 from dgd_jax.data import idx
 from dgd_jax.workdir import config_slice, fingerprint, plain
+from presets import IDS, PRESETS
 
-FASHION = "/usr/share/datasets/fashion-mnist"
-
-# (config module, argument before ',smoke', extra stages): every preset each config file
-# documents, at the paper's shapes unless the preset exists only for CPU ('standard').
-PRESETS = [
-    ("baseline", "fashion_mnist", ()),
-    ("teachers", "fashion_mnist", ()),
-    ("teacher_sweep", "fashion_mnist", ()),
-    ("dgd", "fashion_mnist", ("audit",)),
-    ("dgd", "fashion_mnist,eps1", ()),
-    ("dgd", "fashion_mnist,eps3", ()),
-    ("dgd", "fashion_mnist,plus", ()),
-    ("dgd", "fashion_mnist,table1", ()),
-    ("dgd", "fashion_mnist,private_baseline", ()),
-    ("dgd", "fashion_mnist,standard", ()),
-    ("pate", "fashion_mnist", ()),
-    ("pate", "fashion_mnist,plus", ()),
-    ("pate", "fashion_mnist,ldp1", ()),
-    ("dpdfd", "fashion_mnist", ()),
-    ("dpdfd", "fashion_mnist,eps1", ()),
-    ("dpdfd", "fashion_mnist,ensemble", ()),
-    ("dpdfd", "fashion_mnist,direct", ()),
-    ("ldp", "fashion_mnist,ldp1", ()),
-    ("ldp", "fashion_mnist,ldp5", ()),
-    ("dpsgd", "fashion_mnist,eps3", ()),
-    ("dpsgd", "fashion_mnist,eps1,cnn", ()),
-    ("dpsgd", "fashion_mnist,eps10,scatternet_cnn", ()),
-]
 # Methods whose presets share the paper teachers' config slice run in one process (xdist_group)
 # so the 250 teachers are trained once for all of them; every other method is its own group.
 GROUPS = {"teachers": "dgd", "dpdfd": "dgd"}
-IDS = [f"{m}:{a}" + "".join(f"+{e}" for e in extra) for m, a, extra in PRESETS]
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+
 
 
 def smoke_config(module: str, arg: str):

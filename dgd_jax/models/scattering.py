@@ -100,8 +100,11 @@ _RECENT: dict = {}  # the last FEATURES_KEPT results of ``features``, by input d
 FEATURES_KEPT = 2  # a train and a test set: what one DP-SGD run or sweep point transforms
 
 
+CHUNK = 500  # images transformed at a time (``features``)
+
+
 def features(images: np.ndarray, scales: int = 2, orientations: int = 8,
-             chunk: int = 500) -> np.ndarray:
+             chunk: int = CHUNK) -> np.ndarray:
   """``scatter`` over ``images`` in fixed-size chunks (the last one padded: one trace),
   read-only. The transform is fixed, so the result for the same bytes is kept and returned
   again: the points of a sweep, and the runs of one process, transform a dataset once

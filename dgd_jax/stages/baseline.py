@@ -4,13 +4,14 @@ against). With ``config.baseline.dpsgd`` (dgd.py's ``private_baseline``) it is t
 DP-SGD instead, and the queries stage composes its steps with the label queries."""
 from __future__ import annotations
 
+import functools
 import time
 
 import jax
 
 from dgd_jax import dpsgd, dpsgd_plan, train
 from dgd_jax.artefacts import classifier, fit_config
-from dgd_jax.core import Context
+from dgd_jax.core import Context, Program, abstract, abstract_key
 from dgd_jax.errors import ConfigError
 
 
@@ -48,6 +49,24 @@ def check(config) -> None:
       raise ConfigError(f"a private baseline (config.baseline.dpsgd, end-to-end DGD) is "
                         f"accounted end to end, but {what}, which no epsilon covers: {fix}, or "
                         "drop private_baseline.")
+
+
+def programs(config, data) -> dict[str, Program]:
+  """The baseline's training step (Adam, or DP-SGD for a private baseline) on the private
+  set and its evaluation on a chunk of test images, at the config's shapes."""
+  model = classifier(config, data.num_classes)
+  cfg = fit_config(config, "baseline")
+  state = jax.eval_shape(lambda: train.create_train_state(
+      model, train.optimizer(cfg), jax.random.key(0), data.image_shape))
+  x, y = abstract(data.x_train), abstract(data.y_train)
+  evaluation = {"logits": Program(model.apply, (state.params, abstract(
+      (min(train.EVAL_BATCH, len(data.x_test)),) + data.image_shape)))}
+  if "dpsgd" in config.baseline:
+    [record] = dpsgd_plan.baseline_releases(config, dataset_size=len(data.x_train))
+    return {"dpsgd_step": Program(*dpsgd.step_program(
+        state, model, x, y, record, config.baseline.dpsgd.microbatch_size)), **evaluation}
+  step = functools.partial(train.train_step, batch_size=cfg.batch_size)  # as train.fit's
+  return {"train_step": Program(step, (state, abstract_key(), x, y)), **evaluation}
 
 
 def run(ctx: Context) -> dict:

@@ -22,7 +22,8 @@ from flax.training import train_state
 
 from dgd_jax import artefacts, dpdfd, ensemble, generative, plots, privacy, train
 from dgd_jax.artefacts import SYNTHETIC, classifier
-from dgd_jax.core import Context, planned_noise, private_size
+from dgd_jax.core import (Context, Program, abstract, abstract_key, planned_noise,
+                          private_size)
 from dgd_jax.data import config_shards, config_teachers_changed, load_private
 from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import dpdfd as dpdfd_privacy
@@ -133,32 +134,98 @@ def releases(config, neighbours: str = "replace_one") -> list[privacy.Release]:
   return [release(config, noise_multiplier(config, size), size, neighbours)]
 
 
+def sensitive_logits(config, num_classes: int, chunk: int = 1):
+  """The sensitive model(s) as ``logits(params, x)``: [B, K] for the baseline, [n, B, K] for
+  the teacher ensemble (its stacked parameters, ``chunk`` teachers at a time)."""
+  if config.dpdfd.teacher == "ensemble":
+    model = artefacts.teacher_model(config, num_classes)
+    return lambda params, x: ensemble.lift(lambda p: model.apply(p, x), chunk)(params)
+  return classifier(config, num_classes, "baseline").apply
+
+
 def _teacher_logits(ctx: Context):
-  """The sensitive model(s) as ``x -> logits`` ([B, K], or [n, B, K] for the ensemble)."""
+  """The sensitive model(s) as ``x -> logits`` (``sensitive_logits``) and their accuracy."""
+  k = ctx.dataset.num_classes
   if ctx.config.dpdfd.teacher == "ensemble":
     params, _, chunk = artefacts.load_teachers(ctx)  # chunk: planned for the device memory
-    model = artefacts.teacher_model(ctx.config, ctx.dataset.num_classes)
-    return (lambda x: ensemble.lift(lambda p: model.apply(p, x), chunk)(params),
-            ctx.results["teachers"]["plurality_accuracy"])
-  model, params = artefacts.load_classifier(ctx, "baseline")
-  return lambda x: model.apply(params, x), ctx.results["baseline"]["test_accuracy"]
+    logits = sensitive_logits(ctx.config, k, chunk)
+    return (lambda x: logits(params, x), ctx.results["teachers"]["plurality_accuracy"])
+  _, params = artefacts.load_classifier(ctx, "baseline")
+  logits = sensitive_logits(ctx.config, k)
+  return lambda x: logits(params, x), ctx.results["baseline"]["test_accuracy"]
+
+
+def new_state(config, num_classes: int, image_shape, key: jax.Array) -> dpdfd.DpdfdState:
+  """A fresh student with Algorithm 1's generator (and, with replay, room for the B T rows
+  it releases)."""
+  d = config.dpdfd
+  student = classifier(config, num_classes)
+  s_key, g_key = jax.random.split(key)
+  generator = generative.create_generator_state(
+      artefacts.dpdfd_generator(config, image_shape), optax.adam(d.generator_learning_rate),
+      g_key, d.latent_dim)
+  rows = d.batch_size * d.num_steps if d.replay_epochs else 0  # B T rows kept for replay
+  return dpdfd.DpdfdState.create(
+      apply_fn=student.apply, params=student.init(s_key, jnp.zeros((1,) + image_shape)),
+      tx=optax.adam(d.learning_rate), generator=generator,
+      released_x=jnp.zeros((rows,) + image_shape) if rows else None,
+      released_y=jnp.zeros((rows, num_classes)) if rows else None)
 
 
 def _states(ctx: Context, sigma: float):
-  config, d = ctx.config, ctx.config.dpdfd
-  shape = ctx.dataset.image_shape
-  student = classifier(config, ctx.dataset.num_classes)
-  s_key, g_key = jax.random.split(ctx.key("dpdfd_init"))
-  generator = generative.create_generator_state(
-      artefacts.dpdfd_generator(config, shape), optax.adam(d.generator_learning_rate), g_key,
-      d.latent_dim)
-  rows = d.batch_size * d.num_steps if d.replay_epochs else 0  # B T rows kept for replay
-  state = dpdfd.DpdfdState.create(
-      apply_fn=student.apply, params=student.init(s_key, jnp.zeros((1,) + shape)),
-      tx=optax.adam(d.learning_rate), generator=generator,
-      released_x=jnp.zeros((rows,) + shape) if rows else None,
-      released_y=jnp.zeros((rows, ctx.dataset.num_classes)) if rows else None)
-  return student, state, dpdfd.StepSettings.from_config(d, sigma)
+  config, k = ctx.config, ctx.dataset.num_classes
+  state = new_state(config, k, ctx.dataset.image_shape, ctx.key("dpdfd_init"))
+  return classifier(config, k), state, dpdfd.StepSettings.from_config(config.dpdfd, sigma)
+
+
+def programs(config, data) -> dict[str, Program]:
+  """Algorithm 1's step for the configured inputs (generator, synthetic set or direct
+  training) with the sensitive model's parameters as arguments, and, with replay, the replay
+  and self-training steps, at the config's shapes. The noise multiplier is the run's (it is a
+  constant of the program and changes no shape)."""
+  d, k, shape = config.dpdfd, data.num_classes, data.image_shape
+  size = len(data.x_train) if config.privacy.relation in ("direct",
+                                                          "disjoint_teachers") else None
+  cfg = dpdfd.StepSettings.from_config(d, noise_multiplier(config, size))
+  student = classifier(config, k)
+  state = jax.eval_shape(lambda: new_state(config, k, shape, jax.random.key(0)))
+  key, rows = abstract_key(), d.batch_size * d.num_steps
+  if d.teacher == "private_data":
+    out = {"direct_step": Program(
+        lambda s, key, x, y: dpdfd.direct_step(s, key, x, y, student.apply, cfg),
+        (state.replace(generator=None), key, abstract(data.x_train), abstract(data.y_train)))}
+  else:
+    if d.teacher == "ensemble":
+      _, _, _, _, plan = artefacts.teacher_memory(config, data, config.num_teachers)
+      model, chunk = artefacts.teacher_model(config, k), plan.chunk
+      params = jax.eval_shape(jax.vmap(lambda key: model.init(key, jnp.zeros((1,) + shape))),
+                              jax.random.split(jax.random.key(0), config.num_teachers))
+    else:
+      chunk, baseline = 1, classifier(config, k, "baseline")
+      params = jax.eval_shape(baseline.init, jax.random.key(0), jnp.zeros((1,) + shape))
+    logits = sensitive_logits(config, k, chunk)
+    if uses_synthetic(config):
+      out = {"synthetic_step": Program(
+          lambda s, key, x, p: dpdfd.synthetic_step(
+              s, key, x, lambda xb: logits(p, xb), student.apply, cfg),
+          (state.replace(generator=None), key, abstract((rows,) + shape), params))}
+    else:
+      out = {"step": Program(
+          lambda s, key, p: dpdfd.step(s, key, lambda xb: logits(p, xb), student.apply, cfg),
+          (state, key, params))}
+  if d.replay_epochs:
+    fresh = train_state.TrainState.create(apply_fn=student.apply, params=state.params,
+                                          tx=optax.adam(d.learning_rate))
+    fresh = jax.eval_shape(lambda: fresh)
+    replay = lambda s, key, x, y: dpdfd.replay_step(s, key, x, y, d.batch_size, d.mixup)
+    out["replay_step"] = Program(replay, (fresh, key, abstract((rows,) + shape),
+                                          abstract((rows, k))))
+    if d.self_training:
+      num = ((config.generator.num_synthetic or len(data.x_train)) if uses_synthetic(config)
+             else rows)  # the synthetic set, or the released rows
+      out["self_training_step"] = Program(replay, (fresh, key, abstract((num,) + shape),
+                                                   abstract((num, k))))
+  return out
 
 
 def _fit_targets(ctx: Context, state: train_state.TrainState, x: jnp.ndarray, y: jnp.ndarray,

@@ -13,7 +13,8 @@ import optax
 from flax.training import train_state
 
 from dgd_jax import dpsgd, dpsgd_plan, privacy, train
-from dgd_jax.core import Context
+from dgd_jax.core import Context, Program, abstract
+from dgd_jax.models import dpsgd as dpsgd_models, scattering
 
 CONFIG_KEYS = ("dpsgd", "privacy")
 
@@ -36,6 +37,37 @@ def releases(config, neighbours: str = "add_or_remove_one") -> list[privacy.Rele
                               relation=neighbours)]
 
 
+def programs(config, data) -> dict[str, Program]:
+  """DP-SGD's step on the private set's inputs (ScatterNet features of one chunk too, where
+  the model reads them), at the config's shapes."""
+  d = config.dpsgd
+  n = dpsgd_plan.public_size(config, len(data.x_train))
+  record = dpsgd_plan.release(config, dpsgd_plan.noise_multiplier(config, n), n)
+  x = abstract(data.x_train)
+  out = {}
+  if d.model in dpsgd_models.SCATTERING:  # scattering.features' chunk program
+    scatter = lambda xb: scattering.scatter(xb, d.scattering_scales, d.scattering_orientations)
+    out["scattering"] = Program(scatter, (abstract((scattering.CHUNK,) + data.image_shape),))
+    one = jax.eval_shape(scatter, abstract((1,) + data.image_shape))
+    x = abstract((len(data.x_train),) + one.shape[1:])
+  model = dpsgd_plan.model_of(config, data.num_classes)
+  state = jax.eval_shape(lambda: _state(config, model, x.shape[1:], jax.random.key(0)))
+  out["dpsgd_step"] = Program(*dpsgd.step_program(state, model, x, abstract(data.y_train),
+                                                  record, d.microbatch_size))
+  return out
+
+
+def _state(config, model, input_shape, key: jax.Array) -> train_state.TrainState:
+  """A fresh model for ``input_shape`` with DP-SGD's optimizer (SGD, momentum, the
+  parameters' moving average)."""
+  d = config.dpsgd
+  params = model.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32))
+  tx = optax.sgd(d.learning_rate, momentum=d.momentum or None)
+  return train_state.TrainState.create(
+      apply_fn=model.apply, params=params,
+      tx=optax.chain(tx, dpsgd.parameter_average(d.ema)) if d.ema else tx)
+
+
 def run(ctx: Context) -> dict:
   """Trains (or resumes) the DP-SGD model; returns its test accuracy, the noise and the ledger."""
   config, data = ctx.config, ctx.dataset
@@ -51,12 +83,7 @@ def run(ctx: Context) -> dict:
 
   model = dpsgd_plan.model_of(config, data.num_classes)
   init_key, noise_key, batch_key = jax.random.split(ctx.key("dpsgd"), 3)
-  params = model.init(init_key, jnp.zeros((1,) + x_train.shape[1:], jnp.float32))
-  ema = d.ema
-  tx = optax.sgd(d.learning_rate, momentum=d.momentum or None)
-  state = train_state.TrainState.create(
-      apply_fn=model.apply, params=params,
-      tx=optax.chain(tx, dpsgd.parameter_average(ema)) if ema else tx)
+  state, ema = _state(config, model, x_train.shape[1:], init_key), d.ema
   fit = train.FitConfig(num_steps=d.num_steps, batch_size=d.batch_size,
                         learning_rate=d.learning_rate, checkpoint_every=config.checkpoint_every,
                         log_every=config.log_every)

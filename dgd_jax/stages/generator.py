@@ -12,16 +12,18 @@ learning rate divided by 10 every 80 rounds; DAFL's epoch is 120 iterations).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 
 import jax
 import numpy as np
+import optax
 
 from dgd_jax import augment, generative, plots, train
 from dgd_jax.artefacts import (SYNTHETIC, SYNTHETIC_LABELS, classifier, fit_config,
                                load_classifier, new_generator)
-from dgd_jax.core import Context
+from dgd_jax.core import Context, Program, abstract, abstract_key
 from dgd_jax.workdir import save_array
 
 CONFIG_KEYS = ("generator",)
@@ -94,6 +96,45 @@ def synthetic_student_accuracy(ctx: Context, x_syn: np.ndarray, labels: np.ndarr
                     os.path.join(ctx.stage.path, "student_checkpoints"), "synthetic_student",
                     ctx.log)
   return train.accuracy(student.apply, state.params, data.x_test, data.y_test)
+
+
+def programs(config, data) -> dict[str, Program]:
+  """The generator stage's programs at the config's shapes: the private set's layer
+  statistics (one chunk, where statistics matching is on), the generator's step or
+  DeepInversion's, and the synthetic set's student step."""
+  g, shape = config.generator, data.image_shape
+  baseline = classifier(config, data.num_classes, "baseline",
+                        "conv" if g.synthesis == "inversion" else "im2col")
+  params = jax.eval_shape(baseline.init, jax.random.key(0), abstract((1,) + shape))
+  settings = generative.GeneratorSettings.from_config(g)
+  out, targets = {}, None
+  if g.w_stats > 0:
+    chunk = abstract((min(train.EVAL_BATCH, len(data.x_train)),) + shape)
+    moments = lambda p, xb: generative.layer_moments(baseline.apply, p, xb)
+    out["layer_statistics"] = Program(moments, (params, chunk))
+    targets = jax.eval_shape(moments, params, chunk)  # shaped as (mu_l, var_l) per layer
+  if g.synthesis == "inversion":
+    batch = abstract((g.inversion_batch_size,) + shape)
+    tx = optax.adam(g.inversion_learning_rate)
+    labels = generative.inversion_labels(g.inversion_batch_size, data.num_classes, g.target_mix)
+    out["inversion_step"] = Program(
+        lambda v, opt, k, p, t: generative.inversion_update(
+            tx, labels, baseline.apply, p, settings.priors, t)(v, opt, k),
+        (batch, jax.eval_shape(tx.init, batch), abstract_key(), params, targets))
+  else:
+    state = jax.eval_shape(lambda: new_generator(config, shape, jax.random.key(0)))
+    out["generator_step"] = Program(
+        lambda s, k, p, t: generative.generator_step(s, k, baseline.apply, p, settings, t),
+        (state, abstract_key(), params, targets))
+  student = classifier(config, data.num_classes)
+  cfg = fit_config(config, "baseline")
+  num = g.num_synthetic or len(data.x_train)
+  student_state = jax.eval_shape(lambda: train.create_train_state(
+      student, train.optimizer(cfg), jax.random.key(0), shape))
+  out["synthetic_student_step"] = Program(
+      functools.partial(train.train_step, batch_size=cfg.batch_size),
+      (student_state, abstract_key(), abstract((num,) + shape), abstract((num,), "int32")))
+  return out
 
 
 def run(ctx: Context) -> dict:

@@ -13,17 +13,35 @@ import numpy as np
 
 from dgd_jax import ldp, plots, privacy, train
 from dgd_jax.artefacts import classifier, fit_config, load_classifier
-from dgd_jax.core import Context
+from dgd_jax.core import Context, Program, abstract, abstract_key
 
 CONFIG_KEYS = ("ldp",)
+CHUNK = 1000  # test images the client transforms at a time
 
 
 def perturbed(config, key: jax.Array, x: np.ndarray) -> np.ndarray:
   """The client's transform of ``x`` (Algorithm 1) at the config's setting, in chunks."""
   sigma, mu, bound = config.ldp.sigma, config.ldp.mu, config.ldp.bound  # static under jit
   fn = jax.jit(lambda k, xb: ldp.transform(k, xb, sigma, mu, bound))
-  return np.concatenate([np.asarray(fn(jax.random.fold_in(key, i), x[i:i + 1000]))
-                         for i in range(0, len(x), 1000)])
+  return np.concatenate([np.asarray(fn(jax.random.fold_in(key, i), x[i:i + CHUNK]))
+                         for i in range(0, len(x), CHUNK)])
+
+
+def programs(config, data) -> dict[str, Program]:
+  """The robust teacher's step (LDP Eq. 3) on the private set and the client's transform of
+  one chunk, at the config's shapes."""
+  model, cfg = classifier(config, data.num_classes), fit_config(config, "ldp")
+  state = jax.eval_shape(lambda: train.create_train_state(
+      model, train.optimizer(cfg), jax.random.key(0), data.image_shape))
+  step_cfg = ldp.RobustSettings.from_config(config.ldp)
+  c = config.ldp
+  return {
+      "robust_step": Program(functools.partial(ldp.robust_step, cfg=step_cfg),
+                             (state, abstract_key(), abstract(data.x_train),
+                              abstract(data.y_train))),
+      "client_transform": Program(lambda k, xb: ldp.transform(k, xb, c.sigma, c.mu, c.bound),
+                                  (abstract_key(), abstract((CHUNK,) + data.image_shape))),
+  }
 
 
 def run(ctx: Context) -> dict:

@@ -105,6 +105,15 @@ def planned(config, neighbours: str, before=()) -> privacy.Release:
       teachers_changed=plan.teachers_changed, neighbours=neighbours)
 
 
+def programs(config, data) -> dict:
+  """The teachers' votes on one query chunk (``ensemble.vote_histograms``' program) at the
+  config's shapes. A run with ``queries.refits`` also trains round students and refit heads,
+  which are not compiled here (no preset refits; tests/test_pipeline.py runs a refit at small
+  shapes)."""
+  rows = config_shards(config, data.x_train, data.y_train)
+  return {"votes": artefacts.teacher_programs(config, data, rows)["votes"]}
+
+
 def check(config) -> None:
   """Refuses query settings no run can use, before anything is trained."""
   if filtered(config) and config.queries.plan == "auto":

@@ -17,14 +17,16 @@ from __future__ import annotations
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import plots, pool, propagation, train
-from dgd_jax.artefacts import load_queries, load_vae, load_votes, student_fits
-from dgd_jax.core import Context
+from dgd_jax import plots, pool, propagation, query_plan, train
+from dgd_jax.artefacts import (classifier, fit_config, load_queries, load_vae, load_votes,
+                               student_fits, vae_model)
+from dgd_jax.core import Context, Program, abstract, abstract_key
 from dgd_jax.errors import ConfigError
-from dgd_jax.student_training import (class_count_targets, members, propagates, shares,
-                                      train_student, uses_vae)
+from dgd_jax.student_training import (StudentSettings, class_count_targets, make_step, members,
+                                      propagates, shares, train_student, uses_vae)
 
 # 'vae' stays in the student's key even when unused, so workdirs made before the VAE stage
 # became optional are still this config's.
@@ -43,6 +45,43 @@ def check(config) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
       raise ConfigError(f"config.student.{field}={value!r}: it must be a whole number of at "
                         f"least {least} (--config.student.{field}={least}: {meaning}).")
+
+
+def programs(config, data) -> dict[str, Program]:
+  """The student's semi-supervised step (Eq. 1) at the config's shapes: on the planned
+  queries' labels (the most that can be answered; with label propagation, the whole pool
+  at most) and the rest of the pool; and where a student learns distributions over the
+  whole pool (an ensemble's distillation, self-training), that step too."""
+  q, k = query_plan.settings(config), data.num_classes
+  size, labelled = pool.size_of(config, data), q.num_queries
+  brier = q.aggregator in query_plan.COUNT_RELEASES
+  shape = data.image_shape
+  student = classifier(config, k, "student", lowering="conv")
+  cfg = fit_config(config, "student")
+  state = jax.eval_shape(lambda: train.create_train_state(
+      student, train.optimizer(cfg), jax.random.key(0), shape))
+  vae, vae_params = None, None
+  if uses_vae(config.student):
+    vae = vae_model(config, shape)
+    key, one = jax.random.key(0), jnp.zeros((1,) + shape)
+    vae_params = jax.eval_shape(lambda: vae.init(key, one, key)["params"])
+
+  def program(num: int, targets):  # train_student's step on num labelled samples
+    settings = StudentSettings.from_config(config.student, brier)
+    return Program(lambda st, key, xs, ys, xu, vp: make_step(
+        student, vae, vp, xs, ys, xu, settings)(st, key),
+                   (state, abstract_key(), abstract((num,) + shape), targets,
+                    abstract((size - labelled,) + shape), vae_params))
+
+  if brier:
+    out = {"step": program(labelled, abstract((labelled, k)))}
+  elif propagates(config, labelled, size):  # at most the whole pool reached
+    out = {"step": program(size, abstract((size,), "int32"))}
+  else:
+    out = {"step": program(labelled, abstract((labelled,), "int32"))}
+  if members(config, q.noise_scale) > 1 or config.student.self_training:
+    out["distributions_step"] = program(size, abstract((size, k)))
+  return out
 
 
 def labelled_split(ctx: Context, x_pool: np.ndarray, votes: np.ndarray | None = None

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dgd_jax import aggregation, augment, ensemble, ldp, plots, train
-from dgd_jax.artefacts import new_teachers
+from dgd_jax.artefacts import new_teachers, teacher_programs
 from dgd_jax.core import Context
 from dgd_jax.errors import ConfigError
 from dgd_jax.data import config_shards
@@ -95,6 +95,23 @@ def train_members(ctx: Context, rows: list[np.ndarray], name: str):
   return state.params, predict, seconds, chunk
 
 
+def programs(config, data) -> dict:
+  """The teachers' programs at the config's shapes (``artefacts.teacher_programs``)."""
+  return teacher_programs(config, data, config_shards(config, data.x_train, data.y_train),
+                          member_update(config, data.num_classes))
+
+
+def sweep_rows(config, data) -> list[np.ndarray]:
+  """Every member's index row of the sweep: each size's shards, the sizes in turn."""
+  return [r for n in config.sweep.sizes
+          for r in config_shards(config, data.x_train, data.y_train, int(n))]
+
+
+def sweep_programs(config, data) -> dict:
+  return teacher_programs(config, data, sweep_rows(config, data),
+                          member_update(config, data.num_classes))
+
+
 def ensemble_accuracies(labels: np.ndarray, y: np.ndarray, num_classes: int,
                         noise_scales, key: jax.Array) -> tuple[dict, np.ndarray]:
   """Per-teacher accuracy (mean/min/max), plurality accuracy and LNMax accuracy at each
@@ -156,7 +173,7 @@ def write_sweep_table(path: str, table: list[dict], sizes: list[int], scales: li
 def run_sweep(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   sizes = [int(s) for s in config.sweep.sizes]
-  rows = [r for n in sizes for r in config_shards(config, data.x_train, data.y_train, n)]
+  rows = sweep_rows(config, data)
   params, predict, seconds, _ = train_members(ctx, rows, "teacher_sweep")
   labels = ensemble.teacher_predictions(predict, params, data.x_test)
   scales = [float(s) for s in config.sweep.noise_scales]

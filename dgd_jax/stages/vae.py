@@ -13,11 +13,24 @@ from flax.training import train_state
 
 from dgd_jax import generative, plots, pool, train, triples
 from dgd_jax.artefacts import fit_config, vae_model
-from dgd_jax.core import Context
+from dgd_jax.core import Context, Program, abstract, abstract_key
 from dgd_jax.models.vae import VAE, elbo_terms
 
 CONFIG_KEYS = ("pool", "vae")
 EPS1_MEASURED = (0.01, 0.1, 1.0, 10.0, 100.0)  # DGD's eps1 (paper: 0.01) and larger values
+
+
+def programs(config, data) -> dict[str, Program]:
+  """The VAE's training step on the whole pool (``pool.size_of``), at the config's shapes."""
+  shape = data.image_shape
+  vae, cfg = vae_model(config, shape), fit_config(config, "vae")
+  key = jax.random.key(0)
+  state = jax.eval_shape(lambda: train_state.TrainState.create(
+      apply_fn=vae.apply, params=vae.init(key, jnp.zeros((1,) + shape), key)["params"],
+      tx=train.optimizer(cfg)))
+  step = lambda s, k, x: generative.vae_step(s, k, vae, x, cfg.batch_size)  # as run's
+  return {"vae_step": Program(step, (state, abstract_key(),
+                                     abstract((pool.size_of(config, data),) + shape)))}
 
 
 def run(ctx: Context) -> dict:

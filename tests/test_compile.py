@@ -1,0 +1,83 @@
+"""The compile tier: every jitted program of every preset (``StageSpec.programs``: the
+baseline's, the teachers' and the teacher sweep's steps, the generator's or DeepInversion's,
+the VAE's, the queries' vote chunk, the student's, DPDFD's, LDP's, DP-SGD's) compiled ahead
+of time at the preset's full shapes on real Fashion-MNIST's shapes
+(``pipeline.compile_programs``), nothing trained or run; the teachers' programs held to their
+memory plan, every program to this host's free memory. What only running shows is the smoke
+tier's (tests/test_smoke.py, outside CI; docs/PERFORMANCE.md, "Test tiers").
+
+Marked ``compile`` (and ``slow``, so the README's test command leaves them out); ``.ci/run``
+runs them after the suite: ``bash launch/test.sh -m compile``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import pytest
+
+from dgd_jax import memory, methods, pipeline
+from dgd_jax.data import idx
+from presets import IDS, PRESETS
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+# Stages with no program list: the audit (an optional stage, its attack's programs run in the
+# smoke tier and tests/test_audit.py) and DPDFD's samples (the generator's forward pass, as
+# compiled in its step).
+UNCOMPILED = ("audit", "dpdfd_samples")
+
+
+def test_every_stage_lists_its_programs():
+  missing = [n for n, spec in methods.STAGES.items() if spec.programs is None]
+  assert sorted(missing) == sorted(UNCOMPILED), missing
+
+
+@pytest.mark.parametrize("module,arg,extra", [
+    pytest.param(*p, marks=[pytest.mark.compile, pytest.mark.slow, pytest.mark.integration])
+    for p in PRESETS], ids=IDS)
+def test_every_program_compiles_at_the_presets_full_shapes(module, arg, extra):
+  assert not idx.missing_files(FASHION), (
+      f"Fashion-MNIST IDX files missing from {FASHION}: apt-get install dataset-fashion-mnist "
+      "(.ci/run does this).")
+  config = importlib.import_module(f"dgd_jax.configs.{module}").get_config(arg)
+  assert not config.smoke  # the preset's own schedules and counts
+  compiled = pipeline.compile_programs(config)
+  planned = methods.plan_stages(pipeline.run_config(config))
+  assert list(compiled) == list(planned)
+  free, source = memory.device_bytes()
+  for stage, programs in compiled.items():
+    assert programs or stage in UNCOMPILED, stage
+    for name, sizes in programs.items():
+      total = sizes["argument"] + sizes["output"] + sizes["temp"] - sizes["alias"]
+      assert 0 < total <= free, (stage, name, total, free, source)
+      if "budget" in sizes:  # the teachers' memory plan (compile_programs refuses more)
+        assert total <= sizes["budget"], (stage, name)
+  if "teachers" in compiled:
+    assert compiled["teachers"]["train_step"]["budget"] > 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("make", ["dgd", "dgd_inversion", "pate"])
+def test_tiny_runs_compile_every_planned_program_and_write_nothing(make, npz_file, tmp_path,
+                                                                    monkeypatch):
+  import tiny_configs  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(tmp_path)
+  config = getattr(tiny_configs, make)(npz_file)
+  logged = []
+  compiled = pipeline.compile_programs(config, log=lambda *a: logged.append(a[:2]))
+  assert list(compiled) == list(methods.plan_stages(pipeline.run_config(config)))
+  assert logged == [(s, p) for s, programs in compiled.items() for p in programs]
+  assert all(compiled.values()) and all(v["temp"] >= 0 for ps in compiled.values()
+                                        for v in ps.values())
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npz"]  # nothing trained or saved
+
+
+def test_a_program_over_its_memory_plan_is_refused(npz_file, monkeypatch):
+  import tiny_configs  # pylint: disable=g-import-not-at-top
+  from dgd_jax.errors import ConfigError  # pylint: disable=g-import-not-at-top
+  spec = methods.STAGES["baseline"]
+  tight = lambda config, data: {name: dataclasses.replace(p, budget=1)
+                                for name, p in spec.programs(config, data).items()}
+  monkeypatch.setitem(methods.STAGES, "baseline", dataclasses.replace(spec, programs=tight))
+  with pytest.raises(ConfigError, match="baseline.train_step needs .* over its memory plan"):
+    pipeline.compile_programs(tiny_configs.baseline(npz_file))
