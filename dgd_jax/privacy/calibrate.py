@@ -11,9 +11,12 @@ noise convention). ``others`` are the fixed releases recorded with it (e.g. DGD'
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from typing import Iterable
 
+import numpy as np
 from scipy import optimize
 
 from dgd_jax.errors import ConfigError
@@ -22,6 +25,34 @@ from dgd_jax.privacy.ledger import PrivacyLedger
 from dgd_jax.privacy.releases import DpsgdSteps, PureDpRelease, Release
 
 MAX_COUNT = 10 ** 9
+
+
+def _key(value):
+  """A hashable stand-in for a calibration argument: a record by its type and fields, an
+  array by its bytes."""
+  if isinstance(value, Release):
+    return (type(value).__name__,) + tuple(_key(getattr(value, f.name))
+                                           for f in dataclasses.fields(value))
+  if isinstance(value, np.ndarray):
+    return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+  if isinstance(value, (list, tuple)):
+    return tuple(_key(v) for v in value)
+  return value
+
+
+def _remembered(fn):
+  """``fn`` computed once per process for equal arguments: a calibration is a pure function of
+  its records and numbers, and a run asks for the same one several times (the budget guard,
+  the stage, each point of a sweep)."""
+  cache = {}
+
+  @functools.wraps(fn)
+  def wrapper(*args, **kwargs):
+    key = (_key(args), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
+    if key not in cache:
+      cache[key] = fn(*args, **kwargs)
+    return cache[key]
+  return wrapper
 
 
 def epsilon_of(release: Release, delta: float, accountant: str, others: Iterable[Release] = (),
@@ -54,6 +85,7 @@ def _others(others: Iterable[Release]) -> tuple[Release, ...]:
   return others
 
 
+@_remembered
 def max_queries(release: Release, target_epsilon: float, delta: float, accountant: str = "rdp",
                 others: Iterable[Release] = (), **ledger_kwargs) -> int:
   """The largest count n with epsilon(n), ``others`` included, <= target_epsilon (0 when even one
@@ -86,6 +118,7 @@ def max_queries(release: Release, target_epsilon: float, delta: float, accountan
 _MIN_NOISE: dict[str, float] = {}
 
 
+@_remembered
 def min_noise(release: Release, target_epsilon: float, delta: float, accountant: str = "rdp",
               rtol: float = 1e-9, others: Iterable[Release] = (), **ledger_kwargs) -> float:
   """The smallest noise parameter (to relative tolerance ``rtol``) with epsilon, ``others``
@@ -148,6 +181,7 @@ def _min_noise(release: Release, target_epsilon: float, delta: float, accountant
   return high
 
 
+@_remembered
 def dpsgd_noise_multiplier(release: "DpsgdSteps", target_epsilon: float, delta: float,
                            accountant: str = "rdp") -> float:
   """DP-SGD's noise multiplier for ``target_epsilon``: jax-privacy's calibration
