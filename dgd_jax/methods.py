@@ -81,16 +81,75 @@ _STATISTICS_NOTE = (
     "generator.w_stats > 0: the generator also matches per-channel statistics of the "
     "baseline's activations on the private training set (computed without noise); like the "
     "baseline, they are not covered.")
-_DIAGNOSTICS_NOTE = (
-    "Diagnostics computed by the server and not released: the student trained on the "
-    "teachers' noiseless plurality or vote shares (student_accuracy_noiseless_labels) and the "
-    "agreement of the noisy labels with the plurality and with the baseline.")
+# Stages whose every result is a noiseless function of the private data: what models trained on
+# it without noise (or attacks on them) measured or made; what each is.
+NONPRIVATE_STAGES = {
+    "baseline": "the baseline, trained on the private data without noise",
+    "teachers": "the teachers, each trained on its partition without noise",
+    "teacher_sweep": "the sweep's teachers, trained without noise",
+    "generator": "the synthetic set and its measures, made against the non-private baseline",
+    "vae": "the VAE's fit to the unlabelled pool (DGD: the synthetic set)",
+    "ldp": "BASE and the robust teacher, trained on the private data without noise (the "
+           "client's local_epsilon and parameters are public functions of the config)",
+    "audit": "the empirical attacks' statistics on the private training set",
+}
+# Fields of the other stages' results, and of report.json's top level, that are noiseless
+# functions of the private data or the teachers' votes: server diagnostics, never releases.
+NOISELESS_FIELDS = {
+    "baseline_accuracy": "the non-private baseline's test accuracy",
+    "student_accuracy_noiseless_labels": "the student trained on the teachers' noiseless "
+                                         "plurality or vote shares",
+    "noisy_label_agreement_with_plurality": "how often a released label is the teachers' "
+                                            "noiseless plurality",
+    "asked_class_is_plurality": "how often the class a count was asked for is the teachers' "
+                                "plurality",
+    "label_accuracy_vs_baseline": "the released labels' agreement with the non-private "
+                                  "baseline's labels",
+    "top_vote_share_by_round": "the teachers' mean top vote share in each round of queries",
+    "epsilons_data_dependent": "the epsilons of the data-dependent accountants",
+    "teacher_accuracy": "the sensitive model's test accuracy (trained without noise)",
+    "smooth_sensitivity": "beside its released value: the exact data-dependent epsilon "
+                          "(rdp, epsilon_before, epsilon), its smooth sensitivity and std, and "
+                          "the diagnostic release at parameters chosen from the votes",
+}
+
+
+def noiseless(report: dict) -> dict[str, str]:
+  """Every noiseless function of the private data or the votes in a report (its ``stages``
+  and top level): path -> what it is. None is a DP release; none is covered."""
+  out = {}
+  for name, result in report.get("stages", {}).items():
+    if name in NONPRIVATE_STAGES:
+      out[f"stages.{name}"] = f"every field: {NONPRIVATE_STAGES[name]}"
+      continue
+    for field in result:
+      if field in NOISELESS_FIELDS:
+        out[f"stages.{name}.{field}"] = NOISELESS_FIELDS[field]
+    if (result.get("privacy") or {}).get("data_dependent_accountants"):
+      out[f"stages.{name}.privacy"] = (
+          "the epsilons of " + ", ".join(result["privacy"]["data_dependent_accountants"])
+          + " (data-dependent accountants, flagged in details)")
+  for field, value in report.items():
+    if value not in (None, {}, []) and field != "stages" and (field in NOISELESS_FIELDS
+                                                    or field in NONPRIVATE_STAGES):
+      out[field] = NOISELESS_FIELDS.get(field) or f"every field: {NONPRIVATE_STAGES[field]}"
+  return dict(sorted(out.items()))  # as report.json (sorted keys) holds it
+
+
+def noiseless_note(found: dict[str, str]) -> str:
+  """report.json's not-covered note naming every noiseless diagnostic a run holds."""
+  return ("Noiseless diagnostics in this report: functions of the private data or the "
+          "teachers' votes computed without noise, not DP releases and not covered by any "
+          "epsilon: " + "; ".join(f"{path} ({what})" for path, what in found.items()) + ".")
+
+
 _SMOOTH_SENSITIVITY_NOTE = (
     "queries.smooth_sensitivity: the smooth-sensitivity release of the data-dependent epsilon "
-    "(PATE 2018 Sec. 4) is a further release, not composed into the headline; its order and "
-    "beta are chosen from the votes, and the exact values printed beside it (the epsilon "
-    "before the release, the expected epsilon, the smooth sensitivity) are diagnostics, not "
-    "DP releases.")
+    "(PATE 2018 Sec. 4) is composed into the headline (accountant smooth_sensitivity), its "
+    "order, beta and sigma_ss fixed before any vote; the exact values printed beside it (the "
+    "epsilon before the release, the expected epsilon, the smooth sensitivity) and the "
+    "diagnostic release at parameters chosen from the votes are not DP releases and are not "
+    "covered.")
 _RAW_POOL_NOTE = (
     "pool.source='train': the student's unlabelled pool is the private training set itself "
     "(a stand-in for public data, DGD Fig. 4 and 7). The student sees those images without "
@@ -99,12 +158,10 @@ _RAW_POOL_NOTE = (
 
 def _uncovered_inputs(config: Config, results: dict) -> list[str]:
   """What reaches a run's released model or diagnostics without noise, beyond its method's
-  note: a pool of private images, private-set statistics in the generator, the server's
-  noiseless diagnostics, and a smooth-sensitivity release beside the headline."""
+  note: a pool of private images, private-set statistics in the generator, and what a
+  smooth-sensitivity release publishes beside its value (the report adds ``noiseless_note``)."""
   return (([_RAW_POOL_NOTE] if config.get("pool", {}).get("source") == "train" else [])
           + ([_STATISTICS_NOTE] if config.get("generator", {}).get("w_stats", 0) > 0 else [])
-          + ([_DIAGNOSTICS_NOTE] if "student_accuracy_noiseless_labels"
-             in results.get("student", {}) else [])
           + ([_SMOOTH_SENSITIVITY_NOTE] if config.get("queries", {}).get("smooth_sensitivity")
              else []))
 

@@ -103,6 +103,13 @@ def build(config, results: dict) -> dict:
     if unit:  # DPDFD: 'label' for direct training (label DP only), else 'example'
       report["privacy"]["unit"] = unit
   report["audit_check"] = audit_check(config, report)
+  report["noiseless"] = methods.noiseless(report)  # server diagnostics: not covered
+  if report["noiseless"]:  # the run's not-covered notes, or the privacy block's if it has none
+    note = methods.noiseless_note(report["noiseless"])
+    if "covers" in report:
+      report["covers"]["not_covered"].append(note)
+    else:
+      report["privacy"]["not_covered"] = [note]
   return report
 
 
@@ -241,12 +248,18 @@ def _pate2018_lines(report: dict) -> list[str]:
                     if diagnostics else "") + ".")
   if "smooth_sensitivity" in stage:
     s = stage["smooth_sensitivity"]
-    lines.append(f"Smooth-sensitivity release of the data-dependent epsilon (PATE 2018 Sec. 4, "
-                 f"GNMax charged on {s['charged']} queries; not composed into the headline): "
-                 f"{s['released']:.4g}. Diagnostics beside it (not DP releases; order and beta "
-                 f"chosen from the votes): expected {s['epsilon']:.4g} +- {s['std']:.3g}, "
-                 f"{s['epsilon_before']:.4g} before the release, order {s['order']:g}, beta "
-                 f"{s['beta']:.3g}.")
+    d = s["diagnostic"]
+    lines.append(
+        f"Smooth-sensitivity release of the data-dependent epsilon (PATE 2018 Sec. 4, GNMax "
+        f"charged on {s['charged']} queries): {s['released']:.4g}, a DP release: order "
+        f"{s['order']:g}, beta {s['beta']:.4g} and sigma_ss {s['sigma_ss']:.4g} were fixed "
+        f"before any vote (from the {s['source']}), and its (lambda, c)-RDP cost c = "
+        f"{s['gnss_rdp']:.4g} (Thm. 23) is composed into the headline. The exact values beside "
+        f"it are diagnostics, not DP releases (not covered): expected {s['epsilon']:.4g} +- "
+        f"{s['std']:.3g}, {s['epsilon_before']:.4g} before the release. DIAGNOSTIC, not a DP "
+        f"release: PATE 2018's analysis choosing them from the votes (order {d['order']:g}, "
+        f"beta {d['beta']:.4g}, sigma_ss {d['sigma_ss']:.4g}) would have released "
+        f"{d['released']:.4g} (expected {d['epsilon']:.4g}).")
   return lines
 
 
@@ -298,6 +311,8 @@ def write(workdir: str, report: dict) -> None:
   if report["stages"].get("queries", {}).get("plan"):
     lines += _plan_lines(report["stages"]["queries"]["plan"])
   lines += ["## Privacy", "", report["privacy"]["note"], ""]
+  if report.get("noiseless") and not report.get("covers"):  # else listed under not covered
+    lines += [methods.noiseless_note(report["noiseless"]), ""]
   if report.get("covers"):
     lines += ["Not covered by the epsilon:", ""]
     lines += [f"- {n}" for n in report["covers"]["not_covered"][1:]]  # [0]: the note above

@@ -74,7 +74,8 @@ def plain(value: Any) -> Any:
 # config or stage slice is read with these filled in (dropped), so a finished stage is reused,
 # not redone or refused, for a field that changes nothing there. Another value still conflicts.
 ADDED_FIELDS = {("teachers", "mixup"): 0.0, ("teachers", "width"): 0.0,
-                ("generator", "target_mix"): 0.0}
+                ("generator", "target_mix"): 0.0, ("queries", "ss_order"): 0.0,
+                ("queries", "ss_beta"): 0.0, ("queries", "ss_sigma"): 0.0}
 REMOVED_FIELDS = {("teachers", "shared_init"): False}
 
 

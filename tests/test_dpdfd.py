@@ -14,6 +14,7 @@ from dgd_jax.errors import ConfigError
 from dgd_jax.workdir import Workdir
 
 import tiny_configs
+from report_checks import assert_noiseless_named
 
 
 def test_normalised_rows_have_norm_c_over_one_plus_e_over_norm():
@@ -81,6 +82,8 @@ def tiny(npz_file, arg=""):
 def test_dpdfd_end_to_end(npz_file, tmp_path):
   report = pipeline.run(tiny(npz_file), str(tmp_path / "d"))
   assert report["method"] == "dpdfd" and report["steps"] == 10 and report["queries"] is None
+  assert "stages.dpdfd.teacher_accuracy" in assert_noiseless_named(
+      str(tmp_path / "d"))["noiseless"]
   assert set(report["stage_seconds"]) == {"baseline", "dpdfd", "dpdfd_samples"}
   result = report["stages"]["dpdfd"]
   planned = privacy.PrivacyLedger([privacy.DpdfdSteps(

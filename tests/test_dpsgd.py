@@ -28,6 +28,7 @@ from dgd_jax.models import scattering
 from dgd_jax.stages import baseline as baseline_stage
 
 import tiny_configs
+from report_checks import assert_noiseless_named
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
@@ -325,6 +326,7 @@ def test_end_to_end_on_a_real_fashion_mnist_slice(fashion_slice, tmp_path):
   report = pipeline.run(config, str(tmp_path / "run"))
   stage = report["stages"]["dpsgd"]
   assert report["method"] == "dpsgd" and stage["num_steps"] == 25
+  assert assert_noiseless_named(str(tmp_path / "run"))["noiseless"] == {}  # all covered
   assert report["test_accuracy"] > 0.5  # chance is 0.1
   assert report["accountant"] == "pld" and report["delta"] == 1e-5  # calibrated under PLD
   assert report["epsilon"] <= 3.0 and report["epsilon"] == pytest.approx(3.0, rel=1e-3)

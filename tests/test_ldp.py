@@ -12,6 +12,7 @@ import pytest
 from dgd_jax import ldp, pipeline, privacy
 from dgd_jax.configs import ldp as ldp_config
 from dgd_jax.models.classifier import Classifier
+from report_checks import assert_noiseless_named
 
 
 @pytest.mark.parametrize("mu", [0.01, 0.1, 0.37])
@@ -60,6 +61,7 @@ def test_ldp_end_to_end(npz_file, tmp_path):
   config.ldp.update(num_steps=40, batch_size=32)
   config.log_every = 20
   report = pipeline.run(config, str(tmp_path / "l"))
+  assert "stages.ldp" in assert_noiseless_named(str(tmp_path / "l"))["noiseless"]
   result = report["ldp"]
   for key in ("base_clean_accuracy", "base_perturbed_accuracy", "robust_perturbed_accuracy"):
     assert 0 <= result[key] <= 1, key

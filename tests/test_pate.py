@@ -13,6 +13,7 @@ from dgd_jax.stages import queries
 from dgd_jax.workdir import Workdir
 
 import tiny_configs
+from report_checks import assert_noiseless_named
 
 POOL = tiny_configs.PATE_POOL
 
@@ -28,6 +29,8 @@ def test_pate_end_to_end_with_a_dp_headline_and_the_data_dependent_diagnostic(np
                                                                              tmp_path):
   report = pipeline.run(tiny_configs.pate(npz_file), str(tmp_path / "p"))
   assert report["method"] == "pate" and report["queries"] == 40
+  assert "noisy_label_agreement_with_plurality" in assert_noiseless_named(
+      str(tmp_path / "p"))["noiseless"]
   assert set(report["stage_seconds"]) == {"teachers", "queries", "student"}  # Eq. 6 off: no VAE
   student = report["stages"]["student"]
   assert student["num_evaluated"] == 128 - POOL  # evaluated on the test examples not pooled

@@ -13,6 +13,7 @@ from dgd_jax.errors import ConfigError
 from dgd_jax.stages import queries
 
 import tiny_configs
+from report_checks import assert_noiseless_named
 
 
 def test_plus_preset_plans_a_filter_and_refuses_misplaced_budgets():
@@ -76,6 +77,8 @@ def test_filtered_pate_plus_headline_is_the_filter_epsilon(npz_file, tmp_path):
 
 @pytest.mark.integration
 def test_smooth_sensitivity_release_in_the_queries_stage(npz_file, tmp_path):
+  """The release at parameters the public plan fixed before the votes, composed into the
+  headline at its order; PATE 2018's vote-chosen release beside it as a diagnostic."""
   config = tiny_configs.pate(npz_file, ",plus,ss")
   config.queries.update(threshold=2.0, sigma1=1.5, noise_scale=2.0)
   report = pipeline.run(config, str(tmp_path / "p"), stages=("queries",))
@@ -84,7 +87,43 @@ def test_smooth_sensitivity_release_in_the_queries_stage(npz_file, tmp_path):
   assert s["answered"] == report["stages"]["queries"]["answered"]
   assert s["epsilon"] == pytest.approx(s["epsilon_before"] + s["gnss_rdp"])
   assert s["conditions"] == {"C5": True, "C6": True}
+  assert s["source"] == "plan" and s["dp_release"]
+  plan = queries.ss_plan(config)
+  assert (s["order"], s["beta"], s["sigma_ss"]) == (plan.order, plan.beta, plan.sigma_ss)
+  assert s["diagnostic"]["source"] == "votes" and not s["diagnostic"]["dp_release"]
+  # The headline: the queries' data-independent RDP and the release's cost, at its order.
+  assert report["accountant"] == "smooth_sensitivity" and not report["epsilon_is_data_dependent"]
+  record = queries.planned(config, "replace_one")
+  lam = np.array([plan.order])
+  expected, _ = privacy.improved_epsilon(lam, record.rdp(lam) + plan.rdp, 1e-5)
+  assert report["epsilon"] == pytest.approx(expected, rel=1e-12)
+  assert report["epsilon"] > privacy.PrivacyLedger([record]).epsilon(1e-5, "rdp").epsilon
+  assert "rdp" not in report["epsilons"]  # an accountant that cannot hold the release
   md = (tmp_path / "p" / "report.md").read_text()
   assert "Smooth-sensitivity release of the data-dependent epsilon" in md
-  assert "not composed into the headline" in md and "not DP releases" in md
+  assert "a DP release" in md and "composed into the headline" in md
+  assert "DIAGNOSTIC, not a DP release" in md
   assert any("smooth-sensitivity release" in n for n in report["covers"]["not_covered"])
+  assert "stages.queries.smooth_sensitivity" in assert_noiseless_named(
+      str(tmp_path / "p"))["noiseless"]
+
+
+def test_smooth_sensitivity_needs_its_accountant_and_fixed_parameters_set_together():
+  config = pate_config_file.get_config("fashion_mnist,cpu,plus,ss")
+  assert config.privacy.accountant == "smooth_sensitivity"
+  assert isinstance(queries.releases(config)[-1], privacy.SmoothSensitivityCost)
+  config.privacy.accountant = "rdp"
+  with pytest.raises(ConfigError, match="accountant='smooth_sensitivity'"):
+    queries.check(config)
+  config.privacy.accountant = "smooth_sensitivity"
+  config.queries.ss_order = 5.0
+  with pytest.raises(ConfigError, match="set all three"):
+    queries.ss_plan(config)
+  config.queries.update(ss_beta=0.05, ss_sigma=8.0)
+  plan = queries.ss_plan(config)
+  assert (plan.order, plan.beta, plan.sigma_ss, plan.source) == (5.0, 0.05, 8.0, "config")
+  plain = pate_config_file.get_config("fashion_mnist,cpu,plus")
+  plain.privacy.accountant = "smooth_sensitivity"
+  plain.queries.filter = False
+  with pytest.raises(ConfigError, match="makes none of"):
+    queries.check(plain)

@@ -23,6 +23,7 @@ from dgd_jax.errors import ConfigError, WorkdirConflictError
 from dgd_jax.workdir import Workdir, read_json
 
 import tiny_configs
+from report_checks import assert_noiseless_named
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--config.baseline.num_steps=40", "--config.baseline.batch_size=32",
@@ -53,9 +54,11 @@ def test_run_reuse_and_conflict(npz_file, tmp_path):
   workdir = str(tmp_path / "w")
   report = pipeline.run(tiny_config(npz_file), workdir)
   assert 0.0 <= report["test_accuracy"] <= 1.0
+  assert_noiseless_named(workdir)
   assert report["test_accuracy"] > 0.3  # the synthetic classes are easy; chance is 0.1
   with open(os.path.join(workdir, "report.json")) as f:
     assert json.load(f)["test_accuracy"] == report["test_accuracy"]
+  assert "stages.baseline" in report["noiseless"]  # the baseline method: nothing private
   for name in ("config.json", "metrics.jsonl", "report.md", "baseline/stage.json",
                "baseline/result.json"):
     assert os.path.exists(os.path.join(workdir, name)), name
@@ -162,6 +165,7 @@ def test_teachers_stage(npz_file, tmp_path):
   report = pipeline.run(teachers_config(npz_file), str(workdir))
   result = report["stages"]["teachers"]
   assert result["num_teachers"] == 4 and result["examples_per_teacher"] == 128
+  assert "stages.teachers" in assert_noiseless_named(str(workdir))["noiseless"]
   assert result["dropped_examples"] == 0
   for k in ("teacher_accuracy_mean", "plurality_accuracy", "lnmax_accuracy_scale_20",
             "lnmax_accuracy_scale_40"):
@@ -232,6 +236,7 @@ def test_teacher_sweep_writes_csv_and_plot(npz_file, tmp_path):
   report = pipeline.run(config, str(tmp_path / "s"))
   result = report["stages"]["teacher_sweep"]
   assert result["members_trained"] == 14
+  assert "stages.teacher_sweep" in assert_noiseless_named(str(tmp_path / "s"))["noiseless"]
   assert [r["teachers"] for r in result["table"]] == [2, 4, 8]
   assert [r["examples_per_teacher"] for r in result["table"]] == [256, 128, 64]
   with open(tmp_path / "s" / "teacher_sweep" / "sweep.csv") as f:
@@ -414,6 +419,9 @@ def test_dgd_with_every_issue16_lever_end_to_end(fashion_mnist_subset, tmp_path)
     assert 0 <= report[key] <= 1, key
   notes = " ".join(report["covers"]["not_covered"])
   assert "w_stats" in notes and "noiseless plurality" in notes
+  found = assert_noiseless_named(str(workdir))["noiseless"]
+  assert {"noisy_label_agreement_with_plurality", "stages.queries.top_vote_share_by_round",
+          "student_accuracy_noiseless_labels", "label_accuracy_vs_baseline"} <= set(found)
   md = (workdir / "report.md").read_text()
   assert "## Query plan" in md and "noiseless plurality reaches" in md
   logged = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]

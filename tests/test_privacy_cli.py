@@ -56,6 +56,10 @@ RUNS = {
     # teachers of workdirs/quickstart_cpu on its first 300 queried synthetic samples).
     "quickstart_ss": CONFIDENT + ["--votes={quickstart}", "--delta=1e-5",
                                   "--smooth_sensitivity", "--json"],
+    "quickstart_ss_fixed": CONFIDENT + ["--votes={quickstart}", "--smooth_sensitivity",
+                                        "--ss_order=12", "--ss_beta=0.03", "--ss_sigma=5",
+                                        "--json"],
+    "quickstart_ss_text": CONFIDENT + ["--votes={quickstart}", "--smooth_sensitivity"],
     "quickstart_filter": CONFIDENT + ["--votes={quickstart}", "--delta=1e-5",
                                       "--filter_epsilon=2", "--json"],
     "filter_stops": ["--mechanism=gnmax", "--noise_scale=40", "--votes={votes}",
@@ -256,12 +260,24 @@ def test_smooth_sensitivity_release_of_the_quick_start_votes(runs):
   """tensorflow/privacy's smooth_sensitivity_table.py on the same votes gives 1.546 -> 1.816
   +- 0.179 (its expected cost, classic conversion): the release lands in that range."""
   out = ok_json(runs["quickstart_ss"])
-  s = out["smooth_sensitivity"]
-  assert s["queries"] == 300 and s["charged"] == "answered"
-  assert 1.816 - 0.179 <= s["epsilon"] <= 1.816 + 0.179
-  assert s["epsilon"] == pytest.approx(s["epsilon_before"] + s["gnss_rdp"])
-  assert s["std"] == pytest.approx(s["smooth_sensitivity"] * s["sigma_ss"])
-  assert 0 < s["beta"] < 1 / (2 * s["order"]) and s["conditions"] == {"C5": True, "C6": True}
+  d = out["smooth_sensitivity"]["diagnostic"]  # PATE 2018's analysis: vote-chosen parameters
+  assert d["queries"] == 300 and d["charged"] == "answered" and not d["dp_release"]
+  assert 1.816 - 0.179 <= d["epsilon"] <= 1.816 + 0.179
+  for s in (d, out["smooth_sensitivity"]):
+    assert s["epsilon"] == pytest.approx(s["epsilon_before"] + s["gnss_rdp"])
+    assert s["std"] == pytest.approx(s["smooth_sensitivity"] * s["sigma_ss"])
+    assert 0 < s["beta"] < 1 / (2 * s["order"]) and s["conditions"] == {"C5": True, "C6": True}
+  s = out["smooth_sensitivity"]  # the release: parameters from the public plan
+  assert s["source"] == "plan" and s["dp_release"]
+  assert set(out["epsilons"]) == {"smooth_sensitivity"} | set(out["data_dependent_accountants"])
+  assert out["epsilons"]["smooth_sensitivity"] > s["gnss_rdp"]
+  fixed = ok_json(runs["quickstart_ss_fixed"])["smooth_sensitivity"]
+  assert (fixed["order"], fixed["beta"], fixed["sigma_ss"], fixed["source"]) == (
+      12.0, 0.03, 5.0, "config")
+  text = runs["quickstart_ss_text"]
+  assert text.returncode == 0, text.stderr
+  assert "a DP release (Thm. 23)" in text.stdout and "NOT a DP release" in text.stdout
+  assert "the public plan (--ss_consensus=0.5, never the votes)" in text.stdout
 
 
 @pytest.mark.integration

@@ -188,3 +188,20 @@ def test_docs_link_only_to_files_in_the_repository(doc):
     if re.match(r"\w+://", target):
       continue
     assert os.path.exists(os.path.join(base, target)), f"{doc} links to missing {target}"
+
+
+def test_every_test_name_the_documents_cite_exists():
+  """A test a document cites as the check of a claim (`test_...`, a parametrised id allowed)
+  is defined in tests/; a cited file tests/test_*.py exists."""
+  defined = set()
+  for name in os.listdir(os.path.join(ROOT, "tests")):
+    if name.endswith(".py"):
+      defined |= set(re.findall(r"^def (test_\w+)", _read(f"tests/{name}"), re.M))
+  for doc in DOCS:
+    text = _read(doc)
+    files = set(re.findall(r"tests/(test_\w+)\.py", text))
+    for path in files:
+      assert os.path.exists(os.path.join(ROOT, "tests", f"{path}.py")), (doc, path)
+    cited = set(re.findall(r"`(test_\w+)(?:\[[^\]`]*\])?`", text)) - files
+    assert cited <= defined, (doc, sorted(cited - defined))
+

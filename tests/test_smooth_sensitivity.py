@@ -14,6 +14,7 @@ import os
 import numpy as np
 import pytest
 
+from dgd_jax import privacy
 from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import pate2018
 from dgd_jax.privacy import smooth_sensitivity as ss
@@ -110,16 +111,21 @@ def test_conditions_c5_c6_as_the_reference_finds_them():
 def test_release_refuses_orders_where_c5_c6_fail():
   votes = np.array([REF["votes"][2]] * 3, float)
   with pytest.raises(ConfigError, match="C5/C6"):
-    ss.release_confident_gnmax(votes, None, None, 20.0, 1e-5, order=32.0)
+    ss.choose_from_votes(votes, None, None, 20.0, 1e-5, order=32.0)
+  with pytest.raises(ConfigError, match="C5/C6"):
+    ss.release_confident_gnmax(votes, None, None, 20.0, 1e-5,
+                               ss.SmoothSensitivityPlan(32.0, 0.01, 5.0, "config"))
 
 
 @pytest.mark.integration
 def test_release_composes_the_gnss_cost_and_its_noise():
   votes = np.array(REF["votes"], float)
   answered = votes.max(axis=1) >= 150
-  r = ss.release_confident_gnmax(votes, 200.0, 150.0, 40.0, 1e-5, answered=answered,
+  chosen = ss.choose_from_votes(votes, 200.0, 150.0, 40.0, 1e-5, answered=answered)
+  r = ss.release_confident_gnmax(votes, 200.0, 150.0, 40.0, 1e-5, chosen, answered=answered,
                                  rng=np.random.default_rng(0))
   assert r.answered == int(answered.sum()) and r.charged == "answered"
+  assert r.source == "votes" and not r.dp_release  # chosen from the votes: a diagnostic
   rdp, ls = ss.confident_gnmax_terms(votes, 200.0, 150.0, 40.0, r.order, answered)
   close(r.rdp, rdp)
   close(r.smooth_sensitivity, ss.discounted_max(r.beta, ls))
@@ -128,8 +134,75 @@ def test_release_composes_the_gnss_cost_and_its_noise():
   close(r.std, r.smooth_sensitivity * r.sigma_ss)
   assert r.order * r.beta < 0.5 and r.gnss_rdp > 0
   # Charging GNMax on every query costs more than on the answered ones.
-  every = ss.release_confident_gnmax(votes, 200.0, 150.0, 40.0, 1e-5, order=r.order,
+  every = ss.release_confident_gnmax(votes, 200.0, 150.0, 40.0, 1e-5, chosen,
                                      rng=np.random.default_rng(0))
   assert every.rdp > r.rdp
   with pytest.raises(ConfigError, match="k = 1"):
-    ss.release_confident_gnmax(votes, 200.0, 150.0, 40.0, 1e-5, teachers_changed=2)
+    ss.release_confident_gnmax(votes, 200.0, 150.0, 40.0, 1e-5, chosen, teachers_changed=2)
+
+
+def _neighbour(votes: np.ndarray) -> np.ndarray:
+  """The votes with one teacher moved on every query: from the top class to the next."""
+  moved = votes.copy()
+  rows = np.arange(len(votes))
+  top = votes.argmax(axis=1)
+  moved[rows, top] -= 1
+  moved[rows, (top + 1) % votes.shape[1]] += 1
+  return moved
+
+
+@pytest.mark.integration
+def test_fixed_parameters_do_not_move_with_a_neighbouring_vote_set():
+  """PATE 2018's vote-chosen beta and sigma_ss move when one teacher changes its vote on every
+  query (so releasing with them is not DP); the public plan's are fixed before the votes, the
+  release at them follows Thm. 23's formulas, and the composed headline is the same upper
+  bound on both neighbours."""
+  votes = np.array(REF["votes"], float)
+  other = _neighbour(votes)
+  args = (200.0, 150.0, 40.0, 1e-5)
+  order = ss.choose_from_votes(votes, *args).order
+  a, b = (ss.choose_from_votes(v, *args, order=order) for v in (votes, other))
+  assert (a.beta, a.sigma_ss) != (b.beta, b.sigma_ss)  # the bug: parameters read the votes
+  plan = ss.plan_release(len(votes), N, votes.shape[1], *args)
+  assert plan.source == "plan" and plan.dp_release
+  record = privacy.ConfidentGNMaxQueries(200.0, 150.0, 40.0, len(votes))
+  headline = privacy.PrivacyLedger([record, privacy.SmoothSensitivityCost(
+      plan.order, plan.beta, plan.sigma_ss, plan.source)]).epsilon(1e-5, "smooth_sensitivity")
+  assert headline.order == plan.order
+  for v in (votes, other):
+    r = ss.release_confident_gnmax(v, *args, plan, rng=np.random.default_rng(0))
+    assert (r.order, r.beta, r.sigma_ss, r.dp_release) == (plan.order, plan.beta, plan.sigma_ss,
+                                                           True)
+    lam, beta, sigma = plan.order, plan.beta, plan.sigma_ss
+    cost = (lam * math.exp(2 * beta) / sigma ** 2
+            + (beta * lam - 0.5 * math.log(1 - 2 * lam * beta)) / (lam - 1))  # Thm. 23
+    close(r.gnss_rdp, cost)
+    _, ls = ss.confident_gnmax_terms(v, 200.0, 150.0, 40.0, lam, np.ones(len(v), bool))
+    smooth = max(math.exp(-beta * d) * ls[d] for d in range(len(ls)))  # Sec. 4.2
+    close(r.smooth_sensitivity, smooth)
+    close(r.std, smooth * sigma)
+    # at lam the data-independent RDP bounds the data-dependent one: the headline, their
+    # improved conversion, holds on both neighbours
+    bound = record.rdp(np.array([lam]))[0] + cost
+    assert r.rdp + r.gnss_rdp <= bound
+    close(headline.epsilon, privacy.improved_epsilon(np.array([lam]), np.array([bound]),
+                                                     1e-5)[0])
+  # Released with the vote-chosen parameters it is refused as a ledger record.
+  with pytest.raises(ConfigError, match="diagnostic"):
+    privacy.SmoothSensitivityCost(a.order, a.beta, a.sigma_ss, a.source)
+
+
+def test_the_ledger_composes_the_release_at_its_order_only():
+  record = privacy.GNMaxQueries(40.0, 300)
+  cost = privacy.SmoothSensitivityCost(12.5, 0.02, 6.0, "config")
+  book = privacy.PrivacyLedger([record, cost])
+  report = book.epsilon(1e-5, "smooth_sensitivity")
+  lam = np.array([12.5])
+  expected, _ = privacy.improved_epsilon(lam, record.rdp(lam) + cost.cost(), 1e-5)
+  close(report.epsilon, expected)
+  assert set(book.epsilons(1e-5)) == {"smooth_sensitivity"}  # no other accountant can hold it
+  with pytest.raises(ConfigError, match="above the maximum"):
+    book.check_budget(expected - 1e-6, 1e-5, "smooth_sensitivity")
+  assert book.check_budget(expected + 1e-6, 1e-5, "smooth_sensitivity").epsilon == report.epsilon
+  with pytest.raises(ConfigError, match="outside"):
+    privacy.SmoothSensitivityCost(12.5, 0.05, 6.0, "config")  # 1/(2 beta) = 10 < 12.5

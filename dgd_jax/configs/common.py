@@ -404,12 +404,19 @@ def queries_config(num_queries: int, aggregator: str, noise_scale: float
       # fixed: the fields above; auto: query_plan.choose for max_epsilon (gaussian_histogram:
       # num_queries histograms with the least noise that fits it)
       plan="fixed",
-      assumed_consensus=0.5,  # auto: the top class's assumed share of the votes (not read)
+      # auto, and the smooth-sensitivity plan: the top class's assumed share of the votes
+      # (the votes are not read)
+      assumed_consensus=0.5,
       num_classes=10,  # auto: the dataset's number of classes K
       # (Confident-)GNMax under a Renyi filter of budget privacy.max_epsilon (Feldman & Zrnic
       # 2021): GNMax charged only when answered; needs privacy.accountant='renyi_filter'
       filter=False,
       smooth_sensitivity=False,  # also release the data-dependent epsilon (PATE 2018 Sec. 4)
+      # its order, beta and sigma_ss, fixed before any vote (Thm. 23); 0 (all three): chosen
+      # by the public plan on assumed_consensus (privacy.smooth_sensitivity.plan_release)
+      ss_order=0.0,
+      ss_beta=0.0,
+      ss_sigma=0.0,
   ))
 
 

@@ -52,7 +52,8 @@ def get_config(arg: str | None = None):
     config.queries = common.queries_config(num_queries, "confident_gnmax", noise_scale=40.0)
     config.queries.update(threshold=200.0, sigma1=150.0)  # PATE 2018 Table 2 (MNIST)
     if arg.flag("ss"):  # PATE 2018 Sec. 4: the data-dependent epsilon, released
-      config.queries.smooth_sensitivity = True
+      config.queries.smooth_sensitivity = True  # at parameters fixed before the votes
+      config.privacy.accountant = "smooth_sensitivity"  # the release composed at its order
     else:  # Feldman & Zrnic 2021: answered-only charging as a DP guarantee
       config.queries.filter = True
       config.privacy.update(max_epsilon=budget or BUDGETS["eps3"], accountant="renyi_filter")

@@ -35,7 +35,8 @@ from dgd_jax.privacy.local import ldp_local_epsilon, vae_latent_epsilon, vae_lat
 from dgd_jax.privacy.releases import (MECHANISMS, ClassCountQueries, ConfidentGNMaxQueries,
                                       DpdfdSteps, DpsgdSteps,
                                       FilteredQueries, GNMaxQueries, HistogramQueries,
-                                      LNMaxQueries, PureDpRelease, Release)
+                                      LNMaxQueries, PureDpRelease, Release,
+                                      SmoothSensitivityCost)
 
 __all__ = [
     "ACCOUNTANTS", "DATA_DEPENDENT_ONLY", "DATA_DEPENDENT_WARNING", "DEFAULT_MOMENT_ORDERS",
@@ -44,7 +45,7 @@ __all__ = [
     "DpdfdSteps", "DpsgdSteps",
     "EpsilonReport", "FilteredQueries",
     "GNMaxQueries", "HistogramQueries", "LNMaxQueries", "PrivacyLedger", "PureDpRelease",
-    "Release", "classic_epsilon",
+    "Release", "SmoothSensitivityCost", "classic_epsilon",
     "dpsgd_noise_multiplier", "epsilon_of", "improved_epsilon", "ldp_local_epsilon", "max_queries", "min_noise",
     "moments_epsilon", "relations_json", "vae_latent_epsilon", "vae_latent_noise_scale",
 ]

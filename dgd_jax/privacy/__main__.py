@@ -18,7 +18,10 @@ r"""Privacy planner: epsilon of planned (or recorded) teacher queries under ever
 ``--target_epsilon`` calibrates: without ``--queries`` it gives the most queries (DPDFD: steps)
 that fit, without the noise parameter the least noise; ``--vae_eps1`` counts towards the target.
 ``--max_epsilon`` refuses a plan above it. With ``--votes``, ``--smooth_sensitivity`` releases
-the data-dependent epsilon with noise scaled to its smooth sensitivity (PATE 2018 Sec. 4) and
+the data-dependent epsilon with noise scaled to its smooth sensitivity (PATE 2018 Sec. 4) at an
+order, beta and sigma_ss fixed before the votes (``--ss_order``, ``--ss_beta``, ``--ss_sigma``,
+or the public plan), composed with the queries (the ``smooth_sensitivity`` accountant), and
+prints PATE 2018's vote-chosen release beside it as a diagnostic; and
 ``--filter_epsilon`` runs a Renyi filter over the queries in order (Feldman & Zrnic 2021); both
 read the threshold bits of ``--answered_mask`` or, without it, draw them as Confident-GNMax
 would (``--seed``). Parses flags and calls the library; the library never
@@ -117,6 +120,19 @@ _SMOOTH = flags.DEFINE_bool(
     "smooth_sensitivity", False, "gnmax / confident_gnmax with --votes: release the data-"
     "dependent epsilon with Gaussian noise scaled to its smooth sensitivity (PATE 2018 Sec. 4, "
     "App. C); prints the epsilon before and after, the order, beta, SS and sigma_ss.")
+_SS_ORDER = flags.DEFINE_float(
+    "ss_order", None, "--smooth_sensitivity: the release's Renyi order lam, fixed before the "
+    "votes (with --ss_beta and --ss_sigma; none of the three: the public plan, --ss_consensus).")
+_SS_BETA = flags.DEFINE_float(
+    "ss_beta", None, "--smooth_sensitivity: the smooth sensitivity's discount beta, in "
+    "(0, 1/(2 lam)).")
+_SS_SIGMA = flags.DEFINE_float(
+    "ss_sigma", None, "--smooth_sensitivity: sigma_ss, the noise in multiples of the smooth "
+    "sensitivity.")
+_SS_CONSENSUS = flags.DEFINE_float(
+    "ss_consensus", smooth_sensitivity.ASSUMED_CONSENSUS, "--smooth_sensitivity without "
+    "--ss_order: the public plan chooses the parameters on histograms with this share of the "
+    "teachers on the top class (never the votes).")
 _SS_CHARGE = flags.DEFINE_string(
     "ss_charge", "answered", "--smooth_sensitivity: charge GNMax on the 'answered' queries "
     "(PATE 2018's accounting of a run) or on 'every' query.")
@@ -282,11 +298,13 @@ def _threshold_bits(release: releases.Release, rng: np.random.Generator) -> np.n
       release.threshold
 
 
-def _pate2018(release: releases.Release, delta: float) -> tuple[releases.Release, dict]:
+def _pate2018(release: releases.Release, delta: float
+              ) -> tuple[releases.Release, dict, list[releases.Release]]:
   """The filtered record (--filter_epsilon) and the smooth-sensitivity release
-  (--smooth_sensitivity) of the votes' queries; (release, {}) when neither is asked for."""
+  (--smooth_sensitivity) of the votes' queries, with the release's own record for the ledger;
+  (release, {}, []) when neither is asked for."""
   if _FILTER.value is None and not _SMOOTH.value:
-    return release, {}
+    return release, {}, []
   if not isinstance(release, (releases.GNMaxQueries, releases.ConfidentGNMaxQueries)) or \
       release.votes is None:
     raise ConfigError("--filter_epsilon and --smooth_sensitivity need --mechanism=gnmax or "
@@ -318,11 +336,33 @@ def _pate2018(release: releases.Release, delta: float) -> tuple[releases.Release
     checks.choice("ss_charge", _SS_CHARGE.value, smooth_sensitivity.CHARGES)
     if votes.shape[0] == 0:
       raise ConfigError("the filter asked no query: nothing to release.")
-    ss = smooth_sensitivity.release_confident_gnmax(
-        votes, threshold, sigma1, sigma2, delta,
-        answered=bits if _SS_CHARGE.value == "answered" else None, rng=rng, teachers_changed=k)
-    out["smooth_sensitivity"] = ss.to_json()
-  return release, out
+    plan = _ss_plan(votes, threshold, sigma1, sigma2, delta)
+    answered = bits if _SS_CHARGE.value == "answered" else None
+    terms = (votes, threshold, sigma1, sigma2, delta)
+    ss = smooth_sensitivity.release_confident_gnmax(*terms, plan, answered=answered, rng=rng,
+                                                    teachers_changed=k)
+    chosen = smooth_sensitivity.choose_from_votes(*terms, answered=answered)
+    diagnostic = smooth_sensitivity.release_confident_gnmax(
+        *terms, chosen, answered=answered, rng=np.random.default_rng(_SEED.value))
+    out["smooth_sensitivity"] = {**ss.to_json(), "diagnostic": diagnostic.to_json()}
+    cost = releases.SmoothSensitivityCost(plan.order, plan.beta, plan.sigma_ss, plan.source,
+                                          neighbours=release.neighbours)
+    return release, out, [cost]
+  return release, out, []
+
+
+def _ss_plan(votes, threshold, sigma1, sigma2, delta) -> smooth_sensitivity.SmoothSensitivityPlan:
+  """The release's parameters: --ss_order/--ss_beta/--ss_sigma, or the public plan for the
+  number of queries, teachers and classes (never the votes' values)."""
+  given = (_SS_ORDER.value, _SS_BETA.value, _SS_SIGMA.value)
+  if any(v is not None for v in given):
+    if any(v is None for v in given):
+      raise ConfigError("pass all of --ss_order, --ss_beta and --ss_sigma (the release's fixed "
+                        "parameters), or none for the public plan.")
+    return smooth_sensitivity.SmoothSensitivityPlan(*given, "config")
+  return smooth_sensitivity.plan_release(
+      int(votes.shape[0]), int(round(votes[0].sum())), int(votes.shape[1]), threshold, sigma1,
+      sigma2, delta, _SS_CONSENSUS.value)
 
 
 def _pate2018_lines(extra: dict) -> list[str]:
@@ -335,13 +375,18 @@ def _pate2018_lines(extra: dict) -> list[str]:
                   f"{f['order']:g})"]
   if "smooth_sensitivity" in extra:
     s = extra["smooth_sensitivity"]
-    lines += ["", f"Smooth-sensitivity release (PATE 2018 Sec. 4; GNMax charged on "
-                  f"{s['charged']} queries, {s['answered']} of {s['queries']}): order "
-                  f"{s['order']:g}, beta {s['beta']:.6g}, SS {s['smooth_sensitivity']:.6g}, "
-                  f"sigma_ss {s['sigma_ss']:.6g}; epsilon {s['epsilon_before']:.6f} before, "
-                  f"{s['epsilon']:.6f} +- {s['std']:.6f} after (released draw: "
-                  f"{s['released']:.6f}); the order and beta were chosen from the votes, as in "
-                  "PATE 2018's analysis"]
+    source = ("--ss_order, --ss_beta and --ss_sigma" if s["source"] == "config" else
+              f"the public plan (--ss_consensus={_SS_CONSENSUS.value:g}, never the votes)")
+    for r, what in ((s, f"parameters from {source}: a DP release (Thm. 23), its cost "
+                        f"{s['gnss_rdp']:.6g} composed in the smooth_sensitivity accountant"),
+                    (s["diagnostic"], "parameters chosen from the votes, as in PATE 2018's "
+                                      "analysis: a DIAGNOSTIC, NOT a DP release")):
+      lines += ["", f"Smooth-sensitivity release (PATE 2018 Sec. 4; GNMax charged on "
+                    f"{r['charged']} queries, {r['answered']} of {r['queries']}), {what}: order "
+                    f"{r['order']:g}, beta {r['beta']:.6g}, SS {r['smooth_sensitivity']:.6g}, "
+                    f"sigma_ss {r['sigma_ss']:.6g}; epsilon {r['epsilon_before']:.6f} before, "
+                    f"{r['epsilon']:.6f} +- {r['std']:.6f} after (released draw: "
+                    f"{r['released']:.6f})"]
   return lines
 
 
@@ -352,8 +397,8 @@ def run() -> str:
   mechanism = _MECHANISM.value
   delta = _DELTA.value
   release, calibration = _plan(mechanism)
-  release, extra = _pate2018(release, delta)
-  book = ledger.PrivacyLedger([release, *_pure_terms()], moment_orders=_moment_orders())
+  release, extra, more = _pate2018(release, delta)
+  book = ledger.PrivacyLedger([release, *more, *_pure_terms()], moment_orders=_moment_orders())
   budget = None
   if _MAX_EPSILON.value is not None:
     accountant = _ACCOUNTANT.value if _ACCOUNTANT.present else None

@@ -22,6 +22,11 @@ Data-independent accountants (a DP guarantee for the plan; every planned release
 * ``renyi_filter``: where a record's queries ran under a Renyi filter (``FilteredQueries``):
   the filter's (lam*, B)-RDP at its order (answered-only charging, Feldman & Zrnic 2021) with
   every other record's RDP curve, improved conversion; the plan's curve at the other orders.
+* ``smooth_sensitivity``: where the ledger holds a smooth-sensitivity release of the
+  data-dependent epsilon (``SmoothSensitivityCost``, PATE 2018 Sec. 4): its (lam, c)-RDP at
+  its order (Thm. 23, parameters fixed before the votes) with every other record's RDP curve,
+  improved conversion at that order. The other data-independent accountants do not apply to
+  such a ledger (they cannot hold a one-order record).
 * ``dpdfd_theorem3``: a single DPDFD record under relation 'theorem3': the paper's claim
   (Theorem 3), valid only under ``dpdfd.THEOREM3_CONDITIONS``.
 
@@ -51,13 +56,17 @@ from dp_accounting import rdp as dp_rdp
 from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import checks, conversion, dpdfd, events, pate2017
 from dgd_jax.privacy.releases import (DpdfdSteps, DpsgdSteps, FilteredQueries, LNMaxQueries,
-                                      PureDpRelease, Release)
+                                      PureDpRelease, Release, SmoothSensitivityCost)
 
 ACCOUNTANTS = ("advanced_composition", "moments_accountant", "rdp", "rdp_classic", "pld",
-               "renyi_filter", "dpdfd_theorem3", "rdp_data_dependent", "rdp_classic_data_dependent",
-               "rdp_answered_only")
+               "renyi_filter", "smooth_sensitivity", "dpdfd_theorem3", "rdp_data_dependent",
+               "rdp_classic_data_dependent", "rdp_answered_only")
 # Accountants that exist only with recorded votes (no data-independent value).
 DATA_DEPENDENT_ONLY = ("rdp_data_dependent", "rdp_classic_data_dependent", "rdp_answered_only")
+# The accountants that compose a record stated at one Renyi order (``SmoothSensitivityCost``):
+# those that sum RDP curves on a grid holding that order. The others (events, moments, PLD) do
+# not apply to a ledger that holds one.
+ONE_ORDER_ACCOUNTANTS = ("smooth_sensitivity",) + DATA_DEPENDENT_ONLY
 
 DATA_DEPENDENT_WARNING = (
     "DATA-DEPENDENT: this epsilon is a function of the private vote histograms (PATE 2017 Sec. "
@@ -142,6 +151,12 @@ NOT_COVERED = {
         "Renyi order before any query, Feldman & Zrnic 2021). Not covered: the teachers, and "
         "any baseline, generator, synthetic data or VAE derived from the private data without "
         "noise (DGD, DGD+)."),
+    "smooth_sensitivity": (
+        "Covers the smooth-sensitivity release of the queries' data-dependent epsilon (PATE "
+        "2018 Sec. 4), its order, beta and sigma_ss fixed before any vote: (lam, c)-RDP by Thm. "
+        "23, composed here with the queries at lam. Not covered: the same quantities chosen "
+        "from the votes, the exact data-dependent epsilon and its smooth sensitivity (server "
+        "diagnostics, not releases)."),
     "pure": (
         "DGD's eps1 protects synthetic examples fed to the VAE, not private examples; it is "
         "added to the total as the paper does (never makes the total smaller)."),
@@ -279,9 +294,10 @@ class PrivacyLedger:
     extra = sum(r.epsilon for r in pure)
     suffix = (f"; plus {extra:.6g} pure DP ({', '.join(r.label for r in pure)}) by basic "
               "composition" if pure else "")
+    one_order = any(isinstance(r, SmoothSensitivityCost) for r in mechanisms)
     out: dict[str, EpsilonReport] = {}
     for name in ACCOUNTANTS:
-      if name not in wanted:
+      if name not in wanted or (one_order and name not in ONE_ORDER_ACCOUNTANTS):
         continue
       result = getattr(self, f"_{name}")(mechanisms, delta, data_dependent)
       if result is None:
@@ -424,6 +440,29 @@ class PrivacyLedger:
                         "the answered ones, other records' RDP added; improved conversion; "
                         "order = lambda"), False
 
+  def _grid(self, mechanisms) -> np.ndarray:
+    """The ledger's orders and every one-order record's order."""
+    return np.union1d(self.orders, [r.order for r in mechanisms
+                                    if isinstance(r, SmoothSensitivityCost)])
+
+  def _smooth_sensitivity(self, mechanisms, delta, data_dependent):
+    del data_dependent
+    releases = [r for r in mechanisms if isinstance(r, SmoothSensitivityCost)]
+    if not releases or _replace_one_sampled(mechanisms):
+      return None
+    _relation(mechanisms)
+    rest = [r for r in mechanisms if r not in releases]
+    orders = np.union1d(events.orders_for([r.event() for r in rest], self.orders)
+                        if rest else self.orders, [r.order for r in releases])
+    curve = sum(r.rdp(orders) for r in mechanisms)
+    eps, order = conversion.improved_epsilon(orders, curve, delta)
+    what = ", ".join(f"order {r.order:g}, beta {r.beta:.6g}, sigma_ss {r.sigma_ss:.6g} "
+                     f"(from the {r.source}): {r.cost():.6g}" for r in releases)
+    return eps, order, (f"smooth-sensitivity release of the data-dependent epsilon (PATE 2018 "
+                        f"Thm. 23, parameters fixed before the votes; {what}) composed with the "
+                        "other records' data-independent RDP at its order; improved conversion; "
+                        "order = lambda"), False
+
   def _dpdfd_theorem3(self, mechanisms, delta, data_dependent):
     del data_dependent
     if (len(mechanisms) != 1 or not isinstance(mechanisms[0], DpdfdSteps)
@@ -448,9 +487,10 @@ class PrivacyLedger:
       return None
     if _replace_one_sampled(mechanisms):
       return None  # no replace-one RDP curve for Poisson-sampled DP-SGD steps
-    curve = sum(r.rdp_data_dependent(self.orders) for r in mechanisms)
+    orders = self._grid(mechanisms)
+    curve = sum(r.rdp_data_dependent(orders) for r in mechanisms)
     convert = conversion.classic_epsilon if classic else conversion.improved_epsilon
-    eps, order = convert(self.orders, curve, delta)
+    eps, order = convert(orders, curve, delta)
     kind = "classic" if classic else "improved"
     return eps, order, f"{self._DATA_DEPENDENT_WHAT}, {kind} conversion; order = lambda", True
 
@@ -465,8 +505,9 @@ class PrivacyLedger:
       return None
     if _replace_one_sampled(mechanisms):
       return None  # no replace-one RDP curve for Poisson-sampled DP-SGD steps
-    curve = sum(r.rdp_answered_only(self.orders) for r in mechanisms)
-    eps, order = conversion.improved_epsilon(self.orders, curve, delta)
+    orders = self._grid(mechanisms)
+    curve = sum(r.rdp_answered_only(orders) for r in mechanisms)
+    eps, order = conversion.improved_epsilon(orders, curve, delta)
     per_query = ("data-dependent per-query RDP" if any(r.has_votes for r in mechanisms)
                  else "data-independent per-query RDP")
     return eps, order, (f"{REALISED_WARNING} Threshold step on every query, GNMax on the "

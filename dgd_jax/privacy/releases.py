@@ -637,6 +637,55 @@ class DpsgdSteps(Release):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class SmoothSensitivityCost(Release):
+  """A smooth-sensitivity (GNSS) release of a run's data-dependent epsilon (PATE 2018 Sec. 4,
+  ``smooth_sensitivity``): (``order``, c)-RDP at its one order, c = lam e^(2 beta) /
+  sigma_ss^2 + (beta lam - ln(1 - 2 lam beta) / 2) / (lam - 1) (App. C, Thm. 23), for
+  order, beta and sigma_ss fixed before any vote was read (``source`` 'config' or 'plan'; a
+  vote-chosen 'votes' plan is refused: its release is a diagnostic). It states no other order:
+  its curve is +inf elsewhere, so it composes with the other records at ``order`` alone (the
+  ``smooth_sensitivity`` accountant). Data-independent: c is a function of the parameters."""
+
+  order: float
+  beta: float
+  sigma_ss: float
+  source: str = "plan"
+  neighbours: str = "replace_one"  # one changed example moves one vote (k = 1)
+
+  mechanism: ClassVar[str] = "smooth_sensitivity"
+  noise_field: ClassVar[str] = "sigma_ss"
+  count_field: ClassVar[str] = "releases"
+  releases: ClassVar[int] = 1
+
+  def __post_init__(self):
+    if self.source not in ("config", "plan"):
+      raise ConfigError(f"a smooth-sensitivity release with parameters from {self.source!r} is "
+                        "a diagnostic, not a DP release: fix order, beta and sigma_ss before "
+                        "the votes (config or plan).")
+    checks.choice("neighbours", self.neighbours, tuple(events.NEIGHBOURS))
+    self.cost()  # refused outside 1 < order < 1/(2 beta)
+
+  def cost(self) -> float:
+    from dgd_jax.privacy import smooth_sensitivity  # pylint: disable=g-import-not-at-top
+    return smooth_sensitivity.gnss_rdp(self.beta, self.sigma_ss, self.order)  # Thm. 23
+
+  def teachers_moved(self) -> int | None:
+    return 1
+
+  def event(self) -> dp_accounting.DpEvent:
+    raise ConfigError("a smooth-sensitivity release has no dp-accounting event: it is RDP at "
+                      "one order (the smooth_sensitivity accountant composes it).")
+
+  def rdp(self, orders) -> np.ndarray:
+    """c at ``order``, +inf at every other order (none is stated)."""
+    lam = checks.orders("orders", orders, minimum=1.0)
+    return np.where(np.isclose(lam, self.order, rtol=0.0, atol=1e-12), self.cost(), np.inf)
+
+  def describe(self) -> dict:
+    return {**super().describe(), "releases": 1, "gnss_rdp": self.cost()}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class PureDpRelease(Release):
   """A pure-DP term composed by adding its epsilon (basic composition), e.g. DGD's VAE latent
   noise eps1 (``local.vae_latent_epsilon``)."""

@@ -269,13 +269,154 @@ def conditions_hold(sigma: float, num_classes: int, order: float) -> tuple[bool,
     return False, False
 
 
+# The vote histogram a public plan assumes (``plan_release``) when none is given: the share of
+# the teachers behind each query's top class (the query planner's default assumed consensus).
+ASSUMED_CONSENSUS = 0.5
+PARAMETER_SOURCES = ("config", "plan", "votes")  # 'votes': a diagnostic, never a DP release
+
+
+@dataclasses.dataclass(frozen=True)
+class SmoothSensitivityPlan:
+  """The GNSS release's parameters: the order lam, beta and sigma_ss. Thm. 23 holds for
+  parameters fixed before the data is seen, so only a plan whose ``source`` is 'config' (set
+  by hand) or 'plan' (``plan_release``, on an assumed histogram) makes a DP release; 'votes'
+  (``choose_from_votes``, PATE 2018's analysis) chose them from the private votes and its
+  release is a diagnostic."""
+
+  order: float
+  beta: float
+  sigma_ss: float
+  source: str
+
+  def __post_init__(self):
+    checks.choice("source", self.source, PARAMETER_SOURCES)
+    checks.positive("sigma_ss", self.sigma_ss)
+    if not self.beta > 0:
+      raise ConfigError(f"beta={self.beta}: the smooth sensitivity's discount must be > 0.")
+    gnss_rdp(self.beta, self.sigma_ss, self.order)  # 1 < order < 1/(2 beta) (Thm. 23)
+
+  @property
+  def dp_release(self) -> bool:
+    return self.source != "votes"
+
+  @property
+  def rdp(self) -> float:
+    """The release's own (lam, c)-RDP cost c (Thm. 23): data-independent."""
+    return gnss_rdp(self.beta, self.sigma_ss, self.order)
+
+
+def _best_order(votes: np.ndarray, threshold, sigma1, sigma2: float, mask: np.ndarray,
+                delta: float, orders, repeat: int = 1) -> float:
+  """The order minimising the classic data-dependent epsilon of ``votes`` (each row
+  ``repeat`` times) over ``orders`` where C5/C6 hold (PATE 2018's choice)."""
+  grid = checks.orders("orders", orders if orders is not None else np.concatenate(
+      [np.arange(2, 100.5, 0.5), np.logspace(2, np.log10(500), num=100)]), minimum=1.0)
+  curve = np.zeros_like(grid)
+  if threshold is not None:
+    curve += pate2018.threshold_rdp_data_dependent(votes, threshold, sigma1, grid).sum(axis=0)
+  curve += pate2018.gnmax_rdp_data_dependent(votes[mask], sigma2, grid).sum(axis=0)
+  ranked = grid[np.argsort(repeat * curve + math.log(1.0 / delta) / (grid - 1.0), kind="stable")]
+  order = next((float(o) for o in ranked if all(conditions_hold(sigma2, votes.shape[1],
+                                                                float(o)))), None)
+  if order is None:
+    raise ConfigError(f"conditions C5/C6 of PATE 2018 App. B.4.2 fail at every order for "
+                      f"sigma2={sigma2:g}: no smooth-sensitivity release.")
+  return order
+
+
+def _best_beta(rdp: float, ls: np.ndarray, order: float) -> tuple[float, float]:
+  """(beta, sigma_ss) minimising rdp + c + 2 SS sigma_ss over beta in 0.3/lam .. 0.495/lam
+  with sigma_ss = (lam e^(2 beta) / SS)^(1/3) (PATE 2018's choice); (0.3/lam, 1) where no
+  local sensitivity is positive (nothing to hide)."""
+  best = (math.inf, 0.3 / order, 1.0)
+  for beta in ([] if not np.any(ls > 0) else np.arange(0.3 / order, 0.495 / order, 0.01 / order)):
+    ss = discounted_max(beta, ls)
+    sigma_ss = (order * math.exp(2.0 * beta) / ss) ** (1.0 / 3.0)  # argmin c + 2 SS sigma
+    score = rdp + gnss_rdp(beta, sigma_ss, order) + 2.0 * ss * sigma_ss
+    if score < best[0]:
+      best = (score, float(beta), float(sigma_ss))
+  return best[1], best[2]
+
+
+def _charged(votes: np.ndarray, answered) -> tuple[np.ndarray, str]:
+  if answered is None:
+    return np.ones(votes.shape[0], dtype=bool), "every"
+  mask = np.asarray(answered, dtype=bool)
+  if mask.shape != (votes.shape[0],):
+    raise ConfigError(f"answered mask has shape {mask.shape}; expected ({votes.shape[0]},).")
+  return mask, "answered"
+
+
+def _choose(votes, threshold, sigma1, sigma2: float, delta: float, answered, orders, order,
+            source: str, repeat: int = 1) -> SmoothSensitivityPlan:
+  """The order (unless given), beta and sigma_ss of PATE 2018's analysis of ``votes``, each
+  row standing for ``repeat`` identical queries (sums over queries scale by it)."""
+  votes, delta = checks.votes(votes), checks.delta(delta)
+  mask, _ = _charged(votes, answered)
+  order = float(order) if order is not None else _best_order(votes, threshold, sigma1, sigma2,
+                                                              mask, delta, orders, repeat)
+  _check_order(sigma2, votes.shape[1], order)
+  rdp, ls = confident_gnmax_terms(votes, threshold, sigma1, sigma2, order, mask)
+  beta, sigma_ss = _best_beta(repeat * float(rdp), repeat * ls, order)
+  return SmoothSensitivityPlan(order, beta, sigma_ss, source)
+
+
+def choose_from_votes(votes, threshold: float | None, sigma1: float | None, sigma2: float,
+                      delta: float, answered=None, orders=None, order: float | None = None
+                      ) -> SmoothSensitivityPlan:
+  """PATE 2018's analysis: the order (unless given) minimising the classic data-dependent
+  epsilon of the private ``votes`` over ``orders``, then beta and sigma_ss minimising
+  epsilon + 2 std. These look at the votes: the plan's source is 'votes', and a release made
+  with it is a DIAGNOSTIC, not DP (the reference script's own warning: such results "cannot
+  be released")."""
+  return _choose(votes, threshold, sigma1, sigma2, delta, answered, orders, order, "votes")
+
+
+def assumed_votes(num_queries: int, num_teachers: int, num_classes: int,
+                  consensus: float = ASSUMED_CONSENSUS) -> np.ndarray:
+  """[Q, K] histograms of a public assumption: round(consensus n) votes on one class, the rest
+  spread as evenly as whole votes allow over the others. Reads no private data."""
+  checks.count("num_queries", num_queries)
+  if not 0 < consensus <= 1:
+    raise ConfigError(f"consensus={consensus}: the assumed share of the top class must lie in "
+                      "(0, 1].")
+  top = int(round(consensus * num_teachers))
+  rest = num_teachers - top
+  row = np.zeros(num_classes)
+  row[0] = top
+  row[1:] = rest // (num_classes - 1)
+  row[1:1 + rest % (num_classes - 1)] += 1
+  return np.tile(row, (num_queries, 1))
+
+
+@functools.lru_cache(maxsize=64)
+def plan_release(num_queries: int, num_teachers: int, num_classes: int,
+                 threshold: float | None, sigma1: float | None, sigma2: float, delta: float,
+                 consensus: float = ASSUMED_CONSENSUS, orders=None) -> SmoothSensitivityPlan:
+  """Parameters fixed before any vote is read: PATE 2018's choice made on ``assumed_votes``
+  (every query charged) instead of the private ones, as the query planner chooses its noise
+  on an assumed consensus. A release with them is (lam, c)-RDP by Thm. 23, c = ``rdp``."""
+  row = assumed_votes(1, num_teachers, num_classes, consensus)  # every query alike
+  return _choose(row, threshold, sigma1, sigma2, delta, None, orders, None, "plan",
+                 repeat=checks.count("num_queries", num_queries))
+
+
+def _check_order(sigma2: float, num_classes: int, order: float) -> None:
+  if not all(conditions_hold(sigma2, num_classes, order)):
+    raise ConfigError(f"conditions C5/C6 of PATE 2018 App. B.4.2 fail for sigma2={sigma2:g}, "
+                      f"{num_classes} classes, order {order:g}: the GNMax local-sensitivity "
+                      "bound does not hold there; no smooth-sensitivity release.")
+
+
 @dataclasses.dataclass(frozen=True)
 class SmoothSensitivityRelease:
   """One smooth-sensitivity release of a Confident-GNMax run's data-dependent epsilon at
   ``order``. ``rdp`` is the data-dependent RDP at that order; ``epsilon_before`` its classic
   conversion (rdp + ln(1/delta)/(order - 1)); ``epsilon`` adds the GNSS release's own RDP
   (``gnss_rdp``): the expected released value; ``std`` = SS sigma_ss, the std of the noise on
-  it; ``released`` = epsilon + std * z for the standard normal draw z."""
+  it; ``released`` = epsilon + std * z for the standard normal draw z. ``source``: where the
+  order, beta and sigma_ss came from; ``dp_release``: whether they were fixed before the votes
+  were read (Thm. 23), else the release is a diagnostic."""
 
   order: float
   beta: float
@@ -292,6 +433,8 @@ class SmoothSensitivityRelease:
   queries: int
   answered: int
   conditions: tuple[bool, bool]
+  source: str = "votes"
+  dp_release: bool = False
 
   def to_json(self) -> dict:
     return {**dataclasses.asdict(self), "conditions": {"C5": self.conditions[0],
@@ -323,65 +466,36 @@ def confident_gnmax_terms(votes, threshold: float | None, sigma1: float | None, 
 
 
 def release_confident_gnmax(votes, threshold: float | None, sigma1: float | None, sigma2: float,
-                            delta: float, answered=None, orders=None, order: float | None = None,
+                            delta: float, plan: SmoothSensitivityPlan, answered=None,
                             rng: np.random.Generator | None = None, teachers_changed: int = 1
                             ) -> SmoothSensitivityRelease:
-  """The smooth-sensitivity release of a (Confident-)GNMax run's data-dependent epsilon.
+  """The smooth-sensitivity release of a (Confident-)GNMax run's data-dependent epsilon at the
+  ``plan``'s order, beta and sigma_ss (Thm. 23: beta(x) + SS_beta(x) sigma_ss N(0, 1) is
+  (lam, c)-RDP when they are fixed before the votes; ``plan.dp_release`` says whether they
+  were).
 
   ``answered`` (a boolean mask) charges GNMax on the answered queries only (PATE 2018's
-  accounting of a run); None charges it on every query. The order (unless given) minimises
-  the classic data-dependent epsilon over ``orders``, and beta over 0.3/lam .. 0.495/lam with
-  sigma_ss = (lam e^(2 beta) / SS)^(1/3) minimises epsilon + 2 std, as PATE 2018's analysis
-  does: these choices look at the votes. The orders where C5/C6 fail are refused.
+  accounting of a run); None charges it on every query. Orders where C5/C6 fail are refused.
   ``rng`` draws the noise of ``released`` (None: a fresh generator)."""
   if checks.count("teachers_changed", teachers_changed) != 1:
     raise ConfigError(f"teachers_changed={teachers_changed}: the smooth-sensitivity analysis "
                       "assumes one changed example moves one teacher's vote (k = 1).")
   votes = checks.votes(votes)
   delta = checks.delta(delta)
-  if answered is None:
-    mask, charged = np.ones(votes.shape[0], dtype=bool), "every"
-  else:
-    mask, charged = np.asarray(answered, dtype=bool), "answered"
-    if mask.shape != (votes.shape[0],):
-      raise ConfigError(f"answered mask has shape {mask.shape}; expected ({votes.shape[0]},).")
-  if order is None:  # the best order of the classic data-dependent epsilon where C5/C6 hold
-    grid = checks.orders("orders", orders if orders is not None else np.concatenate(
-        [np.arange(2, 100.5, 0.5), np.logspace(2, np.log10(500), num=100)]), minimum=1.0)
-    curve = np.zeros_like(grid)
-    if threshold is not None:
-      curve += pate2018.threshold_rdp_data_dependent(votes, threshold, sigma1, grid).sum(axis=0)
-    curve += pate2018.gnmax_rdp_data_dependent(votes[mask], sigma2, grid).sum(axis=0)
-    ranked = grid[np.argsort(curve + math.log(1.0 / delta) / (grid - 1.0), kind="stable")]
-    order = next((float(o) for o in ranked if all(conditions_hold(sigma2, votes.shape[1],
-                                                                  float(o)))), None)
-    if order is None:
-      raise ConfigError(f"conditions C5/C6 of PATE 2018 App. B.4.2 fail at every order for "
-                        f"sigma2={sigma2:g}: no smooth-sensitivity release.")
-  order = float(order)
+  mask, charged = _charged(votes, answered)
+  order = float(plan.order)
+  _check_order(sigma2, votes.shape[1], order)
   conditions = conditions_hold(sigma2, votes.shape[1], order)
-  if not all(conditions):
-    raise ConfigError(f"conditions C5/C6 of PATE 2018 App. B.4.2 fail for sigma2={sigma2:g}, "
-                      f"{votes.shape[1]} classes, order {order:g}: the GNMax local-sensitivity "
-                      "bound does not hold there; no smooth-sensitivity release.")
   rdp, ls = confident_gnmax_terms(votes, threshold, sigma1, sigma2, order, mask)
-  rdp = float(rdp)
-  best = (0.0, 0.0, 0.0, math.inf, 0.0)  # no local sensitivity: nothing to hide
-  for beta in ([] if not np.any(ls > 0) else np.arange(0.3 / order, 0.495 / order, 0.01 / order)):
-    ss = discounted_max(beta, ls)
-    sigma_ss = (order * math.exp(2.0 * beta) / ss) ** (1.0 / 3.0)  # argmin c + 2 SS sigma
-    cost = gnss_rdp(beta, sigma_ss, order)
-    score = rdp + cost + 2.0 * ss * sigma_ss
-    if best[3] == math.inf or score < best[0]:
-      best = (score, float(beta), ss, sigma_ss, cost)
-  _, beta, ss, sigma_ss, cost = best
+  rdp, cost = float(rdp), plan.rdp
+  ss = discounted_max(plan.beta, ls) if np.any(ls > 0) else 0.0  # SS_beta(x) (Sec. 4.2)
   before = rdp + math.log(1.0 / delta) / (order - 1.0)  # Mironov 2017 Prop. 3
   rng = np.random.default_rng() if rng is None else rng
-  std = ss * sigma_ss if ss > 0 else 0.0
+  std = ss * plan.sigma_ss
   return SmoothSensitivityRelease(
-      order=order, beta=beta, smooth_sensitivity=float(ss), sigma_ss=float(sigma_ss), rdp=rdp,
-      gnss_rdp=float(cost),
+      order=order, beta=float(plan.beta), smooth_sensitivity=float(ss),
+      sigma_ss=float(plan.sigma_ss), rdp=rdp, gnss_rdp=float(cost),
       epsilon_before=before, epsilon=float(before + cost), std=float(std),
       released=float(before + cost + std * rng.standard_normal()), delta=delta,
       charged=charged, queries=int(votes.shape[0]), answered=int(mask.sum()),
-      conditions=conditions)
+      conditions=conditions, source=plan.source, dp_release=plan.dp_release)

@@ -31,7 +31,10 @@ the budget could be exceeded; the ledger's ``renyi_filter`` epsilon is then a DP
 result says where and why the filter stopped. ``config.queries.smooth_sensitivity``
 (Confident-)GNMax, one changed vote per neighbour): the data-dependent epsilon of the answered
 queries is also released with noise scaled to its smooth sensitivity (PATE 2018 Sec. 4,
-``privacy.smooth_sensitivity``), reported beside the ledger's epsilons.
+``privacy.smooth_sensitivity``) at an order, beta and sigma_ss fixed before any vote
+(``ss_plan``), and the release's (lam, c)-RDP (Thm. 23) is composed into the ledger (the
+``smooth_sensitivity`` accountant); PATE 2018's vote-chosen parameters give a diagnostic beside
+it, not a release.
 """
 from __future__ import annotations
 
@@ -65,11 +68,39 @@ def neighbours(config) -> tuple[str, ...]:
 
 
 def releases(config, neighbours: str = "replace_one") -> list[privacy.Release]:
-  """The planned label queries, and the DP-SGD steps of DGD's private baseline where it has
-  one, under the relation ``neighbours``: what the budget guard and ``sweep
+  """The planned label queries, the DP-SGD steps of DGD's private baseline where it has one,
+  and the smooth-sensitivity release of the queries' data-dependent epsilon where the config
+  asks for one, under the relation ``neighbours``: what the budget guard and ``sweep
   --accounting_only`` account before anything is trained."""
   before = dpsgd_plan.baseline_releases(config, neighbours)
-  return [*before, planned(config, neighbours, before)]
+  after = [ss_cost(config, neighbours)] if config.queries.smooth_sensitivity else []
+  return [*before, planned(config, neighbours, before), *after]
+
+
+def ss_plan(config) -> smooth_sensitivity.SmoothSensitivityPlan:
+  """The smooth-sensitivity release's order, beta and sigma_ss, fixed before any vote is read
+  (PATE 2018 Thm. 23): ``queries.ss_order``, ``ss_beta``, ``ss_sigma`` where set, else
+  ``smooth_sensitivity.plan_release`` on the planned queries and an assumed histogram
+  (``queries.assumed_consensus``): public parameters only."""
+  q, c = settings(config), config.queries
+  confident = q.aggregator == "confident_gnmax"
+  given = (c.ss_order, c.ss_beta, c.ss_sigma)
+  if any(given):
+    if not all(given):
+      raise ConfigError(f"config.queries.ss_order/ss_beta/ss_sigma = {given}: set all three "
+                        "(the release's fixed parameters), or none for the public plan.")
+    return smooth_sensitivity.SmoothSensitivityPlan(*map(float, given), "config")
+  return smooth_sensitivity.plan_release(
+      q.num_queries, config.num_teachers, c.num_classes, q.threshold if confident else None,
+      q.sigma1 if confident else None, q.noise_scale, config.privacy.delta,
+      c.assumed_consensus)
+
+
+def ss_cost(config, neighbours: str = "replace_one") -> privacy.SmoothSensitivityCost:
+  """The ledger record of the smooth-sensitivity release (its Thm. 23 cost at its order)."""
+  plan = ss_plan(config)
+  return privacy.SmoothSensitivityCost(plan.order, plan.beta, plan.sigma_ss, plan.source,
+                                       neighbours=neighbours)
 
 
 def filtered(config) -> bool:
@@ -162,6 +193,14 @@ def check(config) -> None:
     if max(config_teachers_changed(config).values()) != 1:
       raise ConfigError("config.queries.smooth_sensitivity assumes one changed example moves "
                         "one teacher's vote (k = 1): use the default 'shuffle' partition.")
+    if config.privacy.accountant != "smooth_sensitivity":
+      raise ConfigError("config.queries.smooth_sensitivity composes its release with the "
+                        "queries at its order: set config.privacy.accountant="
+                        "'smooth_sensitivity' (the other accountants cannot hold it).")
+  elif config.privacy.accountant == "smooth_sensitivity":
+    raise ConfigError("config.privacy.accountant='smooth_sensitivity' composes a smooth-"
+                      "sensitivity release, which this run makes none of: set "
+                      "config.queries.smooth_sensitivity=True, or another accountant.")
   if q.selection == "least_confident" and q.aggregator in query_plan.COUNT_RELEASES:
     raise ConfigError("config.queries.selection='least_confident' trains its selector on the "
                       f"first round's labels, which {q.aggregator} does not release (a "
@@ -261,14 +300,21 @@ def apply_filter(config, plans: dict, indices, votes, labels, answered):
 
 def release_smooth_sensitivity(config, key: jax.Array, votes, answered) -> dict:
   """PATE 2018 Sec. 4: the answered queries' data-dependent epsilon released with noise scaled
-  to its smooth sensitivity (``privacy.smooth_sensitivity``), the noise drawn from ``key``."""
+  to its smooth sensitivity (``privacy.smooth_sensitivity``) at the parameters ``ss_plan``
+  fixed before the votes (the release the headline composes), the noise drawn from ``key``;
+  and, under ``diagnostic``, PATE 2018's own analysis choosing them from the votes (not a DP
+  release)."""
   q = settings(config)
   confident = q.aggregator == "confident_gnmax"
+  terms = (votes, q.threshold if confident else None, q.sigma1 if confident else None,
+           q.noise_scale, config.privacy.delta)
   seed = int(jax.random.randint(key, (), 0, 2 ** 31 - 1))
-  return smooth_sensitivity.release_confident_gnmax(
-      votes, q.threshold if confident else None, q.sigma1 if confident else None,
-      q.noise_scale, config.privacy.delta, answered=answered,
-      rng=np.random.default_rng(seed)).to_json()
+  released = smooth_sensitivity.release_confident_gnmax(
+      *terms, ss_plan(config), answered=answered, rng=np.random.default_rng(seed))
+  chosen = smooth_sensitivity.choose_from_votes(*terms, answered=answered)
+  diagnostic = smooth_sensitivity.release_confident_gnmax(
+      *terms, chosen, answered=answered, rng=np.random.default_rng(seed))
+  return {**released.to_json(), "diagnostic": diagnostic.to_json()}
 
 
 def check_run(ctx: Context, num: int, pool_size: int) -> None:
@@ -432,7 +478,10 @@ def run(ctx: Context) -> dict:
   save_arrays(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
               answered=answered, **kept)
   save_array(os.path.join(ctx.stage.path, VOTES), votes)
-  ledgers = {r: privacy.PrivacyLedger([*baseline[r], records[r]]) for r in plans}
+  # the smooth-sensitivity release, its parameters fixed before the votes, composes with them
+  ss = {r: [ss_cost(config, r)] for r in plans} if config.queries.smooth_sensitivity else {}
+  ledgers = {r: privacy.PrivacyLedger([*baseline[r], records[r], *ss.get(r, [])])
+             for r in plans}
   if config.queries.smooth_sensitivity:
     pate2018["smooth_sensitivity"] = release_smooth_sensitivity(
         config, ctx.key("smooth_sensitivity"), votes, answered)

@@ -1,0 +1,65 @@
+"""What every finished run's report must say of its noiseless statistics: the check the tiny
+end-to-end run of each method calls on its report."""
+from __future__ import annotations
+
+import json
+import os
+
+from dgd_jax import methods
+
+# Words in a field's name that mark a function of the teachers' votes or of a non-private model
+# (outside the ledger JSON, whose data-dependent accountants it flags itself): such a field must
+# be one methods.NOISELESS_FIELDS names, so a new one cannot slip into a report unnamed.
+HINTS = ("plurality", "vote", "noiseless", "agreement", "vs_baseline", "data_dependent",
+         "smooth_sensitivity", "teacher_accuracy")
+
+
+# Maps keyed by accountant name (``smooth_sensitivity`` among them), not fields.
+ACCOUNTANT_MAPS = ("epsilons", "epsilon_by_neighbours")
+
+
+def _leaves(value, path: str):
+  """(path, key, value) of every dict entry below ``value``: not into the ledger's JSON, whose
+  data-dependent entries are flagged there, an accountant-keyed map, or a registered
+  noiseless field (named whole)."""
+  if isinstance(value, dict):
+    for k, v in value.items():
+      here = f"{path}.{k}" if path else k
+      if k == "privacy" and isinstance(v, dict) and "data_dependent_accountants" in v:
+        continue
+      yield here, k, v
+      if k not in ACCOUNTANT_MAPS and k not in methods.NOISELESS_FIELDS:
+        yield from _leaves(v, here)
+
+
+def assert_noiseless_named(workdir: str) -> dict:
+  """Every noiseless statistic in ``workdir``'s report.json is in its ``noiseless`` map and
+  named by a not-covered note in report.json and report.md; every field whose name hints at
+  the votes or a non-private model is a registered noiseless field. Returns the report."""
+  with open(os.path.join(workdir, "report.json")) as f:
+    report = json.load(f)
+  with open(os.path.join(workdir, "report.md")) as f:
+    md = f.read()
+  found = report["noiseless"]
+  assert found == methods.noiseless(report), "report.json's noiseless map is stale"
+  nonprivate = tuple(f"stages.{s}" for s in methods.NONPRIVATE_STAGES) + tuple(
+      methods.NONPRIVATE_STAGES)
+  for path, key, value in _leaves({k: v for k, v in report.items() if k != "config"}, ""):
+    if (path.startswith(nonprivate) or value is None or isinstance(value, (bool, str))
+        or value in ({}, [])):
+      continue
+    if key in methods.NOISELESS_FIELDS:
+      assert path in found, f"{path} is a noiseless statistic the report does not name"
+    elif any(h in key for h in HINTS) and key not in ("noiseless", "epsilon_is_data_dependent"):
+      raise AssertionError(f"{path}: a field named like a function of the votes or a "
+                           "non-private model, missing from methods.NOISELESS_FIELDS")
+  for stage in report.get("stages", {}):
+    if stage in methods.NONPRIVATE_STAGES:
+      assert f"stages.{stage}" in found, stage
+  notes = (report.get("covers") or {}).get("not_covered") or report["privacy"].get(
+      "not_covered", [])
+  note = methods.noiseless_note(found) if found else None
+  if note:
+    assert note in notes, "report.json's not-covered notes lack the noiseless note"
+    assert note in md, "report.md lacks the noiseless note"
+  return report
