@@ -2,6 +2,13 @@ r"""dgd_jax command line.
 
   python -m dgd_jax.main --config=dgd_jax/configs/baseline.py:fashion_mnist[,cpu] \
       --workdir=/tmp/run [--stages=baseline] [--config.seed=1 ...]
+  python -m dgd_jax.main --config=dgd_jax/configs/dgd.py:fashion_mnist --compile_only
+
+``--compile_only`` compiles every jitted program the run would make at the config's full
+shapes on this host's backend (``pipeline.compile_programs``) and prints each one's memory
+(XLA's analysis, the teachers' step held to their memory plan): nothing is trained, queried or
+written, so no --workdir is needed. It proves a GPU or TPU preset's programs on that machine
+in minutes, or its shapes on a CPU.
 
 Multi-process (``distributed.py``): under SLURM with several tasks or on a multi-host
 Cloud TPU slice the processes find each other; elsewhere give every process
@@ -41,7 +48,18 @@ _DISTRIBUTED = flags.DEFINE_bool(
     "set by launch/slurm.sh and launch/tpu_vm.sh.")
 _TIMEOUT = flags.DEFINE_integer("distributed_timeout", 300, "Seconds to wait for the "
                                 "coordinator and every process to join.")
-flags.mark_flags_as_required(["config", "workdir"])
+_COMPILE_ONLY = flags.DEFINE_bool(
+    "compile_only", False, "Compile every jitted program of the run at the config's full "
+    "shapes and print their memory; train and write nothing (no --workdir needed).")
+flags.mark_flags_as_required(["config"])
+
+
+def _print_program(stage: str, program: str, sizes: dict) -> None:
+  """One JSON line per compiled program: its stage, name and memory in MiB."""
+  if distributed.is_writer():
+    print(json.dumps({"stage": stage, "program": program,
+                      **{f"{k}_mib": round(v / 2**20, 3) for k, v in sizes.items()}}),
+          flush=True)
 
 
 def main(argv):
@@ -51,6 +69,12 @@ def main(argv):
     distributed.from_environment(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                                  _DISTRIBUTED.value, _TIMEOUT.value)  # before any device use
     from dgd_jax import pipeline  # pylint: disable=g-import-not-at-top
+    if _COMPILE_ONLY.value:
+      pipeline.compile_programs(_CONFIG.value, _STAGES.value, log=_print_program)
+      return
+    if not _WORKDIR.value:
+      raise UserInputError("pass --workdir=<folder> (its checkpoints, metrics and report), or "
+                           "--compile_only to compile the run's programs without training.")
     report = pipeline.run(_CONFIG.value, _WORKDIR.value, _STAGES.value)
   except UserInputError as e:
     sys.exit(f"error: {e}")

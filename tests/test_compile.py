@@ -72,6 +72,7 @@ def test_tiny_runs_compile_every_planned_program_and_write_nothing(make, npz_fil
   assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npz"]  # nothing trained or saved
 
 
+@pytest.mark.integration
 def test_a_program_over_its_memory_plan_is_refused(npz_file, monkeypatch):
   import tiny_configs  # pylint: disable=g-import-not-at-top
   from dgd_jax.errors import ConfigError  # pylint: disable=g-import-not-at-top
@@ -81,3 +82,25 @@ def test_a_program_over_its_memory_plan_is_refused(npz_file, monkeypatch):
   monkeypatch.setitem(methods.STAGES, "baseline", dataclasses.replace(spec, programs=tight))
   with pytest.raises(ConfigError, match="baseline.train_step needs .* over its memory plan"):
     pipeline.compile_programs(tiny_configs.baseline(npz_file))
+
+
+@pytest.mark.integration
+def test_compile_only_prints_every_program_and_needs_no_workdir(npz_file, tmp_path):
+  import json  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "dgd_jax", "configs", "baseline.py")
+  command = [sys.executable, "-m", "dgd_jax.main", f"--config={config}:npz:{npz_file},cpu"]
+  run = subprocess.run(command + ["--compile_only"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300, check=False)
+  assert run.returncode == 0, run.stderr[-2000:]
+  lines = [json.loads(line) for line in run.stdout.splitlines()]
+  assert [(l["stage"], l["program"]) for l in lines] == [("baseline", "train_step"),
+                                                          ("baseline", "logits")]
+  assert all(l["temp_mib"] >= 0 and l["argument_mib"] > 0 for l in lines)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npz"]  # nothing written
+  refused = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                           check=False)
+  assert refused.returncode != 0 and "--workdir" in refused.stderr
