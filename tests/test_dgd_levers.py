@@ -59,6 +59,7 @@ def test_mixup_mixes_images_and_targets_with_one_lambda_per_pair():
   assert not np.allclose(x_mix, x)  # something was mixed
 
 
+@pytest.mark.integration
 def test_mixup_teachers_step_on_mixed_pairs_and_are_chosen_by_the_config():
   """teachers.mixup > 0: a member's update is one Adam step on the cross-entropy of the mixed
   minibatch against its mixed one-hot targets; 0 keeps the plain update."""
@@ -436,6 +437,7 @@ def test_the_student_ensemble_is_chosen_for_the_noise_per_teacher():
   assert dgd_config.get_config("fashion_mnist,cpu,table1").student.ensemble == 1
 
 
+@pytest.mark.integration
 def test_refit_rounds_that_cannot_run_are_refused_before_training():
   """queries.refits: whole numbers only; histograms of random samples only, Eq. 6 off (the
   rounds' students train before the VAE); each round, not the total, must fit the pool."""

@@ -434,6 +434,7 @@ def test_dgd_with_every_issue16_lever_end_to_end(fashion_mnist_subset, tmp_path)
       m["stage"] for m in logged}
 
 
+@pytest.mark.integration
 def test_dgd_with_released_histograms(finished_dgd_copy):
   """queries.aggregator='gaussian_histogram': the queries stage keeps the released noisy
   histograms beside the labels (their argmax), the ledger charges the Gaussian histogram with
@@ -465,6 +466,7 @@ def test_dgd_with_released_histograms(finished_dgd_copy):
   assert "teachers' noiseless vote shares reaches" in text
 
 
+@pytest.mark.integration
 def test_dgd_with_released_class_counts(finished_dgd_copy):
   """queries.aggregator='gaussian_class_count' on a DeepInversion pool: the queries stage
   keeps, per query, the noisy count of the votes for the class its sample was inverted for,
@@ -506,6 +508,7 @@ def test_dgd_with_released_class_counts(finished_dgd_copy):
   assert "teachers' noiseless counts reaches" in text
 
 
+@pytest.mark.integration
 def test_refit_rounds_ask_teachers_refit_from_the_released_histograms(finished_dgd_copy):
   """queries.refits = 1: the histograms come in two rounds of random samples, the second
   answered by teachers that share a student of the first round's release (its last layer refit
@@ -539,6 +542,7 @@ def test_refit_rounds_ask_teachers_refit_from_the_released_histograms(finished_d
   assert report["stages"]["student"]["num_labelled"] == 60
 
 
+@pytest.mark.integration
 def test_student_ensemble_is_distilled_and_the_released_student_is_the_last_fit(
     finished_dgd_copy):
   """student.ensemble = 2 with one self-training round: two members learn the released
