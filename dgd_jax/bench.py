@@ -60,15 +60,19 @@ def matmul_peak_flops(n: int = 2048, repeats: int = 5, trials: int = 3) -> float
   return best
 
 
-def bench_teachers() -> dict:
-  n, b = _TEACHERS.value, _BATCH.value
-  shape = (_SIZE.value, _SIZE.value, _CHANNELS.value)
-  model = Classifier(channels=(_CONV1.value, _CONV2.value))
+def teachers(n: int = 250, b: int = 32, conv1: int = 64, conv2: int = 128, steps: int = 5,
+             chunk: int = 0, size: int = 28, channels: int = 1, per_teacher: int = 240,
+             peak: float | None = None) -> dict:
+  """The ensemble train step's throughput (Adam, the paper CNN at ``conv1``/``conv2``
+  channels): n teachers x b examples, ``steps`` timed steps after a warm-up, against the
+  measured matmul ``peak`` (FLOP/s; measured here when None)."""
+  shape = (size, size, channels)
+  model = Classifier(channels=(conv1, conv2))
   tx = train.optimizer(train.FitConfig(num_steps=1000))
   mesh = parallel.teacher_mesh(n)
-  chunk = ensemble.auto_chunk(_CHUNK.value, n)
+  chunk = ensemble.auto_chunk(chunk, n)
   rng = np.random.default_rng(0)
-  total = n * _PER_TEACHER.value
+  total = n * per_teacher
   x = rng.uniform(-1, 1, (total,) + shape).astype(np.float32)
   y = rng.integers(0, 10, total).astype(np.int32)
   parts = ensemble.Partitions.stack(list(np.arange(total, dtype=np.int32).reshape(n, -1)))
@@ -78,23 +82,27 @@ def bench_teachers() -> dict:
   state, metrics = step(state, jax.random.key(1), *examples)  # compile + warm-up
   jax.block_until_ready(metrics)
   t = time.perf_counter()
-  for s in range(_STEPS.value):
+  for s in range(steps):
     state, metrics = step(state, jax.random.key(2 + s), *examples)
   jax.block_until_ready(metrics)
-  seconds = (time.perf_counter() - t) / _STEPS.value
-  flops = n * b * train_flops_per_example(_SIZE.value, _CHANNELS.value, _CONV1.value,
-                                          _CONV2.value)
-  peak = matmul_peak_flops()
+  seconds = (time.perf_counter() - t) / steps
+  flops = n * b * train_flops_per_example(size, channels, conv1, conv2)
+  peak = peak or matmul_peak_flops()
   return {
       "impl": "dgd_jax", "jax": jax.__version__, "backend": jax.default_backend(),
       "devices": int(mesh.devices.size), "chunk": chunk,
-      "teachers": n, "batch": b, "conv1": _CONV1.value, "conv2": _CONV2.value,
+      "teachers": n, "batch": b, "conv1": conv1, "conv2": conv2,
       "seconds_per_step": seconds, "examples_per_second": n * b / seconds,
       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
       "model_gflop_per_step": flops / 1e9,
       "achieved_gflops": flops / seconds / 1e9, "matmul_peak_gflops": peak / 1e9,
       "fraction_of_matmul_peak": flops / seconds / peak,
   }
+
+
+def bench_teachers() -> dict:
+  return teachers(_TEACHERS.value, _BATCH.value, _CONV1.value, _CONV2.value, _STEPS.value,
+                  _CHUNK.value, _SIZE.value, _CHANNELS.value, _PER_TEACHER.value)
 
 
 def bench_step() -> dict:
