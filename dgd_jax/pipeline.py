@@ -148,9 +148,9 @@ def compile_programs(config: Config, stages: tuple[str, ...] | None = None,
   data = load_private(config)
   out = {}
   for name in names:
+    programs = STAGES[name].programs(config, data) if STAGES[name].programs else {}
     out[name] = {}
-    for program_name, program in (STAGES[name].programs or (lambda c, d: {}))(config,
-                                                                             data).items():
+    for program_name, program in programs.items():
       analysis = program.compile().memory_analysis()
       sizes = {f: int(getattr(analysis, f"{f}_size_in_bytes"))
                for f in ("argument", "output", "temp", "alias")} if analysis else {}
@@ -158,9 +158,10 @@ def compile_programs(config: Config, stages: tuple[str, ...] | None = None,
         sizes["budget"] = program.budget
         used = sizes["argument"] + sizes["output"] + sizes["temp"] - sizes["alias"]
         if analysis and used > program.budget:
-          raise ConfigError(f"{name}.{program_name} needs {used / 2**30:.3g} GiB at this "
-                            f"config's shapes, over its memory plan's {program.budget / 2**30:.3g}"
-                            " GiB: the plan underestimates it.")
+          raise ConfigError(
+              f"{name}.{program_name} needs {used / 2**30:.3g} GiB at this config's shapes, "
+              f"over its memory plan's {program.budget / 2**30:.3g} GiB: the plan "
+              "underestimates it.")
       out[name][program_name] = sizes
       log(name, program_name, sizes)
   return out

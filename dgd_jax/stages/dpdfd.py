@@ -214,9 +214,8 @@ def programs(config, data) -> dict[str, Program]:
           lambda s, key, p: dpdfd.step(s, key, lambda xb: logits(p, xb), student.apply, cfg),
           (state, key, params))}
   if d.replay_epochs:
-    fresh = train_state.TrainState.create(apply_fn=student.apply, params=state.params,
-                                          tx=optax.adam(d.learning_rate))
-    fresh = jax.eval_shape(lambda: fresh)
+    fresh = jax.eval_shape(lambda p: train_state.TrainState.create(  # as _replay's
+        apply_fn=student.apply, params=p, tx=optax.adam(d.learning_rate)), state.params)
     replay = lambda s, key, x, y: dpdfd.replay_step(s, key, x, y, d.batch_size, d.mixup)
     out["replay_step"] = Program(replay, (fresh, key, abstract((rows,) + shape),
                                           abstract((rows, k))))

@@ -66,12 +66,13 @@ def programs(config, data) -> dict[str, Program]:
     key, one = jax.random.key(0), jnp.zeros((1,) + shape)
     vae_params = jax.eval_shape(lambda: vae.init(key, one, key)["params"])
 
+  settings = StudentSettings.from_config(config.student, brier)
+  step = lambda st, key, xs, ys, xu, vp: make_step(student, vae, vp, xs, ys, xu,
+                                                   settings)(st, key)
+
   def program(num: int, targets):  # train_student's step on num labelled samples
-    settings = StudentSettings.from_config(config.student, brier)
-    return Program(lambda st, key, xs, ys, xu, vp: make_step(
-        student, vae, vp, xs, ys, xu, settings)(st, key),
-                   (state, abstract_key(), abstract((num,) + shape), targets,
-                    abstract((size - labelled,) + shape), vae_params))
+    return Program(step, (state, abstract_key(), abstract((num,) + shape), targets,
+                          abstract((size - labelled,) + shape), vae_params))
 
   if brier:
     out = {"step": program(labelled, abstract((labelled, k)))}
