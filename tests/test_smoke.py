@@ -122,8 +122,8 @@ def test_toy(i):
 @pytest.mark.integration
 def test_loadgroup_runs_a_group_in_one_process(tmp_path):
   """The smoke runs share trained stages within a group (GROUPS): that holds only if
-  ``--dist loadgroup`` (as .ci/run passes it) keeps a group's tests on one worker with the
-  installed pytest and pytest-xdist."""
+  ``--dist loadgroup`` (as the smoke tier's command passes it) keeps a group's tests on one
+  worker with the installed pytest and pytest-xdist."""
   (tmp_path / "test_toy.py").write_text(TOY_GROUPS)
   (tmp_path / "pytest.ini").write_text("[pytest]\n")
   out = tmp_path / "out"
