@@ -13,17 +13,15 @@ accuracy a = P(noisy argmax = plurality) on the assumed histogram (Monte Carlo, 
 are computed. The chosen candidate maximises the *clean-equivalent* labels Q * kappa^4,
 kappa = (K a - 1) / (K - 1) (the signal left in a label flipped uniformly with probability
 1 - a), with Q capped by ``max_queries`` (the pool, or what the user allows). The exponent is
-empirical: students on the quick DGD preset's real votes (RESULTS.md, DGD, "Query plan and
-student") ranked GNMax sigma 30 / 40 (70.3% / 69.5%) above sigma 60 with 4x the queries
-(66.5%) and above sigma 20 (58.7%); Q * kappa^2 would have chosen sigma 60, Q * kappa^4
-chooses sigma 40.
+empirical: it is the exponent whose choice agrees with the ranking of students trained on the
+quick DGD preset's real votes across GNMax noise levels, where Q * kappa^2 favoured many noisy
+labels that taught less (RESULTS.md, DGD, "Query plan and student").
 
 The ``gaussian_histogram`` aggregator releases each query's noisy histogram whole (the same
 data-independent epsilon as a GNMax label), and the student learns the noisy vote shares, an
 unbiased estimate whose noise averages out over many samples. Its plan is no trade-off of
 label accuracy against count: ``num_queries`` histograms with the least sigma that fits the
-budget (RESULTS.md, DGD on a small private set: 2,000 and 4,000 of 8,000 samples beat 1,000
-and 8,000). So is ``gaussian_class_count``'s: each query releases one count, of the class its
+budget (RESULTS.md, DGD on a small private set, for how many of the pool to ask). So is ``gaussian_class_count``'s: each query releases one count, of the class its
 synthetic sample was made for, whose sensitivity 1 (not sqrt 2) buys sigma / sqrt 2.
 """
 from __future__ import annotations
@@ -45,11 +43,9 @@ AGGREGATORS = ("lnmax", "gnmax")
 KAPPA_EXPONENT = 4  # module docstring: fitted to measured students (RESULTS.md)
 
 # The ensemble a run chooses when config.num_teachers = 0: shards of about IMAGES_PER_TEACHER
-# private images, at most MAX_TEACHERS (DGD IV-A's 250) and at least MIN_TEACHERS. On 8,000
-# Fashion-MNIST images at eps 10 with the presets' noisy histograms, 100 teachers of 80 images
-# beat 50 of 160 by 4.5 points (71.4% against 66.9%, 3 seeds): the noise is fixed by the
-# budget and the votes grow with n. With GNMax labels 100 matched 50 and beat 25 of 320 by 20
-# points (RESULTS.md, DGD on a small private set).
+# private images, at most MAX_TEACHERS (DGD IV-A's 250) and at least MIN_TEACHERS: the noise
+# is fixed by the budget while the votes grow with n, so more, smaller shards win until each
+# teacher learns too little (RESULTS.md, DGD on a small private set).
 IMAGES_PER_TEACHER = 80
 MAX_TEACHERS = 250
 MIN_TEACHERS = 10

@@ -80,15 +80,12 @@ def get_config(arg: str | None = None):
     config.student.width = 1.0
   if not (paper or table1 or private_baseline or generator):
     inversion(config)
-    # 600 teacher steps: on the quick preset's stages 77.80% against 75.76% with 300, for 4
-    # more minutes; the standard preset's 1,200: 80.38 / 80.16% against 79.66 / 78.97% with
-    # 600 (seeds 0 / 1) for about 15 more minutes at eps 10, the budget it was measured at;
-    # 2,400 steps (79.87%) and 500 teachers of 600 steps (79.57%) lose (RESULTS.md, DGD, "The
-    # presets")
+    # 600 teacher steps, 1,200 for the standard preset at eps 10 (the budget they were measured
+    # at): longer-trained teachers teach the student more, up to that length; twice as many
+    # steps or teachers did not (RESULTS.md, DGD, "The presets")
     config.teachers.num_steps = 1200 if standard and budget == "eps10" else 600
-    # teachers that agree more on the synthetic pool: 50 teachers of 8,000 / 12,000 images
-    # taught 72.66% / 72.71% against 70.88% / 70.14% (3 seeds; RESULTS.md, "Teachers trained
-    # with mixup")
+    # teachers trained on mixed pairs agree more on the synthetic pool, so the same noise
+    # hides less of their votes (RESULTS.md, "Teachers trained with mixup")
     config.teachers.mixup = TEACHER_MIXUP
     if not standard:  # the quick preset's time (RESULTS.md)
       config.generator.update(QUICK)
@@ -138,9 +135,8 @@ def generator_config(paper: bool, table1: bool = False) -> ml_collections.Config
   ))
 
 
-# The CPU presets' synthesis (``inversion``): DeepInversion, 8000 samples (more samples than
-# 4000 gave the quick student about 3 points on the same teachers: RESULTS.md, DGD, "The
-# presets").
+# The CPU presets' synthesis (``inversion``): DeepInversion, 8000 samples (a larger pool
+# than 4000 teaches the student more from the same teachers: RESULTS.md, DGD, "The presets").
 INVERSION = dict(synthesis="inversion", w_stats=10.0, jitter=1, oversample=1.0,
                  num_synthetic=8000)
 
@@ -148,20 +144,19 @@ INVERSION = dict(synthesis="inversion", w_stats=10.0, jitter=1, oversample=1.0,
 # The CPU presets' release (``inversion``): for half the synthetic set, the noisy vote
 # histograms (the whole histogram, GNMax's epsilon; stages/student.py learns the vote shares)
 # or, where their noise per teacher is large, the noisy count of each sample's own class
-# (``query_plan.CLASS_COUNT_NOISE_PER_VOTE``: 'auto_counts'). With 50
-# teachers of 160 images they taught 66.9% at eps 10 against 57.9% for the GNMax plan (3
-# seeds); with the quick preset's 250 teachers 75.7% against 76.5% at eps 10 and 64.6% against
-# 58.0% at eps 1 (one seed each; RESULTS.md, DGD on a small private set, and DGD, "The
-# presets"). 2,000 and 4,000 of 8,000 did equally well in the probe, 1,000 and 8,000 worse.
+# (``query_plan.CLASS_COUNT_NOISE_PER_VOTE``: 'auto_counts'). They teach more than the GNMax
+# plan where the noise per teacher is large (small ensembles, small budgets) and about as much
+# elsewhere; half the pool queried is where the count of releases and their noise balance
+# (RESULTS.md, DGD on a small private set, and DGD, "The presets").
 HISTOGRAMS = 4000
 
 # The CPU presets' teachers train on mixed pairs of their own minibatches (``teachers.mixup``).
 TEACHER_MIXUP = 0.4
 
 # The quick preset's cut (a 10-minute run on 2 cores): a 500-step data-free diagnostic
-# instead of the baseline's 1500. Its inversion is the standard one's: 200 steps of lr 0.1
-# gave 78.98% on the quick start's baseline and teachers against 77.80% with 100 of 0.2, for
-# about 2 more minutes (RESULTS.md, DGD, "The presets").
+# instead of the baseline's 1500. Its inversion is the standard one's (200 steps of lr 0.1),
+# which teaches the student more than a halved one for about 2 more minutes (RESULTS.md, DGD,
+# "The presets").
 QUICK = dict(synthetic_student_steps=500)
 
 
