@@ -25,6 +25,7 @@ on any backend: the test suite runs it, so the check cannot rot before a device 
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -34,7 +35,7 @@ import time
 import jax
 from absl import app, flags
 
-from dgd_jax import bench, pipeline
+from dgd_jax import bench, methods, pipeline
 from dgd_jax.workdir import read_json, write_json
 
 _OUT = flags.DEFINE_string("out", None, "Folder for device_check.json and the runs' workdirs.")
@@ -85,8 +86,7 @@ def argument(config: str, arg: str, data: str, dry_run: bool) -> str:
 
 def config_of(config: str, arg: str, data: str, dry_run: bool):
   """The preset's config (with the dry run's changes where they apply)."""
-  module = __import__(f"dgd_jax.configs.{config}", fromlist=["get_config"])
-  out = module.get_config(argument(config, arg, data, dry_run))
+  out = importlib.import_module(f"dgd_jax.configs.{config}").get_config(argument(config, arg, data, dry_run))
   for field, value in dry_run_fields(out, dry_run).items():
     block, _, name = field.rpartition(".")
     (out[block] if block else out)[name] = value
@@ -144,7 +144,6 @@ def stage_times(check: Check, config: str, arg: str, data: str, dry_run: bool) -
   """Each stage of the preset run alone in a process under the budget left: its seconds, or
   where it was cut and the time extrapolated from its logged steps."""
   cfg = pipeline.run_config(config_of(config, arg, data, dry_run))
-  from dgd_jax import methods  # pylint: disable=g-import-not-at-top
   workdir = os.path.join(check.out, f"{config}_{arg}")
   spec = f"{os.path.dirname(os.path.abspath(__file__))}/configs/{config}.py:" + argument(
       config, arg, data, dry_run)

@@ -104,9 +104,10 @@ def check_multiprocess(to_run: list[str]) -> None:
         "it reuses the finished teacher stages.")
 
 
-def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> dict:
-  """Runs ``stages`` (default: the method's default stages) and every stage they need, and
-  returns the report dict."""
+def checked_plan(config: Config, stages: tuple[str, ...] | None = None
+                 ) -> tuple[Config, list[str]]:
+  """The run's config (``run_config``) and its planned stages, after every check that needs
+  nothing trained: the config's values, each stage's precheck and the budget guard."""
   config = run_config(config)
   check_config(config)
   names = methods.plan_stages(config, stages)
@@ -115,6 +116,13 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
       STAGES[name].precheck(config)
   if methods.method(config).privacy_stage in names:  # before anything is trained or queried
     methods.budget_guard(config)
+  return config, names
+
+
+def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> dict:
+  """Runs ``stages`` (default: the method's default stages) and every stage they need, and
+  returns the report dict."""
+  config, names = checked_plan(config, stages)
   wd = Workdir(workdir, writer=distributed.is_writer())
   wd.check_format()
   planned = _planned_stages(config, wd, names)
@@ -137,14 +145,7 @@ def compile_programs(config: Config, stages: tuple[str, ...] | None = None,
   it is for). Returns {stage: {program: XLA's memory analysis in bytes (argument, output,
   temp, alias; ``budget`` where the stage's memory plan allows the program a total)}}; a
   program over its budget raises ConfigError. ``log(stage, program, bytes)`` after each."""
-  config = run_config(config)
-  check_config(config)
-  names = methods.plan_stages(config, stages)
-  for name in names:
-    if STAGES[name].precheck:
-      STAGES[name].precheck(config)
-  if methods.method(config).privacy_stage in names:
-    methods.budget_guard(config)
+  config, names = checked_plan(config, stages)
   data = load_private(config)
   out = {}
   for name in names:

@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from dgd_jax import memory, methods, pipeline
 from dgd_jax.data import idx
+import tiny_configs
 from presets import IDS, PRESETS
 
 FASHION = "/usr/share/datasets/fashion-mnist"
@@ -60,7 +65,6 @@ def test_every_program_compiles_at_the_presets_full_shapes(module, arg, extra):
 @pytest.mark.parametrize("make", ["dgd", "dgd_inversion", "pate"])
 def test_tiny_runs_compile_every_planned_program_and_write_nothing(make, npz_file, tmp_path,
                                                                     monkeypatch):
-  import tiny_configs  # pylint: disable=g-import-not-at-top
   monkeypatch.chdir(tmp_path)
   config = getattr(tiny_configs, make)(npz_file)
   logged = []
@@ -74,7 +78,6 @@ def test_tiny_runs_compile_every_planned_program_and_write_nothing(make, npz_fil
 
 @pytest.mark.integration
 def test_a_program_over_its_memory_plan_is_refused(npz_file, monkeypatch):
-  import tiny_configs  # pylint: disable=g-import-not-at-top
   from dgd_jax.errors import ConfigError  # pylint: disable=g-import-not-at-top
   spec = methods.STAGES["baseline"]
   tight = lambda config, data: {name: dataclasses.replace(p, budget=1)
@@ -86,10 +89,6 @@ def test_a_program_over_its_memory_plan_is_refused(npz_file, monkeypatch):
 
 @pytest.mark.integration
 def test_compile_only_prints_every_program_and_needs_no_workdir(npz_file, tmp_path):
-  import json  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
   config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "dgd_jax", "configs", "baseline.py")
   command = [sys.executable, "-m", "dgd_jax.main", f"--config={config}:npz:{npz_file},cpu"]

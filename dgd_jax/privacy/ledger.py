@@ -428,17 +428,24 @@ class PrivacyLedger:
     if not filtered or _replace_one_sampled(mechanisms):
       return None
     _relation(mechanisms)
-    orders = np.union1d(events.orders_for([r.event() for r in mechanisms], self.orders),
-                        [r.filter_order for r in filtered])
-    curve = sum(r.filter_rdp(orders) if isinstance(r, FilteredQueries) else r.rdp(orders)
-                for r in mechanisms)
-    eps, order = conversion.improved_epsilon(orders, curve, delta)
+    eps, order = self._composed_at(
+        mechanisms, [r.filter_order for r in filtered], delta,
+        lambda r, orders: r.filter_rdp(orders) if r in filtered else r.rdp(orders))
     budgets = ", ".join(f"{r.budget:.6g} at order {r.filter_order:g} (epsilon "
                         f"{r.filter_epsilon:g})" for r in filtered)
     return eps, order, (f"Renyi filter (Feldman & Zrnic 2021): RDP budget {budgets} fixed "
                         "before the first query, threshold step charged on every query, GNMax on "
                         "the answered ones, other records' RDP added; improved conversion; "
                         "order = lambda"), False
+
+  def _composed_at(self, mechanisms, own_orders, delta, curve) -> tuple[float, float]:
+    """(epsilon, order) of the records' summed RDP, ``curve(record, orders)`` each, on the
+    orders their events need plus ``own_orders`` (where a record states its guarantee at one
+    order: a Renyi filter's budget, a smooth-sensitivity release), improved conversion."""
+    evs = [r.event() for r in mechanisms if not isinstance(r, SmoothSensitivityCost)]
+    orders = np.union1d(events.orders_for(evs, self.orders) if evs else self.orders,
+                        own_orders)
+    return conversion.improved_epsilon(orders, sum(curve(r, orders) for r in mechanisms), delta)
 
   def _grid(self, mechanisms) -> np.ndarray:
     """The ledger's orders and every one-order record's order."""
@@ -451,11 +458,8 @@ class PrivacyLedger:
     if not releases or _replace_one_sampled(mechanisms):
       return None
     _relation(mechanisms)
-    rest = [r for r in mechanisms if r not in releases]
-    orders = np.union1d(events.orders_for([r.event() for r in rest], self.orders)
-                        if rest else self.orders, [r.order for r in releases])
-    curve = sum(r.rdp(orders) for r in mechanisms)
-    eps, order = conversion.improved_epsilon(orders, curve, delta)
+    eps, order = self._composed_at(mechanisms, [r.order for r in releases], delta,
+                                   lambda r, orders: r.rdp(orders))
     what = ", ".join(f"order {r.order:g}, beta {r.beta:.6g}, sigma_ss {r.sigma_ss:.6g} "
                      f"(from the {r.source}): {r.cost():.6g}" for r in releases)
     return eps, order, (f"smooth-sensitivity release of the data-dependent epsilon (PATE 2018 "
