@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.metadata
 import os
+import platform
 import sys
 
 from dgd_jax.errors import ConfigError
@@ -67,3 +69,23 @@ def use_every_core() -> int:
     return 0
   os.environ["XLA_FLAGS"] = f"{flags} {DEVICE_COUNT_FLAG}={count}".strip()
   return count
+
+
+# The packages whose versions can change a run's numbers.
+SOFTWARE = ("jax", "jaxlib", "flax", "optax", "numpy", "dp-accounting", "jax-privacy",
+            "tensorflow-datasets")
+
+
+def software() -> dict:
+  """The Python, package versions and JAX backend this process runs with, for a report to
+  record what produced its numbers (a package not installed reads None)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  versions = {}
+  for name in SOFTWARE:
+    try:
+      versions[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      versions[name] = None
+  devices = jax.devices()
+  return {"python": platform.python_version(), **versions, "backend": jax.default_backend(),
+          "device_kind": devices[0].device_kind, "devices": len(devices)}

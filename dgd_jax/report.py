@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from dgd_jax import methods, privacy, query_plan
+from dgd_jax import host, methods, privacy, query_plan
 from dgd_jax.configs.common import SMOKE_STEPS
 from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING, RELATION_NAMES
 from dgd_jax.workdir import plain, write_json, write_text
@@ -91,6 +91,7 @@ def build(config, results: dict) -> dict:
       "wall_seconds": sum(r.get("stage_seconds") or 0.0 for r in results.values()),
       "stages": results,
       "config": plain(config),
+      "software": host.software(),  # what produced these numbers
   }
   if method.privacy_stage in results:
     report.update(_privacy(config, results))
@@ -328,5 +329,8 @@ def write(workdir: str, report: dict) -> None:
                       if k not in ("table", "privacy", "membership", "inversion", "plan")
                       and not k.endswith("_png"))
     lines.append(f"| {name} | {shown} |")
+  if "software" in report:
+    lines += ["", "Ran with " + ", ".join(f"{k} {v}" for k, v in report["software"].items()
+                                          if v is not None) + "."]
   lines += [""] + _pictures(workdir, report["stages"])
   write_text(os.path.join(workdir, "report.md"), "\n".join(lines) + "\n")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+import jax
+
 from dgd_jax import methods
 
 # Words in a field's name that mark a function of the teachers' votes or of a non-private model
@@ -35,7 +37,8 @@ def _leaves(value, path: str):
 def assert_noiseless_named(workdir: str) -> dict:
   """Every noiseless statistic in ``workdir``'s report.json is in its ``noiseless`` map and
   named by a not-covered note in report.json and report.md; every field whose name hints at
-  the votes or a non-private model is a registered noiseless field. Returns the report."""
+  the votes or a non-private model is a registered noiseless field; and it records the JAX
+  version and backend that ran it (report.md too). Returns the report."""
   with open(os.path.join(workdir, "report.json")) as f:
     report = json.load(f)
   with open(os.path.join(workdir, "report.md")) as f:
@@ -62,4 +65,7 @@ def assert_noiseless_named(workdir: str) -> dict:
   if note:
     assert note in notes, "report.json's not-covered notes lack the noiseless note"
     assert note in md, "report.md lacks the noiseless note"
+  assert report["software"]["jax"] == jax.__version__, report["software"]
+  assert report["software"]["backend"] == jax.default_backend(), report["software"]
+  assert f"jax {jax.__version__}" in md, "report.md does not say which jax ran"
   return report
