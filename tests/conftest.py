@@ -1,6 +1,7 @@
 """Shared fixtures: real Fashion-MNIST (Debian package) prepared once, tiny generated data."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 
@@ -45,13 +46,29 @@ FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 
 
 @pytest.fixture(scope="session")
-def fashion_mnist(tmp_path_factory):
-  """The real Fashion-MNIST, prepared through the TFDS builder into a fresh data dir."""
+def fashion_mnist_dir(tmp_path_factory) -> str:
+  """A fresh TFDS data dir into which the TFDS builder prepared the real Fashion-MNIST: once
+  per test run, the first pytest-xdist worker to ask preparing it under a lock, the others
+  waiting for it (a preparation takes seconds that every worker would pay)."""
   assert not idx.missing_files(FASHION_MNIST_DIR), (
       f"Fashion-MNIST IDX files missing from {FASHION_MNIST_DIR}: "
       "apt-get install dataset-fashion-mnist (.ci/run does this).")
-  data_dir = tmp_path_factory.mktemp("tfds")
-  return load_dataset("fashion_mnist", data_dir=str(data_dir), download=False)
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):  # the run's folder, shared by its workers
+    root = root.parent
+  data_dir = root / "tfds_fashion_mnist"
+  with open(root / "tfds_fashion_mnist.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not (root / "tfds_fashion_mnist.done").exists():
+      load_dataset("fashion_mnist", data_dir=str(data_dir), download=False)
+      (root / "tfds_fashion_mnist.done").touch()
+  return str(data_dir)
+
+
+@pytest.fixture(scope="session")
+def fashion_mnist(fashion_mnist_dir):
+  """The real Fashion-MNIST, read from the data dir prepared for the run."""
+  return load_dataset("fashion_mnist", data_dir=fashion_mnist_dir, download=False)
 
 
 def make_images(rng, n: int, shape=(28, 28), num_classes: int = 10):
