@@ -5,8 +5,9 @@
 #  3. install: dgd_jax with its test/plot extras (re-installed only when setup.cfg changes).
 # apt's and pip's output goes to $venv/setup.log (pip's index warnings included); a failing
 # step prints its name, the fix and the log's last lines, and exits 1.
-# Environment: DGD_VENV (default <repo>/.venv), PYTHON (default python3.11, else python3),
-# DGD_EXTRAS (default test,plots; e.g. plots,tpu on a Cloud TPU VM, plots,cuda on GPUs).
+# Environment: DGD_VENV (default <repo>/.venv), PYTHON (default python3.12, else python3.11,
+# else python3), DGD_EXTRAS (default test,plots; e.g. plots,tpu on a Cloud TPU VM, plots,cuda
+# on GPUs).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${DGD_VENV:-$repo/.venv}"
@@ -37,8 +38,17 @@ dataset-fashion-mnist), or put the four IDX files in a folder and run with \
   say dataset "Fashion-MNIST installed in $fmnist (Debian package dataset-fashion-mnist)"
 fi
 
-python_bin="${PYTHON:-$(command -v python3.11 || command -v python3 || true)}"
-[ -n "$python_bin" ] || fail venv "install Python >= 3.10 (apt-get install python3.11) or set PYTHON"
+# The newest Python that runs, 3.12 first: jax >= 0.11 needs it (3.10 and 3.11 get jax 0.10.2).
+# pyenv's interpreters are tried too, since its shims fail for versions it has not activated.
+first_python() {
+  local c
+  for c in python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 python3.11 \
+           python3; do
+    if "$c" -c 'import sys' > /dev/null 2>&1; then command -v "$c"; return; fi
+  done
+}
+python_bin="${PYTHON:-$(first_python)}"
+[ -n "$python_bin" ] || fail venv "install Python >= 3.10 (apt-get install python3.12) or set PYTHON"
 "$python_bin" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
   || fail venv "$python_bin is not Python 3.10 or newer: set PYTHON to one"
 if [ -x "$venv/bin/python" ]; then
