@@ -5,8 +5,10 @@ calibrated to ``privacy.max_epsilon``), and the private baseline's record, compo
 label queries under the same relation."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
+import math
 
 import numpy as np
 
@@ -23,6 +25,10 @@ def check(config) -> None:
   d = config.dpsgd
   if d.model not in dpsgd_models.MODELS:
     raise ConfigError(f"config.dpsgd.model={d.model!r}; use one of {tuple(dpsgd_models.MODELS)}.")
+  for name in ("num_steps", "batch_size"):
+    if d[name] == 0:
+      raise ConfigError(f"config.dpsgd.{name}=0 is derived from the data's size: plan the run "
+                        "with pipeline.run_config(config) first (it sets it), or set it >= 1.")
   for name in ("num_steps", "batch_size", "microbatch_size"):
     if d[name] < 1:
       raise ConfigError(f"config.dpsgd.{name}={d[name]}; it must be >= 1.")
@@ -49,12 +55,51 @@ def public_size(config, read: int | None = None) -> int:
   return read if read is not None else private_size(config)
 
 
+def schedule(config, size: int) -> tuple[int, int, str]:
+  """(expected batch, steps, why) for N = ``size`` examples: ``dpsgd.batch_size`` and
+  ``num_steps`` where set, else the batch round(q N) at ``sampling_rate`` q and the steps
+  ceil(epochs N / batch), so that a preset keeps its sampling rate and epochs on data of any
+  size."""
+  d = config.dpsgd
+  if d.batch_size == 0 and not 0 < d.get("sampling_rate", 0.0) <= 1:
+    raise ConfigError(f"config.dpsgd.batch_size=0 takes the batch from sampling_rate x N, but "
+                      f"sampling_rate={d.get('sampling_rate', 0.0)}: set it in (0, 1], or set "
+                      "batch_size.")
+  if d.num_steps == 0 and not d.get("epochs", 0.0) > 0:
+    raise ConfigError(f"config.dpsgd.num_steps=0 takes the steps from epochs x N / batch, but "
+                      f"epochs={d.get('epochs', 0.0)}: set epochs > 0, or set num_steps.")
+  batch = d.batch_size or max(1, round(d.sampling_rate * size))
+  steps = d.num_steps or max(1, math.ceil(d.epochs * size / batch))
+  why = (f"batch {batch}" + (f" = round({d.sampling_rate:.6g} x {size})" if not d.batch_size
+                             else " (set)")
+         + f", {steps} steps" + (f" = ceil({d.epochs:g} epochs x {size} / {batch})"
+                                 if not d.num_steps else " (set)"))
+  return batch, steps, why
+
+
+def with_schedule(config):
+  """``config`` with a derived DP-SGD batch and step count (``schedule``) in place of 0, the
+  rule's fields then 0 (the numbers are what a run depends on) and the reason in
+  ``config.dpsgd_schedule_chosen``; ``config`` itself when it sets both. N is ``public_size``
+  (the data is read only when ``config.private_size`` is unset)."""
+  d = config.get("dpsgd")
+  if d is None or (d.batch_size and d.num_steps):
+    return config
+  batch, steps, why = schedule(config, public_size(config))
+  config = copy.deepcopy(config)
+  with config.unlocked():
+    config.dpsgd.update(batch_size=batch, num_steps=steps, sampling_rate=0.0, epochs=0.0)
+    config.dpsgd_schedule_chosen = why
+  return config
+
+
 def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpsgdSteps:
   """The ledger record of the planned DP-SGD steps at noise multiplier ``noise`` (q = B / N,
-  N = ``public_size``)."""
+  N = ``public_size``; the batch and steps of ``schedule``)."""
   d = config.dpsgd
-  return privacy.DpsgdSteps(noise, d.batch_size, public_size(config, dataset_size),
-                            d.num_steps, d.norm_bound, d.sampling)
+  size = public_size(config, dataset_size)
+  batch, steps, _ = schedule(config, size)
+  return privacy.DpsgdSteps(noise, batch, size, steps, d.norm_bound, d.sampling)
 
 
 def noise_multiplier(config, dataset_size: int | None = None) -> float:

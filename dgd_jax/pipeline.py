@@ -15,7 +15,7 @@ from typing import Callable
 import jax
 from absl import logging
 
-from dgd_jax import distributed, generative, methods, pool, query_plan
+from dgd_jax import distributed, dpsgd_plan, generative, methods, pool, query_plan
 from dgd_jax import report as report_lib
 from dgd_jax.configs.common import smoke_schedules
 from dgd_jax.core import Config, Context, private_size
@@ -71,12 +71,13 @@ def check_config(config: Config) -> None:
 
 
 def run_config(config: Config) -> Config:
-  """The config a run uses: ``smoke_schedules``, and ``num_teachers = 0`` replaced by the count
+  """The config a run uses: DP-SGD's batch and steps derived from the data's size where 0
+  (``dpsgd_plan.with_schedule``), ``smoke_schedules``, and ``num_teachers = 0`` replaced by the count
   chosen for the private set's size (``query_plan.num_teachers_for``), the reason kept in
   ``config.num_teachers_chosen`` (no stage reads it, so fingerprints are those of the count).
   N is ``config.private_size`` when set, else the data's size: fixed under replace-one
   neighbours; under add/remove-one it must be the public ``private_size``. Idempotent."""
-  config = smoke_schedules(config)
+  config = smoke_schedules(dpsgd_plan.with_schedule(config))
   if config.get("num_teachers", None) != 0:
     return config
   if not config.private_size and "add_or_remove_one" in config_teachers_changed(config):

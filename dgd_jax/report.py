@@ -87,6 +87,9 @@ def build(config, results: dict) -> dict:
       **({"num_teachers": config.num_teachers,
           "num_teachers_chosen": config.get("num_teachers_chosen")}
          if "num_teachers" in config else {}),
+      # DP-SGD's batch and steps and how they came from the data's size (pipeline.run_config).
+      **({"dpsgd_schedule_chosen": config.dpsgd_schedule_chosen}
+         if config.get("dpsgd_schedule_chosen") else {}),
       "stage_seconds": {k: r.get("stage_seconds") for k, r in results.items()},
       "wall_seconds": sum(r.get("stage_seconds") or 0.0 for r in results.values()),
       "stages": results,
@@ -293,6 +296,8 @@ def write(workdir: str, report: dict) -> None:
     lines += [f"Teachers: {report['num_teachers_chosen']}." if report["num_teachers_chosen"]
               else f"Teachers: {report['num_teachers']}, as the config sets "
                    "(--config.num_teachers=0 chooses a count for the private set's size).", ""]
+  if report.get("dpsgd_schedule_chosen"):
+    lines += [f"DP-SGD schedule: {report['dpsgd_schedule_chosen']}.", ""]
   student = report["stages"].get("student", {})
   if "ensemble_test_accuracy" in student:  # student.ensemble > 1
     members = student["member_test_accuracies"]

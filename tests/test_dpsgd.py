@@ -28,6 +28,7 @@ from dgd_jax.models import scattering
 from dgd_jax.stages import baseline as baseline_stage
 
 import tiny_configs
+from conftest import make_images
 from report_checks import assert_noiseless_named
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -320,6 +321,64 @@ def test_configs_and_presets():
     dpsgd_config_file.get_config("fashion_mnist,eps1,eps3")
 
 
+@pytest.mark.parametrize("size, model, batch, steps", [
+    (60000, "", 8192, 293), (60000, ",cnn", 2048, 1172),  # Tramer & Boneh's recipes
+    (8000, "", 1092, 294), (1500, "", 205, 293), (1500, ",cnn", 51, 1177)])
+def test_presets_keep_their_sampling_rate_and_epochs_on_any_size(size, model, batch, steps):
+  """The presets' batch is round(q N) at the recipe's q = B / 60,000 and their steps ceil(40
+  epochs N / batch), from the public N (``private_size`` here, so no data is read); the
+  rule's fields are consumed into the numbers, idempotently."""
+  config = dpsgd_config_file.get_config(f"fashion_mnist,eps3{model}")
+  config.private_size = size
+  resolved = dpsgd_plan.with_schedule(config)
+  assert (resolved.dpsgd.batch_size, resolved.dpsgd.num_steps) == (batch, steps)
+  assert resolved.dpsgd.sampling_rate == resolved.dpsgd.epochs == 0.0
+  assert f"batch {batch} = round(" in resolved.dpsgd_schedule_chosen
+  assert dpsgd_plan.with_schedule(resolved) is resolved
+  record = dpsgd_plan.release(resolved, 1.0)
+  assert record.dataset_size == size and abs(record.batch_size / size - config.dpsgd.sampling_rate
+                                             ) <= 0.5 / size
+  assert config.dpsgd.batch_size == 0  # the preset itself is unchanged
+
+
+def test_a_schedule_that_cannot_be_derived_or_used_is_refused():
+  config = dpsgd_config_file.get_config("fashion_mnist,eps3")
+  config.private_size = 8000
+  with pytest.raises(ConfigError, match="pipeline.run_config"):
+    dpsgd_plan.check(config)  # unresolved
+  bad = config.copy_and_resolve_references()
+  bad.dpsgd.sampling_rate = 0.0
+  with pytest.raises(ConfigError, match="sampling_rate=0.0"):
+    dpsgd_plan.with_schedule(bad)
+  bad = config.copy_and_resolve_references()
+  bad.dpsgd.epochs = 0.0
+  with pytest.raises(ConfigError, match="epochs=0.0"):
+    dpsgd_plan.with_schedule(bad)
+  bad = config.copy_and_resolve_references()
+  bad.dpsgd.batch_size = 8192  # set by hand, over N
+  resolved = dpsgd_plan.with_schedule(bad)
+  assert "batch 8192 (set)" in resolved.dpsgd_schedule_chosen
+  with pytest.raises(ConfigError, match="exceeds"):
+    dpsgd_plan.release(resolved, 1.0)
+
+
+@pytest.mark.integration
+def test_the_preset_plans_on_1500_images_of_a_users_own(tmp_path):
+  """A user's 1,500 images: the eps-3 preset plans its derived schedule and calibrates its noise
+  to the budget (pipeline.checked_plan, the budget guard included) without a hand-set batch."""
+  rng = np.random.default_rng(2)
+  x_train, y_train = make_images(rng, 1500)
+  x_test, y_test = make_images(rng, 100)
+  path = tmp_path / "mine.npz"
+  np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+  config, stages = pipeline.checked_plan(dpsgd_config_file.get_config(f"npz:{path},eps3"))
+  assert tuple(stages) == ("dpsgd",)
+  assert (config.dpsgd.batch_size, config.dpsgd.num_steps) == (205, 293)
+  noise = dpsgd_plan.noise_multiplier(config)
+  epsilon = privacy.epsilon_of(dpsgd_plan.release(config, noise), 1e-5, "pld")
+  assert 2.9 < epsilon <= 3.0
+
+
 @pytest.mark.integration
 def test_end_to_end_on_a_real_fashion_mnist_slice(fashion_slice, tmp_path):
   config = tiny(fashion_slice)
@@ -405,7 +464,8 @@ def test_sampling_rate_is_stated_with_a_public_size(monkeypatch):
   monkeypatch.setattr(dpsgd_plan, "private_size", refuse)
   record = dpsgd_plan.release(config, 1.0)
   assert record.dataset_size == 20000
-  assert record.sampling_probability == config.dpsgd.batch_size / 20000
+  assert record.batch_size == round(20000 * config.dpsgd.sampling_rate) == 2731
+  assert record.sampling_probability == record.batch_size / 20000
   assert dpsgd_plan.public_size(config, read=19999) == 20000
 
 

@@ -11,11 +11,12 @@ COMMAND (end-to-end tanh CNN, eps 3):
   python -m dgd_jax.main --config=dgd_jax/configs/dpsgd.py:fashion_mnist,eps3,cnn \
       --workdir=workdirs/dpsgd_cnn_eps3
 Presets: ``eps1``, ``eps3`` (default), ``eps10``; ``cnn`` / ``scatternet_cnn`` pick the model.
+On data of any size a preset keeps its recipe's sampling rate and epochs: the run sets the
+batch to round(q N) and the steps to ceil(40 N / batch) (``dpsgd_plan.schedule``; 8192 and 293
+on Fashion-MNIST's 60,000), unless ``dpsgd.batch_size`` / ``num_steps`` are set.
 Measured results: RESULTS.md, "DP-SGD".
 """
 from __future__ import annotations
-
-import math
 
 import ml_collections
 
@@ -23,7 +24,9 @@ from dgd_jax.configs import common
 
 EPSILONS = {"eps1": 1.0, "eps3": 3.0, "eps10": 10.0}
 MODELS = ("scatternet_linear", "scatternet_cnn", "cnn")
-TRAIN_SIZE = 60_000  # Fashion-MNIST's training set: the presets' epochs -> steps
+# The recipes' batches are for Fashion-MNIST's 60,000 training images: the presets keep their
+# sampling rate q = B / 60,000 and their epochs on data of any size (dpsgd_plan.schedule).
+RECIPE_SIZE = 60_000
 
 # Tramer & Boneh's Fashion-MNIST recipes (their README): SGD with momentum 0.9, clip norm 0.1,
 # 40 epochs; ScatterNet + linear: batch 8192, lr 16, group norm of 27 groups; CNNs: batch 2048,
@@ -42,8 +45,10 @@ def dpsgd_config(model: str, epochs: float | None = None) -> ml_collections.Conf
   epochs = recipe["epochs"] if epochs is None else epochs
   return ml_collections.ConfigDict(dict(
       model=model,  # scatternet_linear | scatternet_cnn | cnn (models.dpsgd.MODELS)
-      batch_size=recipe["batch_size"],  # expected Poisson batch q N
-      num_steps=max(1, math.ceil(epochs * TRAIN_SIZE / recipe["batch_size"])),
+      batch_size=0,  # expected Poisson batch q N; 0: round(sampling_rate x N)
+      num_steps=0,  # 0: ceil(epochs x N / batch_size)
+      sampling_rate=recipe["batch_size"] / RECIPE_SIZE,  # q, for batch_size = 0
+      epochs=float(epochs),  # for num_steps = 0
       learning_rate=recipe["learning_rate"],  # SGD, constant
       momentum=0.9,
       norm_bound=0.1,  # per-example clip norm C (Abadi Alg. 1 line 6)
