@@ -25,8 +25,7 @@ Yin et al. 2020): x = tanh(v) with v free, target classes y dealt in turn,
   L = mean_i CE(o(jitter(x_i)), y_i) + w_stats * R_feature(x) + w_tv * TV(x)
 
 the same priors and private-set statistics; every sample has its own optimisation, so the
-set cannot collapse onto a few templates as a generator's can (RESULTS.md, DGD, "Synthesis:
-DeepInversion against DGD's generator").
+set cannot collapse onto a few templates as a generator's can.
 
 The paper prints "+ beta ||f||_1" but motivates the term by real data having *higher*
 activations, so the activation is rewarded, as in DAFL's code (-features.abs().mean()).
@@ -277,7 +276,7 @@ def inversion_step(key: jax.Array, steps: int, learning_rate: float, num_classes
   tanh(v) into the batch's rows. The keys come from ``key`` and the state's step, not from the
   key ``run_steps`` folds (ignored), so that the set does not depend on how the steps are
   grouped. A Python function around one jitted Adam step: a conv inside ``lax.scan`` runs
-  ~25x slower on CPU (REFERENCE Sec. 8)."""
+  far slower on CPU (REFERENCE Sec. 8)."""
   tx = optax.adam(learning_rate)
   update = jax.jit(inversion_update(tx, inversion_labels(batch_size, num_classes, mix),
                                     baseline_apply, baseline_params, priors, targets))

@@ -4,21 +4,20 @@ Freed memory (``keep_freed_memory``, applied when dgd_jax is imported):
 
 glibc's malloc serves large blocks by ``mmap`` and returns freed memory to the kernel
 (``munmap``, heap trimming). XLA on CPU allocates and frees its large temporaries on every
-step, so each step pays page faults on freshly mapped, zeroed pages, about as much time in
-the kernel as in the step itself on 2 cores. Keeping freed memory in the process (a mmap
-threshold and a trim threshold of 2 GiB) trains the same steps in less than half the time
-(docs/PERFORMANCE.md). Results are unchanged: only where freed memory goes changes. The
-price is that the process keeps its peak heap (a few percent more resident memory).
+step, so each step pays page faults on freshly mapped, zeroed pages, time in the kernel
+rather than in the step. Keeping freed memory in the process (a mmap threshold and a trim
+threshold of 2 GiB) spares those faults, so the same steps train faster (docs/PERFORMANCE.md).
+Results are unchanged: only where freed memory goes changes. The price is that the process
+keeps its peak heap (somewhat more resident memory).
 Set ``DGD_KEEP_FREED_MEMORY=0`` to leave malloc as it is.
 
 One host device per core (``use_every_core``, applied by the command-line tools to a
 single-process run before the first device use): XLA:CPU exposes one device by default, and
 one teacher's step does not keep two cores busy through intra-op threads alone. With a device
 per core the teacher mesh (``parallel.teacher_mesh``) runs a teacher on every core at once:
-the quick preset's 250 teachers trained 1.25x faster on the 2-core machine
-(docs/PERFORMANCE.md, "What XLA:CPU needs from the host and from the model"),
-with the same results. Single-model stages stay on one device and are unchanged. Set
-``DGD_CPU_DEVICES=1`` (or a count of your own) to override."""
+the teachers train faster (docs/PERFORMANCE.md, "What XLA:CPU needs from the host and from
+the model"), with the same results. Single-model stages stay on one device and are
+unchanged. Set ``DGD_CPU_DEVICES=1`` (or a count of your own) to override."""
 from __future__ import annotations
 
 import ctypes

@@ -14,15 +14,16 @@ are computed. The chosen candidate maximises the *clean-equivalent* labels Q * k
 kappa = (K a - 1) / (K - 1) (the signal left in a label flipped uniformly with probability
 1 - a), with Q capped by ``max_queries`` (the pool, or what the user allows). The exponent is
 empirical: it is the exponent whose choice agrees with the ranking of students trained on the
-quick DGD preset's real votes across GNMax noise levels, where Q * kappa^2 favoured many noisy
-labels that taught less (RESULTS.md, DGD, "Query plan and student").
+quick DGD preset's real votes across GNMax noise levels, where Q * kappa^2 favours many noisy
+labels that teach less.
 
 The ``gaussian_histogram`` aggregator releases each query's noisy histogram whole (the same
 data-independent epsilon as a GNMax label), and the student learns the noisy vote shares, an
 unbiased estimate whose noise averages out over many samples. Its plan is no trade-off of
 label accuracy against count: ``num_queries`` histograms with the least sigma that fits the
-budget (RESULTS.md, DGD on a small private set, for how many of the pool to ask). So is ``gaussian_class_count``'s: each query releases one count, of the class its
-synthetic sample was made for, whose sensitivity 1 (not sqrt 2) buys sigma / sqrt 2.
+budget (the config says how many of the pool to ask). So is ``gaussian_class_count``'s: each
+query releases one count, of the class its synthetic sample was made for, whose sensitivity 1
+(not sqrt 2) buys sigma / sqrt 2.
 """
 from __future__ import annotations
 
@@ -40,12 +41,12 @@ from dgd_jax.privacy.releases import build_release
 # noise that matters is relative to the vote gaps, which scale with n.
 NOISE_FRACTIONS = (0.01, 0.015, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.2, 0.24)
 AGGREGATORS = ("lnmax", "gnmax")
-KAPPA_EXPONENT = 4  # module docstring: fitted to measured students (RESULTS.md)
+KAPPA_EXPONENT = 4  # module docstring: ranks plans as the students trained on them rank
 
 # The ensemble a run chooses when config.num_teachers = 0: shards of about IMAGES_PER_TEACHER
 # private images, at most MAX_TEACHERS (DGD IV-A's 250) and at least MIN_TEACHERS: the noise
 # is fixed by the budget while the votes grow with n, so more, smaller shards win until each
-# teacher learns too little (RESULTS.md, DGD on a small private set).
+# teacher learns too little.
 IMAGES_PER_TEACHER = 80
 MAX_TEACHERS = 250
 MIN_TEACHERS = 10
@@ -184,8 +185,10 @@ COUNT_RELEASES = {"gaussian_histogram": privacy.HistogramQueries,
 
 
 # 'auto_counts' releases class counts where the histograms' noise per teacher, sigma / n, is
-# at least this, else the histograms: with 50 teachers at eps 10 (0.89) class counts taught
-# the student more, with 250 (0.18) the histograms (RESULTS.md, "One count per query").
+# at least this, else the histograms: a count has one noisy coordinate at sigma / sqrt 2
+# where a histogram has K at sigma, so under large noise the count keeps more of the signal;
+# under small noise the histogram's other classes (how near each boundary a sample lies)
+# teach more.
 CLASS_COUNT_NOISE_PER_VOTE = 0.5
 
 

@@ -26,9 +26,8 @@ predicted distributions over the whole pool. With ``propagation`` = k, while the
 cover at most ``PROPAGATION_MAX_SHARE`` of the pool, the first student learns the whole pool
 instead, each sample labelled with the likeliest class after the released labels spread to it
 by label propagation on the k-NN graph of the pool's ScatterNet features
-(``propagation.propagate``, Zhou et al. 2004; hard labels, which beat the distributions on
-the 8,000-image, 50-teacher preset: RESULTS.md). All are post-processing of the released
-labels: no epsilon.
+(``propagation.propagate``, Zhou et al. 2004; hard labels, which teach the student more than
+the propagated distributions). All are post-processing of the released labels: no epsilon.
 
 Where the queries released noisy vote histograms (``queries.aggregator='gaussian_histogram'``)
 the labelled targets are the noisy vote shares h~ / n, unbiased and unclipped, and Eq. 5's
@@ -52,14 +51,14 @@ from dgd_jax.core import Context
 from dgd_jax.models.vae import VAE
 
 # ``student.propagation`` runs only while the released labels cover at most this share of
-# the pool: it added 7.8 points on average with 114 labels of 8,000 and lost 3.7 with 2,852
-# of 8,000, where the labels already cover a third of it (RESULTS.md, small private set).
+# the pool: a few labels reach the rest of the pool only through it, while labels that
+# already cover much of the pool are better learnt as released than replaced by propagated
+# ones.
 PROPAGATION_MAX_SHARE = 0.05
 # ``student.ensemble = 0`` (the CPU presets): ENSEMBLE students distilled into one where the
-# release's noise per teacher, sigma / n, is at least NOISE_PER_VOTE, else one student. Five
-# gained 2.1 and 2.5 points with 50 teachers at eps 10 (sigma / n 0.89), 1.5 with 100 (0.45)
-# and 1.7 with 250 at eps 1 (1.33); with 250 at eps 10 (0.18) they lost 0.3 (RESULTS.md, DGD
-# on a small private set, "An ensemble of students").
+# release's noise per teacher, sigma / n, is at least NOISE_PER_VOTE, else one student: the
+# members' errors on noisy labels differ and their mean averages them out; under small noise
+# there is little to average, and the distillation costs more than it gives.
 ENSEMBLE = 5
 NOISE_PER_VOTE = 0.3
 

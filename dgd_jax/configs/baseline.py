@@ -1,6 +1,6 @@
 r"""Baseline classifier: the paper CNN trained on the whole private training set.
 
-COMMAND (paper preset; about 10 min on 2 CPU cores):
+COMMAND (paper preset; minutes on 2 CPU cores):
   python -m dgd_jax.main --config=dgd_jax/configs/baseline.py:fashion_mnist \
       --workdir=/tmp/dgd_baseline
 EXPECTED: test_accuracy >= 0.91 (DGD Table I baseline: 91.0% on Fashion-MNIST).

@@ -359,7 +359,7 @@ def teachers_config(preset: str) -> ml_collections.ConfigDict:
       chunk=0,  # teachers per vmapped chunk; 0 = backend default (ensemble.AUTO_CHUNK)
       noise_scales=(20.0, 40.0),  # Laplace scales b at which ensemble accuracy is reported
       # test images the ensemble's accuracies are measured on (the head of the test set);
-      # 0 = all. A diagnostic: 2000 keep the CPU presets' evaluation to 25 s (of 2 minutes)
+      # 0 = all. A diagnostic: 2000 keep the CPU presets' evaluation short
       eval_size=0 if paper else 2000,
   ))
 
@@ -437,16 +437,19 @@ def student_config() -> ml_collections.ConfigDict:
       unlabelled_batch_size=128,  # VAE triples per step (D_u)
       learning_rate=1e-3,  # decaying linearly to 0 (DGD IV-A)
       end_learning_rate=0.0,
-      # Eq. 6 weights. Off by default: on the quick DGD preset no setting tried beat CE only
-      # (RESULTS.md, DGD, "Query plan and student").
+      # Eq. 6 weights. Off by default: the terms ask the student to agree on moved synthetic
+      # samples, and moving one can change what the teachers would call it; cross-entropy on
+      # the labels alone teaches the quick DGD preset's student more.
       w_normal=0.0,
       w_tangent=0.0,
       w_entropy=0.0,
       eps_tangent=1.0,  # latent step along the tangent direction
       eps_normal=1.0,  # input-space L2 step along the normal direction
       adversarial=True,  # TNAR-style adversarial directions (False: random)
-      # DGD's latent Laplace term (paper: 0.01); 0 = off, see RESULTS.md, DGD, "Query plan and
-      # student"
+      # DGD's latent Laplace term (paper: 0.01); 0 = off: at 0.01 the noise (scale 2c/eps1)
+      # swamps the normalised VAE code, so the decoded triples no longer resemble their inputs
+      # (stages/vae.py reports it), and the VAE learns from synthetic data, so the term
+      # protects nothing private
       eps1=0.0,
       augment=False,  # shift/mirror the labelled batch (post-processing, no epsilon)
       mixup=0.0,  # > 0: mixup's Beta(mixup, mixup) on the labelled batch (stages/student.py)

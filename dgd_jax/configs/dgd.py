@@ -18,7 +18,7 @@ The budget guard refuses a plan whose data-independent epsilon (``privacy.accoun
 1e-5) exceeds ``privacy.max_epsilon``. ``private_baseline`` trains the baseline with DP-SGD
 and accounts it with the queries in one epsilon (``private``).
 
-COMMAND (quick CPU preset; results: RESULTS.md, DGD, "The presets"):
+COMMAND (quick CPU preset):
   python -m dgd_jax.main --config=dgd_jax/configs/dgd.py:fashion_mnist,cpu \
       --workdir=workdirs/dgd_cpu
 COMMAND (standard CPU preset, eps 1):
@@ -26,7 +26,10 @@ COMMAND (standard CPU preset, eps 1):
       --workdir=workdirs/dgd_standard_eps1
 
 The student's VAE-triple regulariser (DGD Eq. 4-6) and its FixMatch consistency term are
-implemented but off by default (RESULTS.md, DGD, "Query plan and student").
+implemented but off by default: both ask the student to agree on moved synthetic samples, and
+moving one can change what the teachers would call it.
+
+Measured results: RESULTS.md, DGD, "The presets".
 """
 import ml_collections
 
@@ -37,7 +40,7 @@ BUDGETS = {"eps10": (1300, 10.0), "eps3": (300, 3.0), "eps1": (27, 1.0)}  # quer
 # private_baseline: the fixed GNMax sigma 40 queries per budget; the
 # baseline's DP-SGD noise is calibrated to fill the rest of the budget.
 PRIVATE_BASELINE_QUERIES = {"eps10": 1000, "eps3": 300, "eps1": 50}
-# Presets: 'standard' is the 45-minute CPU preset (the quick one's widths and synthesis,
+# Presets: 'standard' is the longer CPU preset (the quick one's widths and synthesis,
 # teachers trained twice as long at eps 10, a paper-width student). Flags: 'table1' (the paper's
 # own method: Eq. 2 alone and the fixed LNMax plan), 'plus' (DGD+: the fixed plan with GNMax
 # sigma 40), 'private_baseline' (``private``), 'generator' (the CPU presets with DGD's
@@ -74,22 +77,22 @@ def get_config(arg: str | None = None):
   config.student = common.student_config()
   config.student.diagnose_noiseless = True  # report what the label noise costs
   if not (paper or table1):
-    config.student.width = 0.5  # a wider student than the 0.25 teachers (RESULTS.md)
-  if standard:  # a longer generator schedule measured worse (RESULTS.md): not here
+    config.student.width = 0.5  # wider than the 0.25 teachers: one model learns all they label
+  if standard:  # longer teachers, a paper-width student (a longer generator collapses)
     config.teachers.num_steps = 600
     config.student.width = 1.0
   if not (paper or table1 or private_baseline or generator):
     inversion(config)
-    # 600 teacher steps, 1,200 for the standard preset at eps 10 (the budget they were measured
-    # at): longer-trained teachers teach the student more, up to that length; twice as many
-    # steps or teachers did not (RESULTS.md, DGD, "The presets")
+    # 600 teacher steps, 1,200 for the standard preset at eps 10: longer-trained teachers
+    # agree more often on the right class and so teach the student more, up to that length;
+    # beyond it, more steps or more teachers buy little for their time
     config.teachers.num_steps = 1200 if standard and budget == "eps10" else 600
     # teachers trained on mixed pairs agree more on the synthetic pool, so the same noise
-    # hides less of their votes (RESULTS.md, "Teachers trained with mixup")
+    # hides less of their votes
     config.teachers.mixup = TEACHER_MIXUP
-    if not standard:  # the quick preset's time (RESULTS.md)
+    if not standard:  # the quick preset's shorter data-free diagnostic
       config.generator.update(QUICK)
-    if budget == "eps1":  # 48 labels of 8000: self-training carries them to the rest (RESULTS.md)
+    if budget == "eps1":  # the noisiest release: self-training carries it to the whole pool
       config.student.self_training = 3
   if private_baseline:
     private(config, budget)
@@ -118,10 +121,12 @@ def generator_config(paper: bool, table1: bool = False) -> ml_collections.Config
       w_tv=0.0,  # total variation
       jitter=0,  # random shift (pixels) of the samples the baseline sees
       mirror=False,  # random left-right mirror of the samples the baseline sees
-      # > 1: generate this many times num_synthetic, keep the most stable (RESULTS.md, Synthesis)
+      # > 1: generate this many times num_synthetic, keep those the baseline labels most
+      # confidently and stably under small shifts (stages/generator.py)
       oversample=1.0 if table1 else 2.0,
       # 'generator' (the above) or 'inversion': DeepInversion, each sample's pixels optimised
-      # against the baseline with the same priors (generative.invert; RESULTS.md, Synthesis)
+      # against the baseline with the same priors (generative.invert), so that the set cannot
+      # collapse onto a few templates
       synthesis="generator",
       inversion_steps=200,  # Adam steps per batch of inverted samples
       inversion_learning_rate=0.1,
@@ -135,8 +140,9 @@ def generator_config(paper: bool, table1: bool = False) -> ml_collections.Config
   ))
 
 
-# The CPU presets' synthesis (``inversion``): DeepInversion, 8000 samples (a larger pool
-# than 4000 teaches the student more from the same teachers: RESULTS.md, DGD, "The presets").
+# The CPU presets' synthesis (``inversion``): DeepInversion, 8000 samples, twice the
+# ``HISTOGRAMS`` queried: the students that learn the whole pool (ensemble distillation,
+# self-training, propagation) read the unqueried half at no epsilon.
 INVERSION = dict(synthesis="inversion", w_stats=10.0, jitter=1, oversample=1.0,
                  num_synthetic=8000)
 
@@ -146,22 +152,20 @@ INVERSION = dict(synthesis="inversion", w_stats=10.0, jitter=1, oversample=1.0,
 # or, where their noise per teacher is large, the noisy count of each sample's own class
 # (``query_plan.CLASS_COUNT_NOISE_PER_VOTE``: 'auto_counts'). They teach more than the GNMax
 # plan where the noise per teacher is large (small ensembles, small budgets) and about as much
-# elsewhere; half the pool queried is where the count of releases and their noise balance
-# (RESULTS.md, DGD on a small private set, and DGD, "The presets").
+# elsewhere; half the pool queried is where the count of releases and their noise balance.
 HISTOGRAMS = 4000
 
 # The CPU presets' teachers train on mixed pairs of their own minibatches (``teachers.mixup``).
 TEACHER_MIXUP = 0.4
 
-# The quick preset's cut (a 10-minute run on 2 cores): a 500-step data-free diagnostic
-# instead of the baseline's 1500. Its inversion is the standard one's (200 steps of lr 0.1),
-# which teaches the student more than a halved one for about 2 more minutes (RESULTS.md, DGD,
-# "The presets").
+# The quick preset's cut (a short run on 2 cores): a 500-step data-free diagnostic instead
+# of the baseline's 1500. Its inversion is the standard one's (200 steps of lr 0.1): a halved
+# one saves little time and teaches the student less.
 QUICK = dict(synthetic_student_steps=500)
 
 
 def inversion(config) -> None:
-  """The CPU presets' synthesis and student (RESULTS.md, DGD, "Synthesis"): DeepInversion
+  """The CPU presets' synthesis and student: DeepInversion
   against the baseline (generative.invert: statistics matching w 10, jitter 1, 200 Adam steps
   per batch) makes 8000 samples, each optimised on its own, instead of DGD's generator, whose
   samples collapse towards class templates; the teachers agree with one another more on them
@@ -176,7 +180,7 @@ def inversion(config) -> None:
   ``privacy.accountant='rdp'`` for GNMax's data-dependent epsilon: PLD accounts its
   data-independent bound only), and when those labels cover at most 5% of the pool (eps 1,
   small ensembles), the student learns the whole pool labelled by label propagation
-  (stages/student.py; RESULTS.md)."""
+  (stages/student.py)."""
   config.generator.update(INVERSION)
   if config.queries.plan == "auto":  # not DGD+'s fixed GNMax plan
     config.queries.update(aggregator="auto_counts", num_queries=HISTOGRAMS)

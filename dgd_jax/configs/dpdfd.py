@@ -10,7 +10,7 @@ that keeps the planned steps within it under ``privacy.accountant`` and ``privac
 B T releases of 2C, the teachers' shards being disjoint), queried once on DGD's DeepInversion
 set (``synthetic``; that set is not covered by the epsilon, as in DGD);
 ``ensemble,generator`` queries them on Algorithm 1's generator instead (everything covered,
-but it collapses to one class: RESULTS.md, "DPDFD"). ``direct`` trains on the labelled
+but it collapses to one class: it learns only from the student). ``direct`` trains on the labelled
 private data with the same mechanism (Sec. 4.4; relation 'direct': T steps on B of N drawn
 without replacement). ``direct`` is LABEL DP only: its update back-propagates through the
 private inputs without noise, so its epsilon protects the labels, not the examples
@@ -24,6 +24,8 @@ for a teacher trained on the private data); 'theorem3' is the paper's claim (see
 COMMAND (quick CPU preset):
   python -m dgd_jax.main --config=dgd_jax/configs/dpdfd.py:fashion_mnist,cpu \
       --workdir=workdirs/dpdfd_cpu
+
+Measured results: RESULTS.md, "DPDFD".
 """
 import ml_collections
 
@@ -33,9 +35,9 @@ from dgd_jax.configs import dgd as dgd_config
 
 BUDGETS = {"eps10": 10.0, "eps1": 1.0}  # DPDFD Table 1
 # The ensemble's synthetic samples queried per budget (the rest only in self-training): the
-# best measured on the quick teachers (RESULTS.md, "DPDFD"): at eps 10, 2048 rows beat
-# 1024 / 4096 / 8000; at eps 1, 256 beat 128 / 512 / 1024 / 8000 (the noise per row grows as
-# the square root of their number).
+# noise per row grows as the square root of their number, so a fraction of the pool at less
+# noise each, with self-training carrying the labels to the rest, teaches more than all of it;
+# the smaller the budget, the smaller that fraction.
 QUERIED = {"eps10": 2048, "eps1": 256}
 
 
@@ -104,7 +106,7 @@ def get_config(arg: str | None = None):
   # disjoint shards, replace-one; checked on the shards) | direct (LABEL DP only) | theorem3
   config.privacy.relation = ("direct" if direct else "disjoint_teachers" if ensemble
                              else "whole_batch")
-  # the ensemble on a class-spanning synthetic set (RESULTS.md, "DPDFD")
+  # the ensemble on a class-spanning synthetic set (``synthetic``)
   if ensemble and not generator:
     synthetic(config, paper)
   return config
@@ -112,13 +114,13 @@ def get_config(arg: str | None = None):
 
 def synthetic(config, paper: bool) -> None:
   """The ensemble queried once on DGD's DeepInversion set: Algorithm 1's generator
-  collapses to one class the teachers agree on (RESULTS.md, "DPDFD"); the inverted set spans
-  the classes.
+  collapses to one class the teachers agree on (it learns only from the student); the inverted
+  set spans the classes.
   8000 inverted samples, ``QUERIED`` of them queried once each (at eps 10: T = 32 steps of
   B = 64; reference 'uniform': each row a noisy soft vote of the teachers); the student then
   replays the released rows for 30 epochs, mixed (mixup 0.4), on targets sharpened by gamma
   (5 B / C), and three rounds of self-training on all 8000 follow (all post-processing). PLD
-  calibrates the noise (Gaussian rows: about 7% less noise than RDP for the same epsilon). The
+  calibrates the noise (exact for Gaussian rows: less noise than RDP for the same epsilon). The
   synthetic set is inverted from the non-private baseline with statistics of the private set:
   as in DGD, it is not covered by the epsilon."""
   config.generator = dgd_config.generator_config(paper)

@@ -162,7 +162,7 @@ def _load_npz(path: str) -> Dataset:
 
 
 def _read_all(source) -> list:
-  """Every example of a TFDS data source, read in one batched call (3x faster than
+  """Every example of a TFDS data source, read in one batched call (faster than
   indexing). tfds.testing.mock_data's source breaks ``__getitems__`` (it passes no self),
   so that case falls back to indexing."""
   try:

@@ -10,7 +10,7 @@ on the teachers' noiseless plurality (or vote shares) for the same queried sampl
 the queries stage's private vote histograms), so the report shows what the label noise costs.
 
 The VAE stage runs only when Eq. 6 is on (``uses_vae``): with its weights at 0 the student
-never reads the VAE, and training it cost a minute of the quick preset.
+never reads the VAE, and training it would only cost time.
 """
 from __future__ import annotations
 

@@ -136,8 +136,8 @@ def run(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   rows = config_shards(config, data.x_train, data.y_train)
   params, predict, seconds, chunk = train_members(ctx, rows, "teachers")
-  # The diagnostic evaluation: 250 teachers on 10,000 images cost 2 minutes on 2 CPU cores,
-  # so the CPU presets read the head of the test set (eval_size; 0: all of it).
+  # The diagnostic evaluation: every teacher labels every evaluated image, slow on CPU for
+  # the whole test set, so the CPU presets read its head (eval_size; 0: all of it).
   num_eval = config.teachers.eval_size or len(data.x_test)
   x_eval, y_eval = data.x_test[:num_eval], data.y_test[:num_eval]
   labels = ensemble.teacher_predictions(predict, params, x_eval)
