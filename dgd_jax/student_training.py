@@ -79,7 +79,7 @@ def members(config, noise_scale: float | None) -> int:
   noise per teacher, the release's ``noise_scale`` over ``num_teachers``, is at least
   ``NOISE_PER_VOTE``, else 1; the noise is read only then, so None does where
   ``student.ensemble`` is set)."""
-  k = config.student.get("ensemble", 1)  # runs recorded before the option: one student
+  k = config.student.ensemble
   if k:
     return k
   noise = noise_scale / config.num_teachers

@@ -42,7 +42,7 @@ def mixup_update(state, key, xb, yb, alpha: float, num_classes: int):
 def update_rules(config) -> dict:
   """The config fields (name -> value) that ask for a member update other than the plain one,
   in the order ``check`` names them."""
-  fields = {"teachers.mixup": config.teachers.get("mixup", 0.0),
+  fields = {"teachers.mixup": config.teachers.mixup,
             "teachers.augment": config.teachers.augment,
             "ldp.robust_teachers": "ldp" in config and config.ldp.robust_teachers}
   return {name: value for name, value in fields.items() if value}
@@ -51,7 +51,7 @@ def update_rules(config) -> dict:
 def check(config) -> None:
   """Refuses a negative mixup and more than one member update rule: a teacher trains with
   one."""
-  if config.teachers.get("mixup", 0.0) < 0:
+  if config.teachers.mixup < 0:
     raise ConfigError(f"config.teachers.mixup={config.teachers.mixup}; it must be >= 0 "
                       "(0: no mixup).")
   rules = update_rules(config)
