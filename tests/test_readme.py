@@ -124,6 +124,8 @@ def test_readme_command_runs_as_written(command, tmp_path):
       run = subprocess.run([sys.executable] + argv[1:], cwd=ROOT, capture_output=True,
                            text=True, timeout=120, check=True)
       assert "epsilon" in run.stdout
+  elif argv[0] == "python" and argv[1].startswith("examples/"):
+    assert os.path.isfile(os.path.join(ROOT, argv[1])), argv[1]  # run by test_examples.py
   elif argv[0].startswith("python3") and argv[1:3] == ["-m", "venv"]:
     pass  # creates the environment this test runs in
   elif argv[0] == "pip":

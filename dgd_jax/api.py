@@ -1,0 +1,179 @@
+"""dgd_jax from Python, on your own arrays and your own Flax model (``import dgd_jax``).
+
+The teacher ensemble, its votes, the noisy aggregators with their ledger records, the
+accountants, the query planner and whole runs, behind a few functions:
+
+  teachers = dgd_jax.train_teachers(MyCNN(num_classes=10), x_private, y_private, 50)
+  votes = dgd_jax.teacher_votes(teachers, x_public)           # [Q, K] private histograms
+  labels, release = dgd_jax.noisy_labels(votes, "gnmax", 40.0, seed=0)
+  dgd_jax.epsilon([release], delta=1e-5)                      # the labels' (epsilon, delta)
+
+Images are numpy arrays [N, H, W] or [N, H, W, C] of pixels 0..255 (uint8 or float); labels
+integers in [0, K). What an epsilon covers: the released labels (or histograms) as functions
+of the private set under the release's neighbouring relation (replace-one, one teacher's
+shard changed, by default); the votes and the teachers are private and must not be published.
+Everything else in the package is reachable but not part of this surface.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from dgd_jax import aggregation, ensemble, memory, parallel, pipeline, privacy, query_plan, train
+from dgd_jax.data.loaders import check_labels, check_pixels, to_float
+from dgd_jax.data.partitions import partition_indices
+from dgd_jax.errors import ConfigError, DatasetError
+
+
+def images(x: Any, name: str = "x") -> np.ndarray:
+  """Pixels 0..255 [N, H, W] or [N, H, W, C] (uint8 or float) as the float32 [N, H, W, C] in
+  [-1, 1] the models read; DatasetError naming the first bad pixel or the shape."""
+  x = np.asarray(x)
+  check_pixels(name, name, x)
+  if x.ndim == 3:
+    x = x[..., None]
+  if x.ndim != 4 or not len(x):
+    raise DatasetError(f"{name} has shape {x.shape}; pass images [N, H, W] or [N, H, W, C], "
+                       "N >= 1.")
+  return to_float(x)
+
+
+def labels(y: Any, num_images: int, num_classes: int | None = None, name: str = "y"
+           ) -> np.ndarray:
+  """Integer labels [N] in [0, K) as int32; DatasetError naming the first bad one."""
+  y = np.asarray(y)
+  if y.shape != (num_images,):
+    raise DatasetError(f"{name} has shape {y.shape}; pass one integer label per image "
+                       f"({num_images},).")
+  check_labels(name, name, y, num_classes)
+  return y.astype(np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Teachers:
+  """An ensemble of ``num_teachers`` copies of ``model``, member i trained on the disjoint shard
+  ``shards[i]`` (indices into the training arrays). ``params`` is the stacked pytree [n, ...]."""
+
+  model: nn.Module
+  params: Any
+  num_classes: int
+  shards: np.ndarray  # [n, m]
+  chunk: int  # teachers per vmapped chunk, from the memory plan
+  mesh: Mesh = dataclasses.field(repr=False)
+
+  @property
+  def num_teachers(self) -> int:
+    return len(self.shards)
+
+
+def train_teachers(model: nn.Module, x: Any, y: Any, num_teachers: int, *,
+                   num_classes: int | None = None, num_steps: int = 600, batch_size: int = 32,
+                   learning_rate: float = 1e-3, seed: int = 0, chunk: int = 0) -> Teachers:
+  """Trains ``num_teachers`` copies of ``model`` (any ``flax.linen.Module`` mapping images
+  [B, H, W, C] to logits [B, K]) on disjoint, equal, shuffled shards of (x, y) as one vmapped
+  program (``ensemble``), each for ``num_steps`` Adam steps of ``batch_size`` examples drawn
+  from its own shard, the learning rate decaying linearly to 0. ``chunk``: teachers per vmapped
+  chunk (0: the backend's default), cut to what fits the device (``memory.plan``). The
+  remainder len(x) mod num_teachers is seen by no teacher. Nothing is released."""
+  x = images(x)
+  y = labels(y, len(x), num_classes)
+  k = num_classes or int(y.max()) + 1
+  if not (isinstance(num_teachers, int) and 1 <= num_teachers <= len(x)):
+    raise ConfigError(f"num_teachers={num_teachers!r} with {len(x)} examples: give each "
+                      "teacher at least one example (1 <= num_teachers <= len(x)).")
+  shards = partition_indices(len(x), num_teachers, seed)
+  cfg = train.FitConfig(num_steps=num_steps, batch_size=batch_size, learning_rate=learning_rate)
+  tx = train.optimizer(cfg)
+  mesh = parallel.teacher_mesh(num_teachers)
+  fixed, member = memory.estimate(
+      model, tx, x.shape[1:], teachers_per_device=-(-num_teachers // mesh.size),
+      examples_per_device=len(x), batch_size=batch_size, query_chunk=ensemble.QUERY_CHUNK)
+  chunk = memory.plan(fixed, member, ensemble.auto_chunk(chunk, num_teachers)).chunk
+  init_key, train_key = jax.random.split(jax.random.key(seed))
+  state = ensemble.init_teachers(model, tx, init_key, num_teachers, x.shape[1:], mesh)
+  examples = ensemble.place_examples(mesh, ensemble.Partitions.stack(list(shards)), x, y)
+  step = ensemble.make_train_step(mesh, batch_size, chunk)
+  for i in range(num_steps):
+    state, _ = step(state, jax.random.fold_in(train_key, i), *examples)
+  return Teachers(model, state.params, k, shards, chunk, mesh)
+
+
+def teacher_votes(teachers: Teachers, queries: Any) -> np.ndarray:
+  """The vote histograms [Q, K] int32 of the teachers on ``queries`` (images as for
+  ``train_teachers``). PRIVATE: a function of every teacher's data; release only a noisy
+  aggregate of them (``noisy_labels``)."""
+  predict = ensemble.make_predict_fn(teachers.mesh, teachers.model.apply, teachers.chunk)
+  return ensemble.vote_histograms(predict, teachers.params, images(queries, "queries"),
+                                  teachers.num_classes)
+
+
+# mechanism -> (aggregator, its release record) of ``noisy_labels``
+_MECHANISMS = {
+    "lnmax": (lambda key, v, s, **_: aggregation.lnmax(key, v, s),
+              lambda s, q, **kw: privacy.LNMaxQueries(s, q, **kw)),
+    "gnmax": (lambda key, v, s, **_: aggregation.gnmax(key, v, s),
+              lambda s, q, **kw: privacy.GNMaxQueries(s, q, **kw)),
+    "gaussian_histogram": (lambda key, v, s, **_: aggregation.gaussian_histogram(key, v, s),
+                           lambda s, q, **kw: privacy.HistogramQueries(s, q, **kw)),
+    "confident_gnmax": (
+        lambda key, v, s, threshold, sigma1: aggregation.confident_gnmax(key, v, threshold,
+                                                                         sigma1, s),
+        lambda s, q, threshold, sigma1, **kw: privacy.ConfidentGNMaxQueries(
+            threshold, sigma1, s, q, **kw)),
+}
+
+
+def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *, seed: int,
+                 threshold: float = 0.0, sigma1: float = 0.0, teachers_changed: int = 1
+                 ) -> tuple[np.ndarray, privacy.Release]:
+  """(labels [Q], the release's ledger record) of one aggregator on vote histograms [Q, K]:
+  'lnmax' (Laplace scale ``noise_scale``, PATE 2017), 'gnmax' (Gaussian std, PATE 2018),
+  'gaussian_histogram' (the noisy histograms, whose argmax are the labels) or
+  'confident_gnmax' (``threshold`` checked at std ``sigma1``, then GNMax at ``noise_scale``;
+  unanswered queries get -1, and the record charges every query). ``teachers_changed``: how
+  many teachers' shards one neighbouring change moves (1 for disjoint shards under
+  replace-one). The record is data-independent: pass it to ``epsilon``."""
+  if mechanism not in _MECHANISMS:
+    raise ConfigError(f"mechanism={mechanism!r}; use one of {tuple(_MECHANISMS)}.")
+  votes = np.asarray(votes)
+  if votes.ndim != 2 or not np.issubdtype(votes.dtype, np.number) or (votes < 0).any():
+    raise DatasetError(f"votes has shape {votes.shape} and dtype {votes.dtype}; pass vote "
+                       "histograms [Q, K] of counts >= 0 (teacher_votes).")
+  aggregate, record = _MECHANISMS[mechanism]
+  extra = dict(threshold=threshold, sigma1=sigma1) if mechanism == "confident_gnmax" else {}
+  out = aggregate(jax.random.key(seed), jnp.asarray(votes), float(noise_scale), **extra)
+  release = record(float(noise_scale), len(votes), teachers_changed=teachers_changed, **extra)
+  return np.asarray(out.labels), release
+
+
+def epsilon(releases: Sequence[privacy.Release], delta: float = 1e-5,
+            accountant: str = "pld") -> privacy.EpsilonReport:
+  """The data-independent (epsilon, delta) of ``releases`` composed, under ``accountant``
+  ('pld', 'rdp', 'rdp_classic', 'moments_accountant', 'advanced_composition'; dp-accounting),
+  for the neighbouring relation the records state. Its ``note`` says what it covers."""
+  return privacy.PrivacyLedger(list(releases)).epsilon(delta, accountant, data_dependent=False)
+
+
+def plan_queries(num_teachers: int, num_classes: int, target_epsilon: float, *,
+                 delta: float = 1e-5, max_queries: int = 10_000, consensus: float = 0.5,
+                 accountant: str = "rdp") -> query_plan.Candidate:
+  """The label plan for a budget, chosen before any vote (data-independent): the aggregator
+  ('lnmax' or 'gnmax'), its noise and the most queries that fit ``target_epsilon``, maximising
+  the expected clean-equivalent labels on an assumed histogram whose top class holds
+  ``consensus`` of the votes."""
+  return query_plan.choose(num_teachers, num_classes, target_epsilon, delta, consensus,
+                           max_queries, accountant)[0]
+
+
+def run(config, workdir: str) -> dict:
+  """A whole method (a config from ``dgd_jax/configs``, e.g.
+  ``dgd_jax.configs.dgd.get_config('npz:mine.npz,cpu')``) run in ``workdir``, reusing its
+  finished stages; returns report.json's contents (accuracy, epsilon per accountant, what it
+  covers and does not)."""
+  return pipeline.run(config, workdir)

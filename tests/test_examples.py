@@ -1,0 +1,36 @@
+"""examples/: each standalone script runs as a user runs it, at tiny sizes."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = {  # script -> tiny arguments
+    "pate_on_your_arrays.py": ["--private=2000", "--teachers=4", "--steps=60", "--queries=300",
+                               "--sigma=1"],
+    "accountant.py": ["--teachers=50", "--epsilon=3"],
+}
+
+
+def test_every_example_is_listed_and_short():
+  found = sorted(f for f in os.listdir(os.path.join(REPO, "examples")) if f.endswith(".py"))
+  assert found == sorted(EXAMPLES)
+  for name in found:
+    with open(os.path.join(REPO, "examples", name)) as f:
+      assert len(f.read().splitlines()) <= 80, name
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_example_runs(name):
+  run = subprocess.run([sys.executable, os.path.join("examples", name), *EXAMPLES[name]],
+                       cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert re.search(r"epsilon \d+\.\d{3}", run.stdout), run.stdout
+  if name == "pate_on_your_arrays.py":
+    accuracy = float(re.search(r"student test accuracy ([\d.]+)%", run.stdout).group(1))
+    assert accuracy > 30.0, run.stdout  # chance is 10%
