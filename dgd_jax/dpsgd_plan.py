@@ -80,8 +80,10 @@ def schedule(config, size: int) -> tuple[int, int, str]:
 def with_schedule(config):
   """``config`` with a derived DP-SGD batch and step count (``schedule``) in place of 0, the
   rule's fields then 0 (the numbers are what a run depends on) and the reason in
-  ``config.dpsgd_schedule_chosen``; ``config`` itself when it sets both. N is ``public_size``
-  (the data is read only when ``config.private_size`` is unset)."""
+  ``config.dpsgd_schedule_chosen``; ``config`` itself when it sets both. N is ``public_size``,
+  as for q: a catalog dataset's published size, or ``config.private_size`` (set it for data
+  of your own, since add/remove-one neighbours change the size read from the data, and with
+  it the schedule)."""
   d = config.get("dpsgd")
   if d is None or (d.batch_size and d.num_steps):
     return config

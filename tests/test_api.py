@@ -51,6 +51,7 @@ def test_the_public_names_are_exactly_the_documented_ones():
     dgd_jax.not_a_name  # noqa: B018
 
 
+@pytest.mark.integration
 def test_importing_the_package_leaves_the_api_unloaded():
   """The command-line tools import dgd_jax.<module>: the API (and all it imports) loads only
   when a public name is used."""
@@ -59,6 +60,7 @@ def test_importing_the_package_leaves_the_api_unloaded():
   subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("model", [UserMLP(), UserCNN()], ids=["mlp", "cnn"])
 def test_your_own_model_trains_as_teachers_and_labels_with_an_epsilon(model):
   rng = np.random.default_rng(0)

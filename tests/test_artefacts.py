@@ -23,6 +23,8 @@ def _forbid(monkeypatch, module, name):
   monkeypatch.setattr(module, name, refuse)
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_finished_models_are_read_without_building_their_training_state(finished_dgd,
                                                                          monkeypatch):

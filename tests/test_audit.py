@@ -43,6 +43,8 @@ def fit_classifier(x, y, steps, tmp_path, name):
   return model.apply, state.params
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_attack_finds_members_of_an_overfit_model_and_not_of_an_unseen_one(tmp_path):
   # Noise images with random labels: a model can only memorise them.
@@ -89,6 +91,8 @@ def test_inversion_raises_the_target_class_probability():
   assert float(after.mean()) > float(before) + 0.3, (before, after)
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_audit_command_on_a_finished_dgd_run(finished_dgd_copy):
   _, workdir, _ = finished_dgd_copy
@@ -110,6 +114,8 @@ def test_audit_command_on_a_finished_dgd_run(finished_dgd_copy):
   assert os.path.exists(os.path.join(workdir, a["inversion_png"]))  # nothing lost
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_audit_of_pate_uses_the_held_out_split_and_the_pixel_prior(npz_file, tmp_path):
   workdir = str(tmp_path / "run")

@@ -17,6 +17,8 @@ def test_every_row_is_a_preset_of_a_known_method():
   assert {"dgd", "pate", "dpdfd", "dpsgd"} <= covered <= set(methods.METHODS)
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_tiny_table_runs_then_rebuilds_from_the_finished_runs(npz_file, tmp_path):
   rows = (

@@ -437,6 +437,8 @@ def test_the_student_ensemble_is_chosen_for_the_noise_per_teacher():
   assert dgd_config.get_config("fashion_mnist,cpu,table1").student.ensemble == 1
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_refit_rounds_that_cannot_run_are_refused_before_training():
   """queries.refits: whole numbers only; histograms of random samples only, Eq. 6 off (the

@@ -68,6 +68,8 @@ def saved_teachers(workdir: str) -> dict:
   return checkpointer.restore(path, restore_args=args)["params"]
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_two_processes_train_the_same_teachers_as_one_device(npz_file, tmp_path):
   """1 process x 1 device, 1 process x 8 devices and 2 processes x 2 devices (gloo): the

@@ -128,6 +128,8 @@ def test_dpdfd_ensemble_replay_and_budget_guard(npz_file, tmp_path):
   assert not (tmp_path / "g").exists()
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_ensemble_queries_each_synthetic_sample_once(npz_file, tmp_path):
   config = tiny(npz_file, ",ensemble,eps10")

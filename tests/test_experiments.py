@@ -62,6 +62,8 @@ def test_a_research_script_is_headed_by_its_question_answer_and_section(path):
   assert quoted and all(q in headings for q in quoted), (path.name, quoted)
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_every_experiment_answers_help():
   """All at once (each imports JAX for seconds): --help prints the script's docstring."""
@@ -75,6 +77,8 @@ def test_every_experiment_answers_help():
     assert first in out, (path.name, out[:300])
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_open_run_reads_a_finished_run_and_writes_nothing(finished_dgd):
   _, workdir, _ = finished_dgd

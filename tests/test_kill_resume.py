@@ -85,7 +85,9 @@ def untimed(value):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("pipeline", ["baseline", pytest.param("pate", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("pipeline", [
+    pytest.param("baseline", marks=[pytest.mark.extended, pytest.mark.slow]),  # CI's 2nd tier
+    pytest.param("pate", marks=pytest.mark.slow)])
 def test_killed_anywhere_resumes_to_the_same_report(pipeline, npz_file, tmp_path, request):
   logs = tmp_path / "log.txt"
   with open(logs, "ab") as log:
@@ -123,6 +125,8 @@ def latest_checkpoint(folder) -> int:
              default=0)
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_killed_deepinversion_resumes_to_the_same_synthetic_set(npz_file, tmp_path):
   """DeepInversion (generator stage, synthesis='inversion': 3 batches of 30 steps) runs

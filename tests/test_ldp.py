@@ -72,6 +72,8 @@ def test_ldp_end_to_end(npz_file, tmp_path):
   assert (tmp_path / "l" / "ldp" / "samples.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_pate_student_from_an_ldp_client(npz_file, tmp_path):
   import tiny_configs

@@ -128,6 +128,8 @@ def test_teachers_stage_refuses_before_it_allocates(idx_dir, tmp_path, monkeypat
   assert (workdir / "teachers" / "result.json").exists()
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("width", [0.5, 1.0])
 def test_estimate_is_within_a_factor_of_the_measured_peak(width):

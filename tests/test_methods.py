@@ -210,6 +210,8 @@ def _all_method_configs(npz_file):
   }
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_accounting_only_sweep_works_for_every_method(npz_file, tmp_path):
   """Each grid point's row is the epsilon of that point's releases (the method record's, on

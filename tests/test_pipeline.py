@@ -387,6 +387,8 @@ def test_student_never_reads_private_training_data(finished_dgd_copy):
   assert semi and all(np.isfinite(m[k]) for m in semi for k in ("normal", "tangent", "entropy"))
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_dgd_with_every_issue16_lever_end_to_end(fashion_mnist_subset, tmp_path):
   """DeepInversion with priors and stable selection, augmented teachers, an automatic query

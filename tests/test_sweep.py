@@ -50,6 +50,8 @@ def test_accounting_sweep_trains_nothing(npz_file, tmp_path):
   assert not [d for d in os.listdir(tmp_path / "s") if d.startswith("noise")]
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_query_sweep_shares_the_unchanged_stages(npz_file, tmp_path):  # Fig. 3
   config = tiny_configs.dgd(npz_file)
@@ -66,6 +68,8 @@ def test_query_sweep_shares_the_unchanged_stages(npz_file, tmp_path):  # Fig. 3
     assert (tmp_path / "s" / png).read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_synthetic_amount_and_source_sweeps(npz_file, tmp_path):  # Fig. 6 and Fig. 4
   config = tiny_configs.dgd(npz_file)
@@ -84,6 +88,8 @@ def test_synthetic_amount_and_source_sweeps(npz_file, tmp_path):  # Fig. 6 and F
   assert all(0 <= r["test_accuracy"] <= 1 for r in rows)
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_vae_regulariser_by_aggregation_sweep(npz_file, tmp_path):  # Fig. 7
   config = tiny_configs.pate(npz_file)
