@@ -41,6 +41,7 @@ def test_max_pool_2x2():
     ((32, 32, 3), (384, 192), 1.0,
      (9 * 3 * 64 + 64) + 73856 + (8 * 8 * 128 * 384 + 384) + (384 * 192 + 192) + 1930),
 ])
+@pytest.mark.integration  # over 4 s on a slow host from an empty JAX cache
 def test_classifier_shapes_and_params(image_shape, hidden, width, expected_params):
   model = Classifier(num_classes=10, width=width, hidden=hidden)
   x = jnp.zeros((3,) + image_shape)

@@ -45,6 +45,7 @@ def test_flip_and_cutout():
   assert np.all((zeros >= 4) & (zeros <= 9))  # a 3x3 square, clipped at the border
 
 
+@pytest.mark.integration  # over 4 s on a slow host from an empty JAX cache
 def test_mixup_mixes_images_and_targets_with_one_lambda_per_pair():
   """Each row is lam x_i + (1 - lam) x_j with the targets mixed by the same lam and j."""
   n = 8

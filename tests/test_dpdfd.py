@@ -43,6 +43,7 @@ def test_mechanism_without_noise_is_the_mean_normalised_gradient():
   assert float(jnp.std(noisy * 4000)) == pytest.approx(1.0, rel=0.02)  # std = sigma * C
 
 
+@pytest.mark.integration  # over 4 s on a slow host from an empty JAX cache
 def test_output_gradients_are_per_example_rows():
   s = jax.random.normal(jax.random.key(4), (5, 10))
   t = jax.random.normal(jax.random.key(5), (5, 10))

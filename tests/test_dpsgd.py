@@ -143,6 +143,7 @@ def test_replace_one_dpsgd_composes_with_label_queries_by_dp_accounting():
 
 # ---- clipping ---------------------------------------------------------------------------------
 
+@pytest.mark.integration  # over 4 s on a slow host from an empty JAX cache
 def test_clipped_per_example_gradients_match_a_hand_computation():
   model = dpsgd_models.ScatterLinear(num_classes=3, groups=1)
   x = jax.random.normal(jax.random.key(0), (5, 2, 2, 3))
@@ -409,6 +410,7 @@ def test_end_to_end_on_a_real_fashion_mnist_slice(fashion_slice, tmp_path):
   assert 0.0 <= audited["audit"]["epsilon_lower_bound"]["dpsgd"] < 1.0
 
 
+@pytest.mark.integration  # over 4 s on a slow host from an empty JAX cache
 def test_tanh_cnn_convolutions_and_shapes():
   """The end-to-end model: im2col convolutions equal lax.conv; 28x28 -> K logits."""
   x = jax.random.normal(jax.random.key(0), (2, 13, 13, 3))

@@ -193,6 +193,7 @@ def test_bad_partitions_are_refused():
     ensemble.Partitions(np.zeros((2, 4), np.int32), np.array([5, 1], np.int32))
 
 
+@pytest.mark.integration  # over 4 s on a slow host from an empty JAX cache
 def test_refit_heads_each_member_learns_only_its_own_partition():
   """Teachers refit from one student (queries.refits): member i's head depends on rows
   parts[i] only, so a changed example moves one teacher, as the votes' sensitivity assumes;

@@ -38,6 +38,7 @@ def test_eq2_equals_hand_computation():
      +1),  # class balance of the batch
     ("activation", 0.0, 1.0, lambda lg, f: jnp.abs(f).mean(), +1),
 ])
+@pytest.mark.integration  # over 4 s on a slow host from an empty JAX cache
 def test_each_term_moves_in_its_intended_direction(term, alpha, beta, measure, direction):
   rng = np.random.default_rng(0)
   logits = jnp.asarray(rng.normal(size=(16, 10)) + np.eye(10)[np.zeros(16, int)] * 3)

@@ -167,6 +167,7 @@ def test_vae_sampling_depends_only_on_key():
   assert float(jnp.max(jnp.abs(a - c))) > 1e-6
 
 
+@pytest.mark.integration  # over 4 s on a slow host from an empty JAX cache
 def test_kl_is_exactly_zero_for_standard_normal_posterior():
   zeros = jnp.zeros((3, 32))
   np.testing.assert_array_equal(np.asarray(gaussian_kl(zeros, zeros)), np.zeros(3))

@@ -17,6 +17,7 @@ def small_state(cfg, image_shape=(28, 28, 1)):
                                          image_shape)
 
 
+@pytest.mark.integration  # over 4 s on a slow host from an empty JAX cache
 def test_train_step_traces_once():
   cfg = train.FitConfig(num_steps=10, batch_size=8)
   _, state = small_state(cfg)

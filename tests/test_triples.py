@@ -62,6 +62,7 @@ def check_triples(z, x_hat, x_par, x_perp):
     assert in_span_residual(normal, cols) > 0.5
 
 
+@pytest.mark.integration  # over 4 s on a slow host from an empty JAX cache
 def test_adversarial_directions_increase_the_divergence_more_than_random():
   z = jax.random.normal(jax.random.key(4), (8, C))
   x_hat = decode(z)
