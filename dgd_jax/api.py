@@ -17,6 +17,7 @@ Everything else in the package is reachable but not part of this surface.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Any, Sequence
 
 import flax.linen as nn
@@ -84,9 +85,10 @@ def train_teachers(model: nn.Module, x: Any, y: Any, num_teachers: int, *,
   x = images(x)
   y = labels(y, len(x), num_classes)
   k = num_classes or int(y.max()) + 1
-  if not (isinstance(num_teachers, int) and 1 <= num_teachers <= len(x)):
+  if not (isinstance(num_teachers, numbers.Integral) and 1 <= num_teachers <= len(x)):
     raise ConfigError(f"num_teachers={num_teachers!r} with {len(x)} examples: give each "
                       "teacher at least one example (1 <= num_teachers <= len(x)).")
+  num_teachers = int(num_teachers)
   shards = partition_indices(len(x), num_teachers, seed)
   cfg = train.FitConfig(num_steps=num_steps, batch_size=batch_size, learning_rate=learning_rate)
   tx = train.optimizer(cfg)
