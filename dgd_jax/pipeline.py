@@ -15,7 +15,8 @@ from typing import Callable
 import jax
 from absl import logging
 
-from dgd_jax import distributed, dpsgd_plan, generative, methods, pool, query_plan
+from dgd_jax import (distributed, dpsgd_plan, generative, methods, pool, query_plan,
+                     tensorboard)
 from dgd_jax import report as report_lib
 from dgd_jax.configs.common import smoke_schedules
 from dgd_jax.core import Config, Context, private_size
@@ -225,6 +226,7 @@ def _run_stages(config: Config, wd: Workdir, planned: list[Stage]) -> dict:
   report = report_lib.build(config, results)
   if wd.writer:
     report_lib.write(wd.path, report)
+    tensorboard.summary(wd.path, report)
   failed = {n: c for n, c in report["audit_check"].items() if not c["passed"]}
   if failed:  # written first: report.md says it too
     raise PrivacyAuditError(

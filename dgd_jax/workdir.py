@@ -47,6 +47,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from dgd_jax import tensorboard
 from dgd_jax.errors import (DamagedArtefactError, WorkdirConflictError, WorkdirLockedError,
                             WorkdirNotWritableError)
 
@@ -511,6 +512,9 @@ class Workdir:
     if not self.writer:
       return
     append_line(os.path.join(self.path, "metrics.jsonl"), {"stage": stage, **metrics})
+    if "step" in metrics:  # the same curves for TensorBoard
+      tensorboard.scalars(self.path, stage, int(metrics["step"]),
+                          {k: v for k, v in metrics.items() if k != "step"})
 
   def read_metrics(self, stage: str) -> list[dict]:
     """The stage's logged metrics by step; after a resume, the last record of each step."""

@@ -9,9 +9,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh"
 out="$repo/.device"
 mkdir -p "$out/wheels" "$out/fashion-mnist"
 # What the image (jax, flax, optax, chex, orbax, absl, numpy, scipy, torch) lacks and dgd_jax
-# imports on an idx: dataset: dp-accounting, jax-privacy, ml_collections and their own needs.
-packages="dp-accounting jax-privacy ml_collections attrs dm-tree mpmath pydantic pydantic-core
-annotated-types typing-inspection"
+# imports on an idx: dataset: dp-accounting, jax-privacy, ml_collections, tensorboardX and their
+# own needs.
+packages="dp-accounting jax-privacy ml_collections tensorboardX attrs dm-tree mpmath pydantic
+pydantic-core annotated-types typing-inspection"
 pinned=$(python - $packages <<'PY'
 import importlib.metadata as md, sys
 print(" ".join(f"{p}=={md.version(p)}" for p in sys.argv[1:]))

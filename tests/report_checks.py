@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 
 import jax
+import numpy as np
+from tensorboardX.proto import event_pb2
 
 from dgd_jax import methods
 
@@ -37,8 +40,9 @@ def _leaves(value, path: str):
 def assert_noiseless_named(workdir: str) -> dict:
   """Every noiseless statistic in ``workdir``'s report.json is in its ``noiseless`` map and
   named by a not-covered note in report.json and report.md; every field whose name hints at
-  the votes or a non-private model is a registered noiseless field; and it records the JAX
-  version and backend that ran it (report.md too). Returns the report."""
+  the votes or a non-private model is a registered noiseless field; it records the JAX
+  version and backend that ran it (report.md too); and TensorBoard's event files hold its
+  summary and the stages' logged curves (``assert_tensorboard``). Returns the report."""
   with open(os.path.join(workdir, "report.json")) as f:
     report = json.load(f)
   with open(os.path.join(workdir, "report.md")) as f:
@@ -68,4 +72,41 @@ def assert_noiseless_named(workdir: str) -> dict:
   assert report["software"]["jax"] == jax.__version__, report["software"]
   assert report["software"]["backend"] == jax.default_backend(), report["software"]
   assert f"jax {jax.__version__}" in md, "report.md does not say which jax ran"
+  assert_tensorboard(workdir, report)
   return report
+
+
+def events(folder: str) -> dict[str, dict[int, float]]:
+  """{tag: {step: value}} of the scalars in a folder's TensorBoard event files (TFRecord
+  frames: length, its CRC, an Event proto, its CRC), read without TensorBoard."""
+  out = {}
+  for name in sorted(os.listdir(folder)):
+    with open(os.path.join(folder, name), "rb") as f:
+      data = f.read()
+    i = 0
+    while i < len(data):
+      (length,) = struct.unpack("<Q", data[i:i + 8])
+      event = event_pb2.Event.FromString(data[i + 12:i + 12 + length])
+      i += 12 + length + 4
+      for value in event.summary.value:
+        out.setdefault(value.tag, {})[event.step] = value.simple_value
+  return out
+
+
+def assert_tensorboard(workdir: str, report: dict) -> None:
+  """The summary (test accuracy, epsilon per accountant) and every stage's logged metrics, as
+  metrics.jsonl holds them, are in ``<workdir>/tensorboard``."""
+  root = os.path.join(workdir, "tensorboard")
+  summary = events(os.path.join(root, "summary"))
+  if report["test_accuracy"] is not None:
+    np.testing.assert_allclose(summary["test_accuracy"][0], report["test_accuracy"], rtol=1e-6)
+  for name, eps in (report.get("epsilons") or {}).items():
+    np.testing.assert_allclose(summary[f"epsilon/{name}"][0], eps, rtol=1e-6)
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    logged = [json.loads(line) for line in f if line.strip()]
+  for stage in {r["stage"] for r in logged if "step" in r}:
+    curves = events(os.path.join(root, stage))
+    last = [r for r in logged if r["stage"] == stage and "step" in r][-1]
+    for tag, value in last.items():
+      if isinstance(value, (int, float)) and not isinstance(value, bool) and tag != "step":
+        np.testing.assert_allclose(curves[tag][last["step"]], value, rtol=1e-5, atol=1e-6)
