@@ -73,9 +73,10 @@ def check_config(config: Config) -> None:
 
 def run_config(config: Config) -> Config:
   """The config a run uses: DP-SGD's batch and steps derived from the data's size where 0
-  (``dpsgd_plan.with_schedule``), ``smoke_schedules``, and ``num_teachers = 0`` replaced by the count
-  chosen for the private set's size (``query_plan.num_teachers_for``), the reason kept in
-  ``config.num_teachers_chosen`` (no stage reads it, so fingerprints are those of the count).
+  (``dpsgd_plan.with_schedule``), ``smoke_schedules``, and ``num_teachers = 0`` replaced by
+  the count chosen for the private set's size (``query_plan.num_teachers_for``), the reason
+  kept in ``config.num_teachers_chosen`` (no stage reads it, so fingerprints are those of the
+  count).
   N is ``config.private_size`` when set, else the data's size: fixed under replace-one
   neighbours; under add/remove-one it must be the public ``private_size``. Idempotent."""
   config = smoke_schedules(dpsgd_plan.with_schedule(config))

@@ -42,7 +42,8 @@ def main():
   args = p.parse_args()
   x = idx("train-images-idx3-ubyte", 16).reshape(-1, 28, 28)
   y = idx("train-labels-idx1-ubyte", 8)
-  x_test, y_test = idx("t10k-images-idx3-ubyte", 16).reshape(-1, 28, 28), idx("t10k-labels-idx1-ubyte", 8)
+  x_test = idx("t10k-images-idx3-ubyte", 16).reshape(-1, 28, 28)
+  y_test = idx("t10k-labels-idx1-ubyte", 8)
   public, test = slice(0, args.queries), slice(5000, 7000)  # the test split's halves
 
   teachers = dgd_jax.train_teachers(MyCNN(), x[:args.private], y[:args.private], args.teachers,
