@@ -112,25 +112,13 @@ def max_queries(release: Release, target_epsilon: float, delta: float, accountan
   return low
 
 
-# min_noise's answers by the repr of its arguments: it is a pure function of them (release
-# records are frozen value objects without votes), and one run plans the same release several
-# times (budget guard, stage, sweep), each a search of up to ~60 accountings.
-_MIN_NOISE: dict[str, float] = {}
-
-
 @_remembered
 def min_noise(release: Release, target_epsilon: float, delta: float, accountant: str = "rdp",
               rtol: float = 1e-9, others: Iterable[Release] = (), **ledger_kwargs) -> float:
   """The smallest noise parameter (to relative tolerance ``rtol``) with epsilon, ``others``
   included, <= target."""
-  release = _template(release)
-  others = _others(others)
-  key = repr((release, target_epsilon, delta, accountant, rtol, others,
-              sorted(ledger_kwargs.items())))
-  if key not in _MIN_NOISE:
-    _MIN_NOISE[key] = _min_noise(release, target_epsilon, delta, accountant, rtol, others,
-                                 ledger_kwargs)
-  return _MIN_NOISE[key]
+  return _min_noise(_template(release), target_epsilon, delta, accountant, rtol,
+                    _others(others), ledger_kwargs)
 
 
 def _min_noise(release: Release, target_epsilon: float, delta: float, accountant: str,
