@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
 
 from dgd_jax import aggregation, ensemble, memory, parallel, pipeline, privacy, query_plan, train
 from dgd_jax.data.loaders import check_labels, check_pixels, to_float
 from dgd_jax.data.partitions import partition_indices
 from dgd_jax.errors import ConfigError, DatasetError
+from dgd_jax.privacy.releases import build_release
 
 
 def images(x: Any, name: str = "x") -> np.ndarray:
@@ -66,7 +66,7 @@ class Teachers:
   num_classes: int
   shards: np.ndarray  # [n, m]
   chunk: int  # teachers per vmapped chunk, from the memory plan
-  mesh: Mesh = dataclasses.field(repr=False)
+  predict: Callable = dataclasses.field(repr=False)  # (params, x) -> labels [n, Q], jitted once
 
   @property
   def num_teachers(self) -> int:
@@ -103,31 +103,26 @@ def train_teachers(model: nn.Module, x: Any, y: Any, num_teachers: int, *,
   step = ensemble.make_train_step(mesh, batch_size, chunk)
   for i in range(num_steps):
     state, _ = step(state, jax.random.fold_in(train_key, i), *examples)
-  return Teachers(model, state.params, k, shards, chunk, mesh)
+  return Teachers(model, state.params, k, shards, chunk,
+                  ensemble.make_predict_fn(mesh, model.apply, chunk))
 
 
 def teacher_votes(teachers: Teachers, queries: Any) -> np.ndarray:
   """The vote histograms [Q, K] int32 of the teachers on ``queries`` (images as for
   ``train_teachers``). PRIVATE: a function of every teacher's data; release only a noisy
   aggregate of them (``noisy_labels``)."""
-  predict = ensemble.make_predict_fn(teachers.mesh, teachers.model.apply, teachers.chunk)
-  return ensemble.vote_histograms(predict, teachers.params, images(queries, "queries"),
-                                  teachers.num_classes)
+  return ensemble.vote_histograms(teachers.predict, teachers.params,
+                                  images(queries, "queries"), teachers.num_classes)
 
 
-# mechanism -> (aggregator, its release record) of ``noisy_labels``
-_MECHANISMS = {
-    "lnmax": (lambda key, v, s, **_: aggregation.lnmax(key, v, s),
-              lambda s, q, **kw: privacy.LNMaxQueries(s, q, **kw)),
-    "gnmax": (lambda key, v, s, **_: aggregation.gnmax(key, v, s),
-              lambda s, q, **kw: privacy.GNMaxQueries(s, q, **kw)),
-    "gaussian_histogram": (lambda key, v, s, **_: aggregation.gaussian_histogram(key, v, s),
-                           lambda s, q, **kw: privacy.HistogramQueries(s, q, **kw)),
-    "confident_gnmax": (
-        lambda key, v, s, threshold, sigma1: aggregation.confident_gnmax(key, v, threshold,
-                                                                         sigma1, s),
-        lambda s, q, threshold, sigma1, **kw: privacy.ConfidentGNMaxQueries(
-            threshold, sigma1, s, q, **kw)),
+# mechanism -> its aggregator (the release record: ``releases.build_release``)
+_AGGREGATORS = {
+    "lnmax": lambda key, votes, scale, **_: aggregation.lnmax(key, votes, scale),
+    "gnmax": lambda key, votes, sigma, **_: aggregation.gnmax(key, votes, sigma),
+    "gaussian_histogram": lambda key, votes, sigma, **_: aggregation.gaussian_histogram(
+        key, votes, sigma),
+    "confident_gnmax": lambda key, votes, sigma2, threshold, sigma1: aggregation.confident_gnmax(
+        key, votes, threshold, sigma1, sigma2),
 }
 
 
@@ -141,16 +136,17 @@ def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *, seed: int,
   unanswered queries get -1, and the record charges every query). ``teachers_changed``: how
   many teachers' shards one neighbouring change moves (1 for disjoint shards under
   replace-one). The record is data-independent: pass it to ``epsilon``."""
-  if mechanism not in _MECHANISMS:
-    raise ConfigError(f"mechanism={mechanism!r}; use one of {tuple(_MECHANISMS)}.")
+  if mechanism not in _AGGREGATORS:
+    raise ConfigError(f"mechanism={mechanism!r}; use one of {tuple(_AGGREGATORS)}.")
   votes = np.asarray(votes)
   if votes.ndim != 2 or not np.issubdtype(votes.dtype, np.number) or (votes < 0).any():
     raise DatasetError(f"votes has shape {votes.shape} and dtype {votes.dtype}; pass vote "
                        "histograms [Q, K] of counts >= 0 (teacher_votes).")
-  aggregate, record = _MECHANISMS[mechanism]
   extra = dict(threshold=threshold, sigma1=sigma1) if mechanism == "confident_gnmax" else {}
-  out = aggregate(jax.random.key(seed), jnp.asarray(votes), float(noise_scale), **extra)
-  release = record(float(noise_scale), len(votes), teachers_changed=teachers_changed, **extra)
+  out = _AGGREGATORS[mechanism](jax.random.key(seed), jnp.asarray(votes), float(noise_scale),
+                                **extra)
+  release = build_release(mechanism, queries=len(votes), noise_scale=float(noise_scale),
+                          sigma2=float(noise_scale), teachers_changed=teachers_changed, **extra)
   return np.asarray(out.labels), release
 
 
