@@ -61,13 +61,12 @@ def schedule(config, size: int) -> tuple[int, int, str]:
   ceil(epochs N / batch), so that a preset keeps its sampling rate and epochs on data of any
   size."""
   d = config.dpsgd
-  if d.batch_size == 0 and not 0 < d.get("sampling_rate", 0.0) <= 1:
+  if d.batch_size == 0 and not 0 < d.sampling_rate <= 1:
     raise ConfigError(f"config.dpsgd.batch_size=0 takes the batch from sampling_rate x N, but "
-                      f"sampling_rate={d.get('sampling_rate', 0.0)}: set it in (0, 1], or set "
-                      "batch_size.")
-  if d.num_steps == 0 and not d.get("epochs", 0.0) > 0:
+                      f"sampling_rate={d.sampling_rate}: set it in (0, 1], or set batch_size.")
+  if d.num_steps == 0 and not d.epochs > 0:
     raise ConfigError(f"config.dpsgd.num_steps=0 takes the steps from epochs x N / batch, but "
-                      f"epochs={d.get('epochs', 0.0)}: set epochs > 0, or set num_steps.")
+                      f"epochs={d.epochs}: set epochs > 0, or set num_steps.")
   batch = d.batch_size or max(1, round(d.sampling_rate * size))
   steps = d.num_steps or max(1, math.ceil(d.epochs * size / batch))
   why = (f"batch {batch}" + (f" = round({d.sampling_rate:.6g} x {size})" if not d.batch_size
