@@ -3,9 +3,10 @@
 # scales this host's float32 matmul peak down to --gflops. How docs/PERFORMANCE.md measures CI's
 # time on the slowest hosts of this kind (110-130 GFLOP/s) from a faster one.
 #   bash launch/emulate_host.sh --gflops=130 [--peak=<this host's GFLOP/s>] -- <command ...>
-# --peak defaults to a fresh reading of `python -m dgd_jax.bench teachers` (about a minute) by
-# DGD_BENCH_PYTHON (default python), which must import dgd_jax; the command itself may be a
-# fresh clone's `bash .ci/run`, which sets up its own environment inside the quota.
+# --peak defaults to a fresh reading of the matmul peak `python -m dgd_jax.bench teachers`
+# prints (bench.matmul_peak_flops), by DGD_BENCH_PYTHON (default python), which must import
+# dgd_jax; the command itself may be a fresh clone's `bash .ci/run`, which sets up its own
+# environment inside the quota.
 # It prints the quota and, first, the emulated host's own reading of the matmul peak.
 set -euo pipefail
 gflops="" peak=""
@@ -21,8 +22,9 @@ done
 [ -n "$gflops" ] && [ $# -gt 0 ] || { echo "usage: $0 --gflops=N [--peak=N] -- <command ...>" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || { echo "error: a CPU quota needs root (cgroups)." >&2; exit 1; }
 bench="${DGD_BENCH_PYTHON:-python}"  # a Python with dgd_jax installed, for the readings
-bench_peak() { "$@" "$bench" -m dgd_jax.bench teachers 2>/dev/null | tail -1 \
-  | "$bench" -c "import json, sys; print(round(json.loads(sys.stdin.read())['matmul_peak_gflops']))"; }
+# the matmul peak alone (dgd_jax.bench's), not the whole teacher benchmark around it
+bench_peak() { "$@" "$bench" -c "from dgd_jax import bench; \
+print(round(bench.matmul_peak_flops() / 1e9))" 2>/dev/null; }
 "$bench" -c "import dgd_jax" 2> /dev/null || { echo "error: $bench cannot import dgd_jax: set \
 DGD_BENCH_PYTHON to one that can (e.g. .venv/bin/python)." >&2; exit 1; }
 [ -n "$peak" ] || peak="$(bench_peak)"
