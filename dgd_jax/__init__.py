@@ -15,7 +15,7 @@ the command-line tools start without it):
 """
 import importlib
 
-from dgd_jax import host
+from dgd_jax.runtime import host
 
 host.keep_freed_memory()  # before XLA allocates: faster CPU steps (host.py)
 

@@ -25,11 +25,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import aggregation, ensemble, memory, parallel, pipeline, privacy, query_plan, train
+from dgd_jax import privacy
 from dgd_jax.data.loaders import check_labels, check_pixels, to_float
 from dgd_jax.data.partitions import partition_indices
-from dgd_jax.errors import ConfigError, DatasetError
+from dgd_jax.labels import aggregation
+from dgd_jax.plan import queries as query_plan
 from dgd_jax.privacy.releases import build_release
+from dgd_jax.run import pipeline
+from dgd_jax.runtime.errors import ConfigError, DatasetError
+from dgd_jax.training import ensemble
+from dgd_jax.training import memory_plan
+from dgd_jax.training import placement
+from dgd_jax.training import train
 
 
 def images(x: Any, name: str = "x") -> np.ndarray:
@@ -92,11 +99,11 @@ def train_teachers(model: nn.Module, x: Any, y: Any, num_teachers: int, *,
   shards = partition_indices(len(x), num_teachers, seed)
   cfg = train.FitConfig(num_steps=num_steps, batch_size=batch_size, learning_rate=learning_rate)
   tx = train.optimizer(cfg)
-  mesh = parallel.teacher_mesh(num_teachers)
-  fixed, member = memory.estimate(
+  mesh = placement.teacher_mesh(num_teachers)
+  fixed, member = memory_plan.estimate(
       model, tx, x.shape[1:], teachers_per_device=-(-num_teachers // mesh.size),
       examples_per_device=len(x), batch_size=batch_size, query_chunk=ensemble.QUERY_CHUNK)
-  chunk = memory.plan(fixed, member, ensemble.auto_chunk(chunk, num_teachers)).chunk
+  chunk = memory_plan.plan(fixed, member, ensemble.auto_chunk(chunk, num_teachers)).chunk
   init_key, train_key = jax.random.split(jax.random.key(seed))
   state = ensemble.init_teachers(model, tx, init_key, num_teachers, x.shape[1:], mesh)
   examples = ensemble.place_examples(mesh, ensemble.Partitions.stack(list(shards)), x, y)

@@ -25,9 +25,10 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from dgd_jax import distributed, progress
 from dgd_jax.configs import common
-from dgd_jax.errors import PrivacyAuditError, UserInputError
+from dgd_jax.runtime import distributed
+from dgd_jax.runtime import progress
+from dgd_jax.runtime.errors import PrivacyAuditError, UserInputError
 
 __doc__ += "\n" + common.catalog()  # --help lists every config file's presets and flags
 
@@ -68,7 +69,7 @@ def main(argv):
   try:
     distributed.from_environment(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                                  _DISTRIBUTED.value, _TIMEOUT.value)  # before any device use
-    from dgd_jax import pipeline  # pylint: disable=g-import-not-at-top
+    from dgd_jax.run import pipeline  # pylint: disable=g-import-not-at-top
     if _COMPILE_ONLY.value:
       pipeline.compile_programs(_CONFIG.value, _STAGES.value, log=_print_program)
       return

@@ -50,7 +50,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dgd_jax import artefacts, ensemble, generative, pipeline, progress, student_training, train
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import student_fit
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
+from dgd_jax.synthesis import generative
+from dgd_jax.training import ensemble
+from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 flags.mark_flag_as_required("workdir")
@@ -161,8 +167,8 @@ def main(argv):
     config.student.num_steps = int(steps)
     for kind, h in plans.items():
       t0, name = time.time(), f"probe_{steps}_{kind}"
-      student, rounds, _ = student_training.train_student(
-          ctx, (None, None), x, student_training.shares(h, n), x[:0], name,
+      student, rounds, _ = student_fit.train_student(
+          ctx, (None, None), x, student_fit.shares(h, n), x[:0], name,
           os.path.join(folder, name), brier=True)
       accuracy = train.accuracy(student.apply, rounds[-1], data.x_test, data.y_test)
       print(f"  {steps} steps, {kind}: student {accuracy:.2%} ({time.time() - t0:.0f} s)",

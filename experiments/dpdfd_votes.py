@@ -27,8 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import artefacts, ensemble, generative, pipeline, progress
-from dgd_jax.workdir import load_array
+from dgd_jax.plan import artefacts
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
+from dgd_jax.runtime.workdir import load_array
+from dgd_jax.synthesis import generative
+from dgd_jax.training import ensemble
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished run with a teachers stage (e.g. "
                                "dgd_jax/configs/dpdfd.py:<dataset>,ensemble).")

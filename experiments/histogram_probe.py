@@ -63,9 +63,15 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from dgd_jax import (artefacts, ensemble, pipeline, pool, privacy, progress, propagation,
-                     train)
-from dgd_jax import student_training
+from dgd_jax import privacy
+from dgd_jax.labels import propagation
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import pool
+from dgd_jax.plan import student_fit
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
+from dgd_jax.training import ensemble
+from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 _PLANS = flags.DEFINE_string("plans", "1:48:40;1:4000", "'eps:Q[:sigma]' items, ';'-separated.")
@@ -124,7 +130,7 @@ def crossfit(ctx, vae, x_s: np.ndarray, t: np.ndarray, x_u: np.ndarray, folds: i
   try:
     for f in range(folds):
       out = fold == f
-      model, rounds, _ = student_training.train_student(
+      model, rounds, _ = student_fit.train_student(
           ctx, vae, x_s[~out], t[~out], x_u, f"{name}_fold{f}",
           os.path.join(folder, f"{name}_fold{f}"), brier=_LOSS.value == "brier",
           key=f"crossfit{f}")
@@ -173,12 +179,12 @@ def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float,
     return v / n
   n = int(round(votes[0].sum()))  # every teacher votes once
   if kind == "raw":  # h~ / n itself, negative entries kept: what the student stage learns
-    return student_training.shares(noisy, n)
+    return student_fit.shares(noisy, n)
   if kind == "clean":
-    return student_training.shares(votes, n)
+    return student_fit.shares(votes, n)
   if kind == "own_class":  # n_c + N(0, (sigma / sqrt 2)^2) of each sample's inversion class c
     counts = votes[np.arange(len(votes)), classes]
-    return student_training.class_count_targets(
+    return student_fit.class_count_targets(
         counts + sigma / np.sqrt(2) * rng.standard_normal(len(votes)), classes, n,
         votes.shape[1])
   raise ValueError(f"unknown target kind {kind!r}")
@@ -206,7 +212,7 @@ def main(argv):
   votes_all = (soft_votes(ctx, teachers, chunk, x, _VOTES.value) if _VOTES.value  # PRIVATE
                else ensemble.vote_histograms(predict, teachers, x, data.num_classes))
   soft_all = baseline_softmax(ctx, x) if "baseline" in _TARGETS.value else None
-  vae = (artefacts.load_vae(ctx, x.shape[1:]) if student_training.uses_vae(config.student)
+  vae = (artefacts.load_vae(ctx, x.shape[1:]) if student_fit.uses_vae(config.student)
          else (None, None))
   folder = tempfile.mkdtemp()
 
@@ -252,7 +258,7 @@ def main(argv):
         t, w = shrink(t, p, sigma / votes[0].sum())
         t = t.astype(np.float32)
         print(f"  shrunk: w {np.round(w, 3)}, MSE {mse(t):.4f} (raw {raw:.4f})", flush=True)
-      model, rounds, _ = student_training.train_student(
+      model, rounds, _ = student_fit.train_student(
           ctx, vae, x_s, t, rest, name, os.path.join(folder, name),
           brier=_LOSS.value == "brier")
       accuracies = [train.accuracy(model.apply, p, data.x_test, data.y_test) for p in rounds]

@@ -26,7 +26,8 @@ import json
 
 import numpy as np
 
-from dgd_jax import privacy, query_plan
+from dgd_jax import privacy
+from dgd_jax.plan import queries as query_plan
 from dgd_jax.privacy import renyi_filter, smooth_sensitivity
 
 

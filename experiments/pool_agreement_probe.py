@@ -25,8 +25,13 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from dgd_jax import artefacts, ensemble, pipeline, pool, progress, train
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import pool
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
 from dgd_jax.stages.generator import stable_samples
+from dgd_jax.training import ensemble
+from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 flags.mark_flag_as_required("workdir")

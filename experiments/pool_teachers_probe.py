@@ -54,10 +54,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dgd_jax import artefacts, augment, ensemble, pipeline, pool, progress, train
-from dgd_jax import student_training
 from dgd_jax.data import config_shards
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import pool
+from dgd_jax.plan import student_fit
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
 from dgd_jax.stages import teachers as teachers_stage
+from dgd_jax.training import augment
+from dgd_jax.training import ensemble
+from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 _STEPS = flags.DEFINE_integer("steps", 400, "More teacher steps, from the run's teachers.")
@@ -152,8 +158,8 @@ def probe(ctx, name: str, params, predict, x: np.ndarray, kinds: list[str], fold
     noisy = votes + sigma * rng.standard_normal(votes.shape)
     for kind in kinds:
       t0 = time.time()
-      t = student_training.shares(noisy if kind == "raw" else votes, n)
-      model, rounds, _ = student_training.train_student(
+      t = student_fit.shares(noisy if kind == "raw" else votes, n)
+      model, rounds, _ = student_fit.train_student(
           ctx, (None, None), x[idx], t, np.delete(x, idx, axis=0), f"{name}_{kind}",
           os.path.join(folder, f"{name}_{kind}"), brier=True)
       a = train.accuracy(model.apply, rounds[-1], data.x_test, data.y_test)
@@ -164,7 +170,7 @@ def main(argv):
   del argv
   progress.setup_cli_logging()
   ctx = pipeline.open_run(_WORKDIR.value, "student")
-  if student_training.uses_vae(ctx.config.student):
+  if student_fit.uses_vae(ctx.config.student):
     raise app.UsageError("The probe trains the student without the VAE term.")
   others = set(teachers_stage.update_rules(ctx.config)) - {"teachers.mixup"}
   if others and _WEIGHT.value:  # pool_update adds its term to the stage's mixup update only

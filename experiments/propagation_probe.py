@@ -33,12 +33,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import progress, propagation, train
-from dgd_jax.artefacts import QUERIES, SYNTHETIC, SYNTHETIC_LABELS, VOTES, classifier, fit_config
 from dgd_jax.configs import dgd as dgd_config
 from dgd_jax.data import load_dataset
-from dgd_jax import student_training
-from dgd_jax.workdir import load_array, read_json
+from dgd_jax.labels import propagation
+from dgd_jax.plan import student_fit
+from dgd_jax.plan.artefacts import QUERIES, SYNTHETIC, SYNTHETIC_LABELS, VOTES, classifier, fit_config
+from dgd_jax.runtime import progress
+from dgd_jax.runtime.workdir import load_array, read_json
+from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD workdir.")
 _CONFIG_ARG = flags.DEFINE_string("config_arg", "fashion_mnist,cpu", "dgd.py's argument.")
@@ -66,7 +68,7 @@ def main(argv):
   def accuracy(xs, ys):  # the preset's student on (xs, ys), scored on the real test set
     state = train.create_train_state(model, train.optimizer(cfg), jax.random.key(7),
                                      xs.shape[1:])
-    step = student_training.make_step(model, None, None, jnp.asarray(xs), jnp.asarray(ys),
+    step = student_fit.make_step(model, None, None, jnp.asarray(xs), jnp.asarray(ys),
                                    jnp.asarray(xs[:1]), config.student)
     state = train.run_steps(state, step, jax.random.key(8), cfg, tempfile.mkdtemp(), "probe")
     return train.accuracy(model.apply, state.params, test.x_test, test.y_test)

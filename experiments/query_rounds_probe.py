@@ -37,8 +37,13 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from dgd_jax import artefacts, ensemble, pipeline, pool, progress, train
-from dgd_jax import student_training
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import pool
+from dgd_jax.plan import student_fit
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
+from dgd_jax.training import ensemble
+from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 _STRATEGIES = flags.DEFINE_list("strategies", ["random", "confident", "uncertain", "balanced"],
@@ -86,8 +91,8 @@ def main(argv):
 
   def student(indices, noisy, name):
     rest = np.delete(x, indices, axis=0)
-    model, rounds, _ = student_training.train_student(
-        ctx, (None, None), x[indices], student_training.shares(noisy, n), rest, name,
+    model, rounds, _ = student_fit.train_student(
+        ctx, (None, None), x[indices], student_fit.shares(noisy, n), rest, name,
         os.path.join(folder, name), brier=True)
     return model, rounds[-1]
 

@@ -39,8 +39,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import (artefacts, ensemble, generative, ldp, pipeline, progress,
-                     student_training, train)
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import student_fit
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
+from dgd_jax.synthesis import generative
+from dgd_jax.training import ensemble
+from dgd_jax.training import ldp
+from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 flags.mark_flag_as_required("workdir")
@@ -113,8 +119,8 @@ def main(argv):
   n = config.num_teachers
   print(f"teachers' mean top vote share {votes.max(1).mean() / n:.3f}", flush=True)
   t0 = time.time()
-  student, rounds, _ = student_training.train_student(
-      ctx, (None, None), x, student_training.shares(votes, n), x[:0], "probe",
+  student, rounds, _ = student_fit.train_student(
+      ctx, (None, None), x, student_fit.shares(votes, n), x[:0], "probe",
       os.path.join(folder, "student"), brier=True)
   accuracy = train.accuracy(student.apply, rounds[-1], data.x_test, data.y_test)
   print(f"student on the noiseless vote shares: {accuracy:.2%} ({time.time() - t0:.0f} s)",

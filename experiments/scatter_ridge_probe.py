@@ -21,8 +21,13 @@ from __future__ import annotations
 from absl import app, flags
 import numpy as np
 
-from dgd_jax import artefacts, ensemble, pipeline, pool, progress, propagation
+from dgd_jax.labels import propagation
 from dgd_jax.models import scattering
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import pool
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
+from dgd_jax.training import ensemble
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 _SIGMA = flags.DEFINE_float("sigma", None, "The Gaussian noise of every histogram.")

@@ -33,9 +33,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dgd_jax import artefacts, ensemble, pipeline, progress, train
 from dgd_jax.data import config_shards
 from dgd_jax.models import scattering
+from dgd_jax.plan import artefacts
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
+from dgd_jax.training import ensemble
+from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 flags.mark_flag_as_required("workdir")

@@ -28,9 +28,13 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from dgd_jax import artefacts, pipeline, pool, progress, train
-from dgd_jax import student_training
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import pool
+from dgd_jax.plan import student_fit
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
 from dgd_jax.stages import student as student_stage
+from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD (or PATE) run.")
 _THRESHOLDS = flags.DEFINE_list("thresholds", ["0.0", "0.9"], "Confidence thresholds of the "
@@ -47,14 +51,14 @@ def main(argv):
   x_pool = pool.load(ctx)
   x_s, y_s, x_u, _ = student_stage.labelled_split(ctx, x_pool)
   x_eval, y_eval = pool.evaluation(ctx)
-  vae = (artefacts.load_vae(ctx, x_pool.shape[1:]) if student_training.uses_vae(config.student)
+  vae = (artefacts.load_vae(ctx, x_pool.shape[1:]) if student_fit.uses_vae(config.student)
          else (None, None))
   folder = tempfile.mkdtemp()
   steps = config.student.num_steps
 
   def fit(x, y, name, num_steps):
     config.student.num_steps = num_steps
-    model, rounds, _ = student_training.train_student(ctx, vae, x, y, x_u, name,
+    model, rounds, _ = student_fit.train_student(ctx, vae, x, y, x_u, name,
                                                 os.path.join(folder, name))
     return model, rounds[-1], train.accuracy(model.apply, rounds[-1], x_eval, y_eval)
 

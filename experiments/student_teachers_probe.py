@@ -50,10 +50,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dgd_jax import (artefacts, ensemble, parallel, pipeline, pool, progress, student_training,
-                     train)
 from dgd_jax.data import config_shards
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import pool
+from dgd_jax.plan import student_fit
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
 from dgd_jax.stages import queries as queries_stage
+from dgd_jax.training import ensemble
+from dgd_jax.training import placement
+from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run (histogram release).")
 _SPLIT = flags.DEFINE_float("split", 0.5, "Share of the budget (Q / sigma^2) spent in round 1.")
@@ -100,7 +106,7 @@ def pipeline_refit(ctx) -> dict:
   student by ``stages.queries.refit_teachers``, on the real test set."""
   config, data = ctx.config, ctx.dataset
   model = artefacts.classifier(config, data.num_classes, "student", lowering="conv")
-  k = student_training.members(config, ctx.results["queries"]["noise_scale"])
+  k = student_fit.members(config, ctx.results["queries"]["noise_scale"])
   suffix = artefacts.student_fits(k, config.student.self_training)[-1]
   folder = os.path.join(ctx.workdir.path, "queries", "checkpoints", "refit_student_1")
   params = train.load_params(os.path.abspath(folder + suffix), jax.eval_shape(
@@ -138,8 +144,8 @@ def main(argv):
              run_top_share=round(float(votes.max(1).mean() / n), 3))
 
   def student(indices, noisy, name):
-    model, rounds, _ = student_training.train_student(
-        ctx, (None, None), x[indices], student_training.shares(noisy, n),
+    model, rounds, _ = student_fit.train_student(
+        ctx, (None, None), x[indices], student_fit.shares(noisy, n),
         np.delete(x, indices, axis=0), name, os.path.join(folder, name), brier=True)
     return model, rounds[-1]
 
@@ -163,7 +169,7 @@ def main(argv):
   for mode in _MODES.value:
     params = fine_tune(tmodel, s1, sx, sy, _STEPS.value, _LR.value, _BATCH.value, mode,
                        jax.random.fold_in(ctx.key("teachers"), 7))
-    predict = ensemble.make_predict_fn(parallel.teacher_mesh(len(shards)), tmodel.apply, 10)
+    predict = ensemble.make_predict_fn(placement.teacher_mesh(len(shards)), tmodel.apply, 10)
     votes2 = ensemble.vote_histograms(predict, params, x, k)
     labels = ensemble.teacher_predictions(predict, params, x_eval)
     test_votes = np.asarray(ensemble.histogram(jnp.asarray(labels), k))

@@ -32,7 +32,12 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from dgd_jax import artefacts, ensemble, generative, pipeline, progress, train
+from dgd_jax.plan import artefacts
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
+from dgd_jax.synthesis import generative
+from dgd_jax.training import ensemble
+from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 flags.mark_flag_as_required("workdir")

@@ -42,9 +42,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dgd_jax import artefacts, augment, ensemble, pipeline, pool, progress, propagation, train
 from dgd_jax.data import config_shards
-from dgd_jax import student_training
+from dgd_jax.labels import propagation
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import pool
+from dgd_jax.plan import student_fit
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
+from dgd_jax.training import augment
+from dgd_jax.training import ensemble
+from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
 flags.mark_flag_as_required("workdir")
@@ -115,7 +122,7 @@ def main(argv):
   q = _QUERIES.value or ctx.results["queries"]["num_queries"]
   sigma = _SIGMA.value or ctx.results["queries"]["noise_scale"]
   steps = _STEPS.value or config.teachers.num_steps
-  vae = (artefacts.load_vae(ctx, x.shape[1:]) if student_training.uses_vae(config.student)
+  vae = (artefacts.load_vae(ctx, x.shape[1:]) if student_fit.uses_vae(config.student)
          else (None, None))
   folder = tempfile.mkdtemp()
   print(f"{len(shards)} teachers, {q} queries at sigma {sigma:g}, {steps} teacher steps",
@@ -146,7 +153,7 @@ def main(argv):
       noisy = (votes[idx] + noise).argmax(1)
       for kind, y in (("noisy", noisy), ("clean", votes[idx].argmax(1))):
         name = f"{variant}_{d}_{kind}"
-        model, rounds, _ = student_training.train_student(
+        model, rounds, _ = student_fit.train_student(
             ctx, vae, x[idx], y.astype(np.int32), x[rest], name, os.path.join(folder, name),
             feats)
         out[f"{kind}_{d}"] = round(train.accuracy(model.apply, rounds[-1], data.x_test,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared device check (dgd_jax.device_check), as one command on the accelerator machine:
+# The prepared device check (dgd_jax.cli.device_check), as one command on the accelerator machine:
 # installs the wheels launch/device_prepare.sh left in .device/wheels into .device/site (no
 # registry is reached), then measures the machine, the teacher engine, every paper preset's
 # programs compiled at full shapes and the paper presets' stages in their real schedules, into
@@ -15,4 +15,4 @@ export PYTHONPATH="$repo:$device/site${PYTHONPATH:+:$PYTHONPATH}"
 peer=()
 [ -f "$device/torch_teachers.py" ] && peer=(--torch_peer="$device/torch_teachers.py")
 cd "$repo"
-python -m dgd_jax.device_check --out="$out" --data="$device/fashion-mnist" "${peer[@]}" "$@"
+python -m dgd_jax.cli.device_check --out="$out" --data="$device/fashion-mnist" "${peer[@]}" "$@"

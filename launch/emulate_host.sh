@@ -22,7 +22,7 @@ done
 [ -n "$gflops" ] && [ $# -gt 0 ] || { echo "usage: $0 --gflops=N [--peak=N] -- <command ...>" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || { echo "error: a CPU quota needs root (cgroups)." >&2; exit 1; }
 bench="${DGD_BENCH_PYTHON:-python}"  # a Python with dgd_jax installed, for the readings
-# the matmul peak alone (dgd_jax.bench's), not the whole teacher benchmark around it
+# the matmul peak alone (dgd_jax.cli.bench's), not the whole teacher benchmark around it
 bench_peak() { "$@" "$bench" -c "from dgd_jax import bench; \
 print(round(bench.matmul_peak_flops() / 1e9))" 2>/dev/null; }
 "$bench" -c "import dgd_jax" 2> /dev/null || { echo "error: $bench cannot import dgd_jax: set \

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dgd_jax import aggregation
-from dgd_jax.errors import ConfigError
+from dgd_jax.labels import aggregation
+from dgd_jax.runtime.errors import ConfigError
 
 rng = np.random.default_rng(0)
 # 2000 queries, 250 teachers, 10 classes, a clear plurality in most rows.

@@ -12,7 +12,7 @@ import pytest
 
 import dgd_jax
 from dgd_jax import privacy
-from dgd_jax.errors import ConfigError, DatasetError
+from dgd_jax.runtime.errors import ConfigError, DatasetError
 
 from conftest import make_images
 

@@ -10,11 +10,16 @@ import numpy as np
 import optax
 import pytest
 
-from dgd_jax import artefacts, ensemble, generative, memory, parallel, train
-from dgd_jax.core import Context
 from dgd_jax.data import load_private
 from dgd_jax.models.classifier import Classifier
-from dgd_jax.workdir import Workdir, read_json
+from dgd_jax.plan import artefacts
+from dgd_jax.plan.context import Context
+from dgd_jax.runtime.workdir import Workdir, read_json
+from dgd_jax.synthesis import generative
+from dgd_jax.training import ensemble
+from dgd_jax.training import memory_plan
+from dgd_jax.training import placement
+from dgd_jax.training import train
 
 
 def _forbid(monkeypatch, module, name):
@@ -35,7 +40,7 @@ def test_finished_models_are_read_without_building_their_training_state(finished
              for n in ("baseline", "teachers", "generator")}
   ctx = Context(config, wd, wd.stage("audit", config, ()), lambda: load_private(config),
                 results)
-  for module, name in ((memory, "estimate"), (memory, "plan"), (ensemble, "init_teachers"),
+  for module, name in ((memory_plan, "estimate"), (memory_plan, "plan"), (ensemble, "init_teachers"),
                        (generative, "create_generator_state"), (train, "create_train_state"),
                        (artefacts, "new_teachers"), (artefacts, "new_generator")):
     _forbid(monkeypatch, module, name)
@@ -44,7 +49,7 @@ def test_finished_models_are_read_without_building_their_training_state(finished
   assert chunk == results["teachers"]["chunk"]
   leaf = jax.tree.leaves(params)[0]
   assert leaf.shape[0] == config.num_teachers
-  assert leaf.sharding.spec == jax.sharding.PartitionSpec(parallel.AXIS)
+  assert leaf.sharding.spec == jax.sharding.PartitionSpec(placement.AXIS)
   data = ctx.dataset  # the stage's votes on its evaluation images, again from the read params
   x_eval = data.x_test[:results["teachers"]["eval_size"]]
   votes = ensemble.histogram(ensemble.teacher_predictions(predict, params, x_eval),

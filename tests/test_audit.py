@@ -11,12 +11,15 @@ import numpy as np
 import pytest
 
 import tiny_configs
-from dgd_jax import audit, methods, pipeline, train
-from dgd_jax.audit.__main__ import audit_run
+from dgd_jax.cli.audit import audit_run
 from dgd_jax.configs import dgd as dgd_config
-from dgd_jax.errors import ConfigError, PrivacyAuditError, WorkdirConflictError
 from dgd_jax.models.classifier import Classifier
+from dgd_jax.privacy import audit
+from dgd_jax.run import methods
+from dgd_jax.run import pipeline
+from dgd_jax.runtime.errors import ConfigError, PrivacyAuditError, WorkdirConflictError
 from dgd_jax.stages import audit as audit_stage
+from dgd_jax.training import train
 
 TINY_AUDIT = {"splits": 3, "examples": 64, "inversion_steps": 20, "inversion_batch": 4}
 

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from dgd_jax import compare, methods
-from dgd_jax.errors import WorkdirConflictError
+from dgd_jax.cli import compare
+from dgd_jax.run import methods
+from dgd_jax.runtime.errors import WorkdirConflictError
 
 
 def test_every_row_is_a_preset_of_a_known_method():
@@ -69,7 +70,7 @@ def _fake_report(accuracy: float, epsilon: float, accountant: str = "rdp") -> di
 def test_collect_only_draws_the_frontier_from_finished_rows(tmp_path):
   """frontier.png and frontier.csv come from the same finished rows as comparison.md (here
   tiny fake reports: nothing is trained), plus the rows' published numbers."""
-  from dgd_jax.workdir import write_json
+  from dgd_jax.runtime.workdir import write_json
   by_name = {r.name: r for r in compare.ROWS}
   fake = {"dgd_eps10": _fake_report(0.7654, 9.9993), "dgd_eps1": _fake_report(0.5795, 0.990),
           "dgd_private_eps10": _fake_report(0.6214, 9.9998, "pld"),

@@ -20,8 +20,10 @@ import sys
 
 import pytest
 
-from dgd_jax import memory, methods, pipeline
 from dgd_jax.data import idx
+from dgd_jax.run import methods
+from dgd_jax.run import pipeline
+from dgd_jax.training import memory_plan
 import tiny_configs
 from presets import IDS, PRESETS
 
@@ -49,7 +51,7 @@ def test_every_program_compiles_at_the_presets_full_shapes(module, arg, extra):
   compiled = pipeline.compile_programs(config)
   planned = methods.plan_stages(pipeline.run_config(config))
   assert list(compiled) == list(planned)
-  free, source = memory.device_bytes()
+  free, source = memory_plan.device_bytes()
   for stage, programs in compiled.items():
     assert programs or stage in UNCOMPILED, stage
     for name, sizes in programs.items():
@@ -78,7 +80,7 @@ def test_tiny_runs_compile_every_planned_program_and_write_nothing(make, npz_fil
 
 @pytest.mark.integration
 def test_a_program_over_its_memory_plan_is_refused(npz_file, monkeypatch):
-  from dgd_jax.errors import ConfigError  # pylint: disable=g-import-not-at-top
+  from dgd_jax.runtime.errors import ConfigError  # pylint: disable=g-import-not-at-top
   spec = methods.STAGES["baseline"]
   tight = lambda config, data: {name: dataclasses.replace(p, budget=1)
                                 for name, p in spec.programs(config, data).items()}

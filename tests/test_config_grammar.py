@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from dgd_jax.configs import common
-from dgd_jax.errors import ConfigError
+from dgd_jax.runtime.errors import ConfigError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG_FILES = sorted(p.name for p in (REPO / "dgd_jax" / "configs").glob("*.py")

@@ -11,9 +11,10 @@ import sys
 import numpy as np
 import pytest
 
-from dgd_jax import pipeline, workdir
 from dgd_jax.configs import baseline as baseline_config
-from dgd_jax.errors import DamagedArtefactError, WorkdirNotWritableError
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import workdir
+from dgd_jax.runtime.errors import DamagedArtefactError, WorkdirNotWritableError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -10,7 +10,7 @@ import tensorflow_datasets as tfds
 
 from dgd_jax.data import (DatasetError, idx, load_dataset, teacher_partitions, teacher_shards,
                           teachers_changed)
-from dgd_jax.errors import ConfigError
+from dgd_jax.runtime.errors import ConfigError
 
 
 @pytest.mark.integration

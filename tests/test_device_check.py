@@ -1,4 +1,4 @@
-"""The prepared device check (``dgd_jax.device_check``, ``launch/device_check.sh``) in its dry
+"""The prepared device check (``dgd_jax.cli.device_check``, ``launch/device_check.sh``) in its dry
 run: the same code at tiny shapes, so that the check a lent GPU runs cannot rot."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_dry_run_writes_every_figure(idx_dir, tmp_path):
   out = tmp_path / "out"
   run = subprocess.run(
-      [sys.executable, "-m", "dgd_jax.device_check", f"--out={out}", f"--data={idx_dir}",
+      [sys.executable, "-m", "dgd_jax.cli.device_check", f"--out={out}", f"--data={idx_dir}",
        "--dry_run", "--compiled=baseline:,dpsgd:eps3", "--runs=dpsgd:eps3"],
       cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
   assert run.returncode == 0, run.stderr[-3000:]

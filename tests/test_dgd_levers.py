@@ -8,10 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dgd_jax import augment, generative, propagation, query_plan, student_training
 from dgd_jax.configs import dgd as dgd_config
-from dgd_jax.errors import ConfigError
+from dgd_jax.labels import propagation
 from dgd_jax.models.classifier import Classifier
+from dgd_jax.plan import queries as query_plan
+from dgd_jax.plan import student_fit
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.synthesis import generative
+from dgd_jax.training import augment
 
 
 def test_translate_moves_pixels_and_keeps_edges():
@@ -64,8 +68,8 @@ def test_mixup_mixes_images_and_targets_with_one_lambda_per_pair():
 def test_mixup_teachers_step_on_mixed_pairs_and_are_chosen_by_the_config():
   """teachers.mixup > 0: a member's update is one Adam step on the cross-entropy of the mixed
   minibatch against its mixed one-hot targets; 0 keeps the plain update."""
-  from dgd_jax import train
   from dgd_jax.stages import teachers
+  from dgd_jax.training import train
   model = Classifier(width=0.125)
   tx = train.optimizer(train.FitConfig(num_steps=10))
   state = train.create_train_state(model, tx, jax.random.key(0), (28, 28, 1))
@@ -123,11 +127,11 @@ def test_consistency_term_by_hand():
   only where the weak view is confident."""
   weak_logits = jnp.array([[5.0, 0.0], [0.1, 0.0]])  # confident, not confident at 0.95
   strong_logits = jnp.array([[1.0, 2.0], [0.0, 3.0]])
-  term, share = student_training.consistency_loss(weak_logits, strong_logits, 0.95)
+  term, share = student_fit.consistency_loss(weak_logits, strong_logits, 0.95)
   # Row 0 is confident with pseudo-label 0: CE = -log softmax(1, 2)[0]; row 1 is masked.
   by_hand = 0.5 * (-np.log(np.exp(1.0) / (np.exp(1.0) + np.exp(2.0))))
   assert float(term) == pytest.approx(by_hand, rel=1e-6) and float(share) == 0.5
-  grad = jax.grad(lambda w: student_training.consistency_loss(w, strong_logits, 0.95)[0])(
+  grad = jax.grad(lambda w: student_fit.consistency_loss(w, strong_logits, 0.95)[0])(
       weak_logits)
   assert not np.any(np.asarray(grad))  # the weak view is the fixed target
 
@@ -176,7 +180,7 @@ def test_select_stable_keeps_confident_stable_samples_per_class():
 
 def test_private_size_keeps_the_test_split_and_refuses_impossible_sizes():
   from dgd_jax.data.loaders import Dataset
-  from dgd_jax.errors import DatasetError
+  from dgd_jax.runtime.errors import DatasetError
   data = Dataset("d", np.zeros((10, 2, 2, 1), np.float32), np.arange(10), np.zeros((4, 2, 2, 1)),
                  np.arange(4), 10)
   small = data.with_private_size(3)
@@ -254,11 +258,11 @@ def test_representative_queries_cover_the_clusters():
 def test_propagation_runs_only_for_few_labels():
   config = dgd_config.get_config("fashion_mnist,cpu")
   config.student.propagation = 10
-  assert student_training.propagates(config, 114, 8000)  # a small ensemble's plan
+  assert student_fit.propagates(config, 114, 8000)  # a small ensemble's plan
   # the quick preset's GNMax plan: a third labelled
-  assert not student_training.propagates(config, 2852, 8000)
+  assert not student_fit.propagates(config, 2852, 8000)
   config.student.propagation = 0
-  assert not student_training.propagates(config, 114, 8000)
+  assert not student_fit.propagates(config, 114, 8000)
 
 
 def test_histogram_plan_spends_the_budget_on_num_queries_histograms():
@@ -290,9 +294,11 @@ def test_class_count_plan_targets_and_refusals():
   asked about and the rest evenly on the others; a pool whose samples have no class fixed
   before synthesis is refused before anything trains."""
   import math
-  from dgd_jax import generative, pool, privacy
-  from dgd_jax.errors import ConfigError
+  from dgd_jax import privacy
+  from dgd_jax.plan import pool
+  from dgd_jax.runtime.errors import ConfigError
   from dgd_jax.stages import queries
+  from dgd_jax.synthesis import generative
   config = dgd_config.get_config("fashion_mnist,cpu")
   config.num_teachers = 50
   config.queries.aggregator = "gaussian_histogram"
@@ -305,7 +311,7 @@ def test_class_count_plan_targets_and_refusals():
   assert 9.99 < privacy.epsilon_of(record, 1e-5, "pld") <= 10.0
   queries.check(config)
   # targets: a = n_c / n on c, (1 - a) / (K - 1) elsewhere, a not clipped
-  t = student_training.class_count_targets(np.array([30.0, -5.0]), np.array([2, 0]), 50, 3)
+  t = student_fit.class_count_targets(np.array([30.0, -5.0]), np.array([2, 0]), 50, 3)
   np.testing.assert_allclose(t, [[0.2, 0.2, 0.6], [-0.1, 0.55, 0.55]], atol=1e-6)
   # the classes asked about are invert's targets, a function of the index alone
   np.testing.assert_array_equal(generative.inversion_classes(7, 4, 3), [0, 1, 2, 0, 0, 1, 2])
@@ -333,7 +339,7 @@ def test_auto_counts_chooses_class_counts_by_the_noise_per_teacher(teachers, arg
   """aggregator='auto_counts': class counts where the histograms' planned sigma over the
   teacher count is at least CLASS_COUNT_NOISE_PER_VOTE and the pool's samples have classes,
   else the histograms; the plan says why, at the chosen release's least sigma."""
-  from dgd_jax.errors import ConfigError
+  from dgd_jax.runtime.errors import ConfigError
   from dgd_jax.stages import queries
   config = dgd_config.get_config(arg)
   config.num_teachers = teachers
@@ -354,7 +360,7 @@ def test_least_confident_rounds_are_refused_with_released_histograms():
   """The least-confident selector learns the first round's labels; a histogram release gives
   none worth learning (its argmax at sigma 44.71 is mostly noise), so the run is refused
   before anything trains, with the selections that work."""
-  from dgd_jax.errors import ConfigError
+  from dgd_jax.runtime.errors import ConfigError
   from dgd_jax.stages import queries
   config = dgd_config.get_config("fashion_mnist,cpu")
   config.num_teachers = 250  # as pipeline.run_config resolves it for 60,000 images
@@ -396,20 +402,20 @@ def test_brier_score_is_linear_in_the_targets():
   logits = jax.random.normal(jax.random.key(0), (5, 4))
   t1 = jax.nn.softmax(jax.random.normal(jax.random.key(1), (5, 4)))
   noise = 0.7 * jax.random.normal(jax.random.key(2), (5, 4))
-  grad = jax.grad(student_training.brier_score)
+  grad = jax.grad(student_fit.brier_score)
   np.testing.assert_allclose(grad(logits, t1 + noise) + grad(logits, t1 - noise),
                              2 * grad(logits, t1), atol=1e-6)
   p = jax.nn.softmax(logits)
-  assert float(student_training.brier_score(logits, t1)) == pytest.approx(
+  assert float(student_fit.brier_score(logits, t1)) == pytest.approx(
       float(jnp.mean(jnp.sum((p - t1) ** 2, -1))), rel=1e-6)
   negative = jnp.full((5, 4), -0.5).at[:, 0].set(2.5)
   huge = jnp.zeros((5, 4)).at[:, 1:].set(-100.0)  # all mass on class 0: bounded loss
-  assert float(student_training.brier_score(huge, negative)) < 4 * (3.0 ** 2)
+  assert float(student_fit.brier_score(huge, negative)) < 4 * (3.0 ** 2)
 
 
 def test_released_histograms_become_vote_shares():
   h = np.array([[30.5, -2.0, 21.5], [0.0, 50.0, 0.0]])
-  s = student_training.shares(h, 50)
+  s = student_fit.shares(h, 50)
   assert s.dtype == np.float32
   np.testing.assert_allclose(s, h / 50)  # negative entries kept: unbiased
 
@@ -432,9 +438,9 @@ def test_the_student_ensemble_is_chosen_for_the_noise_per_teacher():
   assert config.student.ensemble == 0
   for teachers, sigma, expected in ((50, 44.71, 5), (250, 333.7, 5), (250, 44.71, 1)):
     config.num_teachers = teachers
-    assert student_training.members(config, sigma) == expected
+    assert student_fit.members(config, sigma) == expected
   config.student.ensemble = 3
-  assert student_training.members(config, None) == 3  # the noise is not read
+  assert student_fit.members(config, None) == 3  # the noise is not read
   assert dgd_config.get_config("fashion_mnist,cpu,table1").student.ensemble == 1
 
 

@@ -14,8 +14,11 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from dgd_jax import distributed, host, parallel, pipeline
-from dgd_jax.errors import ConfigError
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import distributed
+from dgd_jax.runtime import host
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.training import placement
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEACHERS, STEPS = 8, 20
@@ -154,14 +157,14 @@ def test_detect_refuses_incomplete_flags(flags, match):
 
 def test_multiprocess_refuses_uneven_teacher_counts():
   with pytest.raises(ConfigError, match="250 teachers do not split evenly over the 4 devices"):
-    parallel.mesh_size(250, num_devices=4, num_processes=2)
-  assert parallel.mesh_size(8, num_devices=4, num_processes=2) == 4
+    placement.mesh_size(250, num_devices=4, num_processes=2)
+  assert placement.mesh_size(8, num_devices=4, num_processes=2) == 4
 
 
 def test_single_process_uses_the_most_devices_that_divide():
-  assert parallel.mesh_size(250, num_devices=8) == 5
-  assert parallel.mesh_size(7, num_devices=8) == 7
-  assert parallel.mesh_size(7, num_devices=6) == 1
+  assert placement.mesh_size(250, num_devices=8) == 5
+  assert placement.mesh_size(7, num_devices=8) == 7
+  assert placement.mesh_size(7, num_devices=6) == 1
 
 
 def test_one_process_asks_for_a_cpu_device_per_core(monkeypatch):

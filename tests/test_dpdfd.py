@@ -7,11 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dgd_jax import dpdfd, methods, pipeline, privacy
+from dgd_jax import privacy
 from dgd_jax.configs import dpdfd as dpdfd_config
-from dgd_jax.core import Context
-from dgd_jax.errors import ConfigError
-from dgd_jax.workdir import Workdir
+from dgd_jax.plan.context import Context
+from dgd_jax.run import methods
+from dgd_jax.run import pipeline
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.runtime.workdir import Workdir
+from dgd_jax.synthesis import dpdfd
 
 import tiny_configs
 from report_checks import assert_noiseless_named

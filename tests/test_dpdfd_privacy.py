@@ -15,12 +15,12 @@ from dp_accounting import rdp as dp_rdp
 from dp_accounting.rdp.rdp_privacy_accountant import (  # pylint: disable=protected-access
     _compute_rdp_sample_wor_gaussian_scalar as wor_rdp)
 
-from dgd_jax import dpdfd as algorithm
 from dgd_jax import privacy
 from dgd_jax.configs import dpdfd as dpdfd_config
-from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import dpdfd, events
+from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.stages import dpdfd as stage
+from dgd_jax.synthesis import dpdfd as algorithm
 
 DELTA = 1e-5
 REL = 1e-9

@@ -17,15 +17,19 @@ import pytest
 from jax_privacy import accounting as jp_accounting
 from jax_privacy import batch_selection
 
-from dgd_jax.audit.__main__ import audit_run
-from dgd_jax import dpsgd, dpsgd_plan, methods, pipeline, privacy
+from dgd_jax import privacy
+from dgd_jax.cli.audit import audit_run
 from dgd_jax.configs import dgd as dgd_config_file
 from dgd_jax.configs import dpsgd as dpsgd_config_file
 from dgd_jax.data import load_dataset
-from dgd_jax.errors import ConfigError
 from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.models import scattering
+from dgd_jax.plan import dpsgd as dpsgd_plan
+from dgd_jax.run import methods
+from dgd_jax.run import pipeline
+from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.stages import baseline as baseline_stage
+from dgd_jax.training import dpsgd
 
 import tiny_configs
 from conftest import make_images

@@ -12,8 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dgd_jax import ensemble, parallel, train
 from dgd_jax.models.classifier import Classifier
+from dgd_jax.training import ensemble
+from dgd_jax.training import placement
+from dgd_jax.training import train
 
 N, BATCH, SHAPE = 3, 8, (28, 28, 1)
 
@@ -22,7 +24,7 @@ def setup_ensemble(n=N, chunk=1):
   model = Classifier(width=0.125)
   tx = train.optimizer(train.FitConfig(num_steps=10))
   state = ensemble.init_teachers(model, tx, jax.random.key(0), n, SHAPE,
-                                 parallel.teacher_mesh(n, jax.devices()[:1]))
+                                 placement.teacher_mesh(n, jax.devices()[:1]))
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.uniform(-1, 1, (n * 16,) + SHAPE), jnp.float32)
   y = jnp.asarray(rng.integers(0, 10, n * 16), jnp.int32)
@@ -34,7 +36,7 @@ def setup_ensemble(n=N, chunk=1):
 @pytest.mark.parametrize("chunk", [1, 2, 3])
 def test_lifted_step_equals_loop_over_members(chunk):
   model, tx, state, x, y, parts = setup_ensemble()
-  mesh = parallel.teacher_mesh(N, jax.devices()[:1])
+  mesh = placement.teacher_mesh(N, jax.devices()[:1])
   step = ensemble.make_train_step(mesh, BATCH, chunk)
   key = jax.random.key(5)
   keys = jax.random.split(key, N)
@@ -60,7 +62,7 @@ def test_members_sample_only_their_partition():
   model, tx, state, x, _, parts = setup_ensemble()
   y = np.zeros(len(x), np.int32)
   y[parts.indices[1, :parts.sizes[1]]] = 7
-  mesh = parallel.teacher_mesh(N, jax.devices()[:1])
+  mesh = placement.teacher_mesh(N, jax.devices()[:1])
   step = ensemble.make_train_step(mesh, BATCH, 1)
   examples = ensemble.place_examples(mesh, parts, np.asarray(x), y)
   for s in range(10):
@@ -73,7 +75,7 @@ def test_members_sample_only_their_partition():
 @pytest.mark.integration
 def test_vote_histograms_sum_to_teachers_and_match_predictions():
   model, _, state, x, _, _ = setup_ensemble()
-  mesh = parallel.teacher_mesh(N, jax.devices()[:1])
+  mesh = placement.teacher_mesh(N, jax.devices()[:1])
   predict = ensemble.make_predict_fn(mesh, model.apply, 2)
   queries = np.asarray(x)[:37]  # not a multiple of the query chunk
   votes = ensemble.vote_histograms(predict, state.params, queries, 10, query_chunk=16)
@@ -154,14 +156,14 @@ def test_sharded_equals_single_device_on_8_cpu_devices():
 
 def test_teacher_mesh_uses_a_divisor_of_the_teacher_count():
   devices = jax.devices()[:1] * 8  # stand-ins: only the count matters here
-  assert parallel.teacher_mesh(250, devices).devices.size == 5
-  assert parallel.teacher_mesh(16, devices).devices.size == 8
-  assert parallel.teacher_mesh(7, devices).devices.size == 7
+  assert placement.teacher_mesh(250, devices).devices.size == 5
+  assert placement.teacher_mesh(16, devices).devices.size == 8
+  assert placement.teacher_mesh(7, devices).devices.size == 7
 
 
 @pytest.mark.integration
 def test_bench_prints_one_json_line():
-  from dgd_jax import bench
+  from dgd_jax.cli import bench
   # Hand count for the paper CNN on 28x28x1: conv1 2*784*9*64, conv2 2*196*9*64*128,
   # head 2*49*128*10; training = 3x forward minus conv1's input gradient.
   assert bench.train_flops_per_example(28, 1, 64, 128) == 3 * (903168 + 28901376 + 125440) \
@@ -184,7 +186,7 @@ def test_bench_prints_one_json_line():
 
 
 def test_bad_partitions_are_refused():
-  from dgd_jax.errors import ConfigError
+  from dgd_jax.runtime.errors import ConfigError
   with pytest.raises(ConfigError, match=r"indices \[n, m\] and sizes \[n\]"):
     ensemble.Partitions(np.zeros((3, 4), np.int32), np.ones(2, np.int32))
   with pytest.raises(ConfigError, match="every teacher needs data"):

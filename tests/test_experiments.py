@@ -11,9 +11,11 @@ import sys
 
 import pytest
 
-from dgd_jax import artefacts, methods, pipeline
-from dgd_jax.errors import WorkdirConflictError
-from dgd_jax.workdir import read_json
+from dgd_jax.plan import artefacts
+from dgd_jax.run import methods
+from dgd_jax.run import pipeline
+from dgd_jax.runtime.errors import WorkdirConflictError
+from dgd_jax.runtime.workdir import read_json
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.py"))

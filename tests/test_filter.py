@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from dgd_jax import privacy
-from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import pate2018, renyi_filter
+from dgd_jax.runtime.errors import ConfigError
 
 
 def test_budget_inverts_the_improved_conversion():

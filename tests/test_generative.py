@@ -11,10 +11,11 @@ import optax
 import pytest
 from flax.training import train_state
 
-from dgd_jax import generative, train
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.models.generator import Generator
 from dgd_jax.models.vae import VAE
+from dgd_jax.synthesis import generative
+from dgd_jax.training import train
 
 
 def test_eq2_equals_hand_computation():

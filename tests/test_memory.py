@@ -11,9 +11,10 @@ import sys
 import jax
 import pytest
 
-from dgd_jax import memory, pipeline
 from dgd_jax.configs import teachers as teachers_config
-from dgd_jax.errors import ConfigError
+from dgd_jax.run import pipeline
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.training import memory_plan
 
 # The measured peak (train and predict, 8 teachers, chunk 4) lies within this factor of the
 # estimate either way (on CPU about 1.35-1.4 x at widths 0.5 and 1.0; memory.HEADROOM leaves
@@ -54,19 +55,19 @@ print(json.dumps({"measured": status("VmHWM") - before, "estimate": fixed + chun
 
 def test_plan_takes_the_largest_chunk_that_fits():
   fixed, member = 100, 10
-  free = int((fixed + 3.5 * member) / memory.HEADROOM) + 1
-  assert memory.plan(fixed, member, chunk=8, free=free).chunk == 3
-  assert memory.plan(fixed, member, chunk=2, free=free).chunk == 2  # never more than asked
-  big = memory.plan(fixed, member, chunk=250, free=10**9)
+  free = int((fixed + 3.5 * member) / memory_plan.HEADROOM) + 1
+  assert memory_plan.plan(fixed, member, chunk=8, free=free).chunk == 3
+  assert memory_plan.plan(fixed, member, chunk=2, free=free).chunk == 2  # never more than asked
+  big = memory_plan.plan(fixed, member, chunk=250, free=10**9)
   assert big.chunk == 250 and big.total == fixed + 250 * member
   assert "chunk 250" in big.describe()
 
 
 def test_plan_refuses_when_one_teacher_at_a_time_does_not_fit():
   with pytest.raises(ConfigError, match="does not fit.*num_teachers.*model.width"):
-    memory.plan(fixed=10 * memory.GIB, member=memory.GIB, chunk=1, free=8 * memory.GIB)
+    memory_plan.plan(fixed=10 * memory_plan.GIB, member=memory_plan.GIB, chunk=1, free=8 * memory_plan.GIB)
   with pytest.raises(ConfigError, match="does not fit"):  # the states fit, one member not
-    memory.plan(fixed=memory.GIB, member=8 * memory.GIB, chunk=4, free=8 * memory.GIB)
+    memory_plan.plan(fixed=memory_plan.GIB, member=8 * memory_plan.GIB, chunk=4, free=8 * memory_plan.GIB)
 
 
 def test_the_fallback_count_errs_high():
@@ -77,7 +78,7 @@ def test_the_fallback_count_errs_high():
   model = Classifier(width=0.5)
   params = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
   x = jax.ShapeDtypeStruct((64, 28, 28, 1), jnp.float32)
-  assert memory.jaxpr_bytes(model.apply, params, x) >= memory.program_bytes(
+  assert memory_plan.jaxpr_bytes(model.apply, params, x) >= memory_plan.program_bytes(
       model.apply, params, x) > 64 * 28 * 28 * 32 * 4  # at least conv1's output
 
 
@@ -95,21 +96,21 @@ def test_device_bytes_reads_the_backend_then_the_host_then_the_default(monkeypat
   """The device's own limit less what is in use; else the host's available memory shared by
   its devices; else the stated default: each with its source."""
   meminfo = "MemTotal:  999 kB\nMemAvailable:  3000 kB\n"
-  monkeypatch.setattr(memory, "open", lambda path: io.StringIO(meminfo), raising=False)
+  monkeypatch.setattr(memory_plan, "open", lambda path: io.StringIO(meminfo), raising=False)
   devices = [_Device({"bytes_limit": 10_000, "bytes_in_use": 2_500})] * 2
   monkeypatch.setattr(jax, "local_devices", lambda: devices)
-  assert memory.device_bytes() == (7_500, "memory_stats()")
+  assert memory_plan.device_bytes() == (7_500, "memory_stats()")
   for stats in (RuntimeError("no memory_stats on this backend"), None, {"bytes_in_use": 1}):
     devices = [_Device(stats)] * 2
-    free, source = memory.device_bytes()
+    free, source = memory_plan.device_bytes()
     assert (free, source[:12]) == (3000 * 1024 // 2, "MemAvailable"), stats
   def unreadable(path):
     raise OSError(path)
-  monkeypatch.setattr(memory, "open", unreadable, raising=False)
-  assert memory.device_bytes() == (memory.DEFAULT_DEVICE_BYTES, "DEFAULT_DEVICE_BYTES")
-  monkeypatch.setattr(memory, "open", lambda path: io.StringIO("MemTotal: 1 kB\n"),
+  monkeypatch.setattr(memory_plan, "open", unreadable, raising=False)
+  assert memory_plan.device_bytes() == (memory_plan.DEFAULT_DEVICE_BYTES, "DEFAULT_DEVICE_BYTES")
+  monkeypatch.setattr(memory_plan, "open", lambda path: io.StringIO("MemTotal: 1 kB\n"),
                       raising=False)
-  assert memory.device_bytes() == (memory.DEFAULT_DEVICE_BYTES, "DEFAULT_DEVICE_BYTES")
+  assert memory_plan.device_bytes() == (memory_plan.DEFAULT_DEVICE_BYTES, "DEFAULT_DEVICE_BYTES")
 
 
 @pytest.mark.integration
@@ -118,7 +119,7 @@ def test_teachers_stage_refuses_before_it_allocates(idx_dir, tmp_path, monkeypat
   for the fixed config."""
   config = teachers_config.get_config(f"idx:{idx_dir},cpu")
   config.num_teachers, config.teachers.num_steps = 4, 2
-  monkeypatch.setattr(memory, "device_bytes", lambda: (1000, "a test's tiny device"))
+  monkeypatch.setattr(memory_plan, "device_bytes", lambda: (1000, "a test's tiny device"))
   workdir = tmp_path / "run"
   with pytest.raises(ConfigError, match="a test's tiny device"):
     pipeline.run(config, str(workdir))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import dgd_jax
-from dgd_jax import methods, pipeline, privacy, sweep
+from dgd_jax import privacy
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.configs import common
 from dgd_jax.configs import dpdfd as dpdfd_config
@@ -21,8 +21,11 @@ from dgd_jax.configs import dpsgd as dpsgd_config
 from dgd_jax.configs import ldp as ldp_config
 from dgd_jax.configs import teacher_sweep as teacher_sweep_config
 from dgd_jax.configs import teachers as teachers_config
-from dgd_jax.core import Context, Method, StageSpec
-from dgd_jax.errors import ConfigError
+from dgd_jax.plan.context import Context, Method, StageSpec
+from dgd_jax.run import methods
+from dgd_jax.run import pipeline
+from dgd_jax.run import sweep
+from dgd_jax.runtime.errors import ConfigError
 
 import tiny_configs
 
@@ -109,7 +112,7 @@ def test_each_module_imports_only_its_own_layer_or_lower_ones():
 
 def test_stages_import_neither_each_other_nor_the_pipeline():
   modules = _modules()
-  forbidden = {"dgd_jax.pipeline", "dgd_jax.methods", "dgd_jax.sweep", "dgd_jax.report"}
+  forbidden = {"dgd_jax.run.pipeline", "dgd_jax.run.methods", "dgd_jax.run.sweep", "dgd_jax.run.report"}
   for name, path in modules.items():
     if name.startswith("dgd_jax.stages."):
       imported = _imports(path, modules)
@@ -179,7 +182,7 @@ def test_a_calibrated_private_baseline_is_not_reused_at_another_budget(npz_file)
   its slice (and so the generator's) changes with either, while the plain baseline's
   does not."""
   from dgd_jax.configs import dgd as dgd_config_file
-  from dgd_jax.workdir import config_slice, fingerprint
+  from dgd_jax.runtime.workdir import config_slice, fingerprint
 
   def slices(arg, **privacy):
     config = dgd_config_file.get_config(f"npz:{npz_file},{arg}")

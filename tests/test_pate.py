@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dgd_jax import methods, pipeline, privacy
-from dgd_jax.artefacts import QUERIES, VOTES
-from dgd_jax.core import Context
-from dgd_jax.errors import ConfigError
+from dgd_jax import privacy
+from dgd_jax.plan.artefacts import QUERIES, VOTES
+from dgd_jax.plan.context import Context
+from dgd_jax.run import methods
+from dgd_jax.run import pipeline
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.runtime.workdir import Workdir
 from dgd_jax.stages import queries
-from dgd_jax.workdir import Workdir
 
 import tiny_configs
 from report_checks import assert_noiseless_named

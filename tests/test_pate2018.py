@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dgd_jax import pipeline, privacy
-from dgd_jax.artefacts import QUERIES, VOTES
+from dgd_jax import privacy
 from dgd_jax.configs import pate as pate_config_file
-from dgd_jax.errors import ConfigError
+from dgd_jax.plan.artefacts import QUERIES, VOTES
+from dgd_jax.run import pipeline
+from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.stages import queries
 
 import tiny_configs

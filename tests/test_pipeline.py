@@ -13,14 +13,20 @@ import jax
 import numpy as np
 import pytest
 
-from dgd_jax import artefacts, ensemble, methods, pipeline, pool, student_training, train
+from dgd_jax.configs import baseline as baseline_config
+from dgd_jax.data import load_private
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import pool
+from dgd_jax.plan import student_fit
+from dgd_jax.plan.context import Context
+from dgd_jax.run import methods
+from dgd_jax.run import pipeline
+from dgd_jax.runtime.errors import ConfigError, WorkdirConflictError
+from dgd_jax.runtime.workdir import Workdir, read_json
 from dgd_jax.stages import queries as queries_stage
 from dgd_jax.stages import student as student_stage
-from dgd_jax.configs import baseline as baseline_config
-from dgd_jax.core import Context
-from dgd_jax.data import load_private
-from dgd_jax.errors import ConfigError, WorkdirConflictError
-from dgd_jax.workdir import Workdir, read_json
+from dgd_jax.training import ensemble
+from dgd_jax.training import train
 
 import tiny_configs
 from report_checks import assert_noiseless_named
@@ -308,7 +314,7 @@ def test_dgd_end_to_end_report_on_real_fashion_mnist(fashion_mnist_subset, tmp_p
 
 @pytest.mark.integration
 def test_dgd_resumes_after_an_interrupted_stage(finished_dgd, tmp_path, monkeypatch):
-  from dgd_jax import student_training
+  from dgd_jax.plan import student_fit
   npz_file, _, uninterrupted = finished_dgd  # the same config but for checkpoint_every
   config = tiny_configs.dgd(npz_file)
   config.checkpoint_every = 10  # not in any stage's config slice: the same artefacts
@@ -316,7 +322,7 @@ def test_dgd_resumes_after_an_interrupted_stage(finished_dgd, tmp_path, monkeypa
   class Interrupt(Exception):
     pass
 
-  make_step = student_training.make_step
+  make_step = student_fit.make_step
 
   def crash_after_25_steps(*args, **kwargs):
     step, calls = make_step(*args, **kwargs), []
@@ -329,14 +335,14 @@ def test_dgd_resumes_after_an_interrupted_stage(finished_dgd, tmp_path, monkeypa
 
     return crashing
 
-  monkeypatch.setattr(student_training, "make_step", crash_after_25_steps)
+  monkeypatch.setattr(student_fit, "make_step", crash_after_25_steps)
   workdir = tmp_path / "b"
   with pytest.raises(Interrupt):
     pipeline.run(config, str(workdir))
   assert not (workdir / "student" / "result.json").exists()
   assert (workdir / "queries" / "result.json").exists()
   before = (workdir / "metrics.jsonl").read_text()
-  monkeypatch.setattr(student_training, "make_step", make_step)
+  monkeypatch.setattr(student_fit, "make_step", make_step)
   resumed = pipeline.run(config, str(workdir))
   after = (workdir / "metrics.jsonl").read_text()
   assert after.startswith(before)
@@ -500,7 +506,7 @@ def test_dgd_with_released_class_counts(finished_dgd_copy):
   assert "noisy_label_agreement_with_plurality" not in result
   ctx = pipeline.open_run(workdir, "student")
   _, targets, _, _ = student_stage.labelled_split(ctx, pool.load(ctx))
-  np.testing.assert_allclose(targets, student_training.class_count_targets(
+  np.testing.assert_allclose(targets, student_fit.class_count_targets(
       q["counts"], q["labels"], config.num_teachers, 10), rtol=1e-6)
   student_result = report["stages"]["student"]
   assert student_result["num_labelled"] == 60

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from dgd_jax import privacy
-from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import checks
+from dgd_jax.runtime.errors import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

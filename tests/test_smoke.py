@@ -25,11 +25,13 @@ import sys
 
 import pytest
 
-from dgd_jax import ensemble, methods, pipeline
-from dgd_jax.audit.__main__ import audit_run
+from dgd_jax.cli.audit import audit_run
 from dgd_jax.configs import common
 from dgd_jax.data import idx
-from dgd_jax.workdir import config_slice, fingerprint, plain
+from dgd_jax.run import methods
+from dgd_jax.run import pipeline
+from dgd_jax.runtime.workdir import config_slice, fingerprint, plain
+from dgd_jax.training import ensemble
 from presets import IDS, PRESETS
 
 # Methods whose presets share the paper teachers' config slice run in one process (xdist_group)

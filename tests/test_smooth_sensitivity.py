@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from dgd_jax import privacy
-from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import pate2018
 from dgd_jax.privacy import smooth_sensitivity as ss
+from dgd_jax.runtime.errors import ConfigError
 
 with open(os.path.join(os.path.dirname(__file__), "data", "pate2018_reference.json")) as _f:
   REF = json.load(_f)

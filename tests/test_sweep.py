@@ -7,9 +7,11 @@ import os
 
 import pytest
 
-from dgd_jax import methods, pipeline, sweep
-from dgd_jax.errors import ConfigError
-from dgd_jax.workdir import config_slice, write_json
+from dgd_jax.run import methods
+from dgd_jax.run import pipeline
+from dgd_jax.run import sweep
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.runtime.workdir import config_slice, write_json
 
 import tiny_configs
 
@@ -170,7 +172,7 @@ def test_a_joined_axis_whose_first_field_repeats_plots_every_point(tmp_path, mon
 
 def test_a_reused_workdir_of_another_format_is_refused_before_anything_is_linked(npz_file,
                                                                                 tmp_path):
-  from dgd_jax.errors import WorkdirConflictError  # pylint: disable=g-import-not-at-top
+  from dgd_jax.runtime.errors import WorkdirConflictError  # pylint: disable=g-import-not-at-top
   old = tmp_path / "old"
   old.mkdir()
   (old / "config.json").write_text(json.dumps({"method": "dgd"}))  # no "format": format 1

@@ -7,10 +7,12 @@ import os
 import pytest
 
 import tiny_configs
-from dgd_jax import methods, pipeline, query_plan
 from dgd_jax.configs import dgd as dgd_config_file
-from dgd_jax.errors import ConfigError
-from dgd_jax.workdir import config_slice
+from dgd_jax.plan import queries as query_plan
+from dgd_jax.run import methods
+from dgd_jax.run import pipeline
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.runtime.workdir import config_slice
 
 
 @pytest.mark.parametrize("size,expected", [(8000, 100), (12000, 150), (20000, 250),

@@ -7,8 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from dgd_jax import train
 from dgd_jax.models.classifier import Classifier
+from dgd_jax.training import train
 
 
 def small_state(cfg, image_shape=(28, 28, 1)):

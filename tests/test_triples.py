@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dgd_jax import triples
 from dgd_jax.models.vae import VAE
+from dgd_jax.synthesis import triples
 
 C = 4
 VAE_MODEL = VAE(latent_dim=C, features=4)

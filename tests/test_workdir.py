@@ -12,9 +12,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from dgd_jax import errors, pipeline, workdir
 from dgd_jax.configs import baseline as baseline_config
-from dgd_jax.errors import WorkdirLockedError
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import errors
+from dgd_jax.runtime import workdir
+from dgd_jax.runtime.errors import WorkdirLockedError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,7 +26,7 @@ def holder(tmp_path):
   """Another process holding the lock of ``tmp_path / 'w'`` until it is killed."""
   code = textwrap.dedent(f"""
       import sys, time
-      from dgd_jax.workdir import Workdir
+      from dgd_jax.runtime.workdir import Workdir
       with Workdir({str(tmp_path / 'w')!r}).lock():
         print("locked", flush=True)
         time.sleep(300)

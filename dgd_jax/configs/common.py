@@ -24,7 +24,7 @@ from typing import Mapping, NamedTuple
 
 import ml_collections
 
-from dgd_jax.errors import ConfigError, UserInputError
+from dgd_jax.runtime.errors import ConfigError, UserInputError
 
 PRESETS = ("paper", "cpu")
 DEFAULT_DATASET = "fashion_mnist"
@@ -365,7 +365,7 @@ def teachers_config(preset: str) -> ml_collections.ConfigDict:
 
 
 def pool_config(source: str, size: int = 0) -> ml_collections.ConfigDict:
-  """The student's unlabelled pool (``dgd_jax.pool``): 'synthetic' or 'public' (test head)."""
+  """The student's unlabelled pool (``dgd_jax.plan.pool``): 'synthetic' or 'public' (test head)."""
   return ml_collections.ConfigDict(dict(source=source, size=size))
 
 
@@ -475,7 +475,7 @@ def student_config() -> ml_collections.ConfigDict:
 def ldp_config(preset: str, robust_teachers: bool = False) -> ml_collections.ConfigDict:
   """The LDP client's transform (Algorithm 1) and the robust teachers' training (Eq. 3) for
   one of ``ldp.PRESETS`` ('ldp1': sigma 1, mu 1%; 'ldp5': sigma 5, mu 10%)."""
-  from dgd_jax import ldp  # pylint: disable=g-import-not-at-top
+  from dgd_jax.training import ldp  # pylint: disable=g-import-not-at-top
   sigma, mu = ldp.PRESETS[preset]
   return ml_collections.ConfigDict(dict(
       sigma=sigma,  # Laplace scale B / sigma (Algorithm 1 line 3)

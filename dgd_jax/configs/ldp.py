@@ -9,9 +9,9 @@ COMMAND:
   python -m dgd_jax.main --config=dgd_jax/configs/ldp.py:fashion_mnist,cpu \
       --workdir=workdirs/ldp_cpu
 """
-from dgd_jax import ldp
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.configs import common
+from dgd_jax.training import ldp
 
 
 GRAMMAR = common.Grammar("ldp.py", choices=(common.Choice("client", tuple(ldp.PRESETS), "ldp1"),))

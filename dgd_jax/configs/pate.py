@@ -24,8 +24,8 @@ COMMAND (quick CPU preset, reusing a finished teachers stage when the workdir ha
   python -m dgd_jax.main --config=dgd_jax/configs/pate.py:fashion_mnist,cpu \
       --workdir=workdirs/pate_cpu
 """
-from dgd_jax import ldp
 from dgd_jax.configs import common
+from dgd_jax.training import ldp
 
 QUERIES = {"q100": 100, "q1000": 1000}
 BUDGETS = {"eps1": 1.0, "eps2": 2.0, "eps3": 3.0, "eps5": 5.0, "eps10": 10.0}

@@ -1,6 +1,6 @@
 """Data: offline TFDS builders, bring-your-own IDX/npz loaders, teacher partitions."""
 from dgd_jax.data.loaders import BUILT_IN, Dataset, load_dataset, load_private
-from dgd_jax.errors import DatasetError
+from dgd_jax.runtime.errors import DatasetError
 from dgd_jax.data.partitions import (config_shards, config_teachers_changed, partition_indices,
                                      teacher_partitions, teacher_shards, teachers_changed)
 

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from dgd_jax.errors import DatasetError
+from dgd_jax.runtime.errors import DatasetError
 
 IMAGES_MAGIC = 2051  # 0x00000803: uint8, 3 dimensions
 LABELS_MAGIC = 2049  # 0x00000801: uint8, 1 dimension

@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from dgd_jax.data import idx
-from dgd_jax.errors import DatasetError
+from dgd_jax.runtime.errors import DatasetError
 
 DEFAULT_MANUAL_DIRS = {"fashion_mnist": "/usr/share/datasets/fashion-mnist"}
 BUILT_IN = ("fashion_mnist", "mnist")

@@ -22,7 +22,7 @@ import hashlib
 
 import numpy as np
 
-from dgd_jax.errors import ConfigError, DatasetError
+from dgd_jax.runtime.errors import ConfigError, DatasetError
 
 
 def _check_count(total: int, num_teachers: int) -> None:

@@ -19,10 +19,10 @@ from typing import Iterable
 import numpy as np
 from scipy import optimize
 
-from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import checks
 from dgd_jax.privacy.ledger import PrivacyLedger
 from dgd_jax.privacy.releases import DpsgdSteps, PureDpRelease, Release
+from dgd_jax.runtime.errors import ConfigError
 
 MAX_COUNT = 10 ** 9
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from dgd_jax.errors import ConfigError
+from dgd_jax.runtime.errors import ConfigError
 
 
 def positive(name: str, value: float, what: str = "") -> float:

@@ -53,8 +53,8 @@ import numpy as np
 from dp_accounting import pld as dp_pld
 from dp_accounting import rdp as dp_rdp
 
-from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import checks, conversion, dpdfd, events, pate2017
+from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.privacy.releases import (DpdfdSteps, DpsgdSteps, FilteredQueries, LNMaxQueries,
                                       PureDpRelease, Release, SmoothSensitivityCost)
 

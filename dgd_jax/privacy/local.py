@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import math
 
-from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import checks
+from dgd_jax.runtime.errors import ConfigError
 
 LDP_RELATIONS = ("sample", "feature")
 

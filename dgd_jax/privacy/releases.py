@@ -12,8 +12,8 @@ from typing import ClassVar
 import dp_accounting
 import numpy as np
 
-from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import checks, dpdfd, events, pate2017, pate2018, renyi_filter
+from dgd_jax.runtime.errors import ConfigError
 
 
 def _describe_votes(votes) -> dict | None:

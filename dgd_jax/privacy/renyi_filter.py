@@ -29,8 +29,8 @@ import math
 
 import numpy as np
 
-from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import checks, conversion, pate2018
+from dgd_jax.runtime.errors import ConfigError
 
 STOP_REASONS = ("budget", "queries")
 

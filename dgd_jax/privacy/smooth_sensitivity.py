@@ -35,8 +35,8 @@ import math
 import numpy as np
 from scipy import optimize, special, stats
 
-from dgd_jax.errors import ConfigError
 from dgd_jax.privacy import checks, pate2018
+from dgd_jax.runtime.errors import ConfigError
 
 
 def _log1mexp(x: float) -> float:

@@ -1,6 +1,6 @@
 """Audit stage (``python -m dgd_jax.audit --workdir=<run>``): membership inference against
 the baseline, single teachers and the student, and model inversion against the baseline
-and the student (``dgd_jax.audit``). Writes ``audit/inversion.png``; its result is
+and the student (``dgd_jax.privacy.audit``). Writes ``audit/inversion.png``; its result is
 report.json's ``audit``.
 
 Members are each model's private training examples (the student's "members" are the
@@ -19,11 +19,14 @@ import os
 import jax
 import numpy as np
 
-from dgd_jax import artefacts, audit, plots, pool
-from dgd_jax.artefacts import load_classifier
-from dgd_jax.core import Context
 from dgd_jax.data import config_shards
-from dgd_jax.errors import ConfigError
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import pool
+from dgd_jax.plan.artefacts import load_classifier
+from dgd_jax.plan.context import Context
+from dgd_jax.privacy import audit
+from dgd_jax.runtime import plots
+from dgd_jax.runtime.errors import ConfigError
 
 CONFIG_KEYS = ("audit",)
 DELTA = 1e-5  # of the epsilon lower bound, for a method without a privacy block

@@ -9,10 +9,12 @@ import time
 
 import jax
 
-from dgd_jax import dpsgd, dpsgd_plan, train
-from dgd_jax.artefacts import classifier, fit_config
-from dgd_jax.core import Context, Program, abstract, abstract_key
-from dgd_jax.errors import ConfigError
+from dgd_jax.plan import dpsgd as dpsgd_plan
+from dgd_jax.plan.artefacts import classifier, fit_config
+from dgd_jax.plan.context import Context, Program, abstract, abstract_key
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.training import dpsgd
+from dgd_jax.training import train
 
 
 def config_keys(config) -> tuple[str, ...]:

@@ -20,14 +20,19 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from dgd_jax import artefacts, dpdfd, ensemble, generative, plots, privacy, train
-from dgd_jax.artefacts import SYNTHETIC, classifier
-from dgd_jax.core import (Context, Program, abstract, abstract_key, planned_noise,
-                          private_size)
+from dgd_jax import privacy
 from dgd_jax.data import config_shards, config_teachers_changed, load_private
-from dgd_jax.errors import ConfigError
+from dgd_jax.plan import artefacts
+from dgd_jax.plan.artefacts import SYNTHETIC, classifier
+from dgd_jax.plan.context import Context, Program, abstract, abstract_key, planned_noise, private_size
 from dgd_jax.privacy import dpdfd as dpdfd_privacy
-from dgd_jax.workdir import save_array
+from dgd_jax.runtime import plots
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.runtime.workdir import save_array
+from dgd_jax.synthesis import dpdfd
+from dgd_jax.synthesis import generative
+from dgd_jax.training import ensemble
+from dgd_jax.training import train
 
 # The steps' accounting reads the teacher partition (num_teachers) whichever model is taught.
 CONFIG_KEYS = ("baseline", "num_teachers", "teachers", "dpdfd", "privacy")

@@ -1,4 +1,4 @@
-"""DP-SGD stage (Abadi et al. 2016, Algorithm 1) on jax-privacy (``dgd_jax.dpsgd``): the
+"""DP-SGD stage (Abadi et al. 2016, Algorithm 1) on jax-privacy (``dgd_jax.training.dpsgd``): the
 model (ScatterNet features + a linear or small head, or the end-to-end tanh CNN) trained on
 the private set, accounted by the ledger's ``DpsgdSteps`` record, the reference every method
 is compared with at equal epsilon."""
@@ -12,9 +12,12 @@ import jax.numpy as jnp
 import optax
 from flax.training import train_state
 
-from dgd_jax import dpsgd, dpsgd_plan, privacy, train
-from dgd_jax.core import Context, Program, abstract
+from dgd_jax import privacy
 from dgd_jax.models import dpsgd as dpsgd_models, scattering
+from dgd_jax.plan import dpsgd as dpsgd_plan
+from dgd_jax.plan.context import Context, Program, abstract
+from dgd_jax.training import dpsgd
+from dgd_jax.training import train
 
 CONFIG_KEYS = ("dpsgd", "privacy")
 

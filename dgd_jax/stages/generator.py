@@ -20,11 +20,13 @@ import jax
 import numpy as np
 import optax
 
-from dgd_jax import augment, generative, plots, train
-from dgd_jax.artefacts import (SYNTHETIC, SYNTHETIC_LABELS, classifier, fit_config,
-                               load_classifier, new_generator)
-from dgd_jax.core import Context, Program, abstract, abstract_key
-from dgd_jax.workdir import save_array
+from dgd_jax.plan.artefacts import SYNTHETIC, SYNTHETIC_LABELS, classifier, fit_config, load_classifier, new_generator
+from dgd_jax.plan.context import Context, Program, abstract, abstract_key
+from dgd_jax.runtime import plots
+from dgd_jax.runtime.workdir import save_array
+from dgd_jax.synthesis import generative
+from dgd_jax.training import augment
+from dgd_jax.training import train
 
 CONFIG_KEYS = ("generator",)
 

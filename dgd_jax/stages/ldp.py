@@ -11,9 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import ldp, plots, privacy, train
-from dgd_jax.artefacts import classifier, fit_config, load_classifier
-from dgd_jax.core import Context, Program, abstract, abstract_key
+from dgd_jax import privacy
+from dgd_jax.plan.artefacts import classifier, fit_config, load_classifier
+from dgd_jax.plan.context import Context, Program, abstract, abstract_key
+from dgd_jax.runtime import plots
+from dgd_jax.training import ldp
+from dgd_jax.training import train
 
 CONFIG_KEYS = ("ldp",)
 CHUNK = 1000  # test images the client transforms at a time

@@ -44,15 +44,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import (aggregation, artefacts, dpsgd_plan, ensemble, ldp, pool, privacy, propagation,
-                     query_plan, student_training, train)
-from dgd_jax.artefacts import QUERIES, VOTES, classifier, fit_config
-from dgd_jax.query_plan import release, settings
-from dgd_jax.core import Context
+from dgd_jax import privacy
 from dgd_jax.data import config_shards, config_teachers_changed
-from dgd_jax.errors import ConfigError
+from dgd_jax.labels import aggregation
+from dgd_jax.labels import propagation
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import dpsgd as dpsgd_plan
+from dgd_jax.plan import pool
+from dgd_jax.plan import queries as query_plan
+from dgd_jax.plan import student_fit
+from dgd_jax.plan.artefacts import QUERIES, VOTES, classifier, fit_config
+from dgd_jax.plan.context import Context
+from dgd_jax.plan.queries import release, settings
 from dgd_jax.privacy import renyi_filter, smooth_sensitivity
-from dgd_jax.workdir import save_array, save_arrays
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.runtime.workdir import save_array, save_arrays
+from dgd_jax.training import ensemble
+from dgd_jax.training import ldp
+from dgd_jax.training import train
 
 CONFIG_KEYS = ("pool", "queries", "privacy")
 SELECTIONS = ("random", "least_confident", "representative")
@@ -213,7 +222,7 @@ def check(config) -> None:
     raise ConfigError("config.queries.refits rounds' students learn released vote histograms "
                       "of random samples: use aggregator 'gaussian_histogram', selection "
                       "'random', no client and no filter, or set queries.refits=0.")
-  if refits and student_training.uses_vae(config.student):
+  if refits and student_fit.uses_vae(config.student):
     raise ConfigError("config.queries.refits trains students in the queries stage, before the "
                       "VAE of Eq. 6 exists: set student.w_normal, w_tangent and w_entropy to 0, "
                       "or queries.refits=0.")
@@ -338,11 +347,11 @@ def round_student(ctx: Context, x_pool: np.ndarray, asked: np.ndarray, released:
   processing of the release. Returns (model, parameters)."""
   config = ctx.config
   name = f"refit_student_{round_index}"
-  model, fits, _ = student_training.train_student(
+  model, fits, _ = student_fit.train_student(
       ctx, (None, None), x_pool[asked],
-      student_training.shares(released, config.num_teachers), np.delete(x_pool, asked, axis=0),
+      student_fit.shares(released, config.num_teachers), np.delete(x_pool, asked, axis=0),
       name, os.path.join(ctx.stage.checkpoint_dir, name), brier=True,
-      k=student_training.members(config, noise_scale), key=name)
+      k=student_fit.members(config, noise_scale), key=name)
   return model, fits[-1]
 
 

@@ -1,7 +1,7 @@
 """Student stage (DGD Eq. 1, 5, 6): the student phi_s trained on the few synthetic samples
 D_s with the teachers' noisy labels (Eq. 5) and, semi-supervised, on VAE triples of the
-unlabelled samples D_u (Eq. 6), as ``dgd_jax.student_training`` implements them. D_s and D_u
-come from the unlabelled pool (``dgd_jax.pool``: DGD's synthetic set, or PATE's public pool).
+unlabelled samples D_u (Eq. 6), as ``dgd_jax.plan.student_fit`` implements them. D_s and D_u
+come from the unlabelled pool (``dgd_jax.plan.pool``: DGD's synthetic set, or PATE's public pool).
 It reads only the pool, the released labels, the VAE and (for evaluation) the test set, never
 the private training data.
 
@@ -20,13 +20,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import plots, pool, propagation, query_plan, train
-from dgd_jax.artefacts import (classifier, fit_config, load_queries, load_vae, load_votes,
-                               student_fits, vae_model)
-from dgd_jax.core import Context, Program, abstract, abstract_key
-from dgd_jax.errors import ConfigError
-from dgd_jax.student_training import (StudentSettings, class_count_targets, make_step, members,
-                                      propagates, shares, train_student, uses_vae)
+from dgd_jax.labels import propagation
+from dgd_jax.plan import pool
+from dgd_jax.plan import queries as query_plan
+from dgd_jax.plan.artefacts import classifier, fit_config, load_queries, load_vae, load_votes, student_fits, vae_model
+from dgd_jax.plan.context import Context, Program, abstract, abstract_key
+from dgd_jax.plan.student_fit import StudentSettings, class_count_targets, make_step, members, propagates, shares, train_student, uses_vae
+from dgd_jax.runtime import plots
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.training import train
 
 # 'vae' stays in the student's key even when unused, so workdirs made before the VAE stage
 # became optional are still this config's.

@@ -16,12 +16,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax import aggregation, augment, ensemble, ldp, plots, train
-from dgd_jax.artefacts import new_teachers, teacher_programs
-from dgd_jax.core import Context
-from dgd_jax.errors import ConfigError
 from dgd_jax.data import config_shards
-from dgd_jax.workdir import save_array, write_csv
+from dgd_jax.labels import aggregation
+from dgd_jax.plan.artefacts import new_teachers, teacher_programs
+from dgd_jax.plan.context import Context
+from dgd_jax.runtime import plots
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.runtime.workdir import save_array, write_csv
+from dgd_jax.training import augment
+from dgd_jax.training import ensemble
+from dgd_jax.training import ldp
+from dgd_jax.training import train
 
 # "ldp": robust teachers for an LDP client (LDP Eq. 3) when ``ldp.robust_teachers`` is set.
 CONFIG_KEYS = ("num_teachers", "teachers", "ldp")

@@ -11,10 +11,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax.training import train_state
 
-from dgd_jax import generative, plots, pool, train, triples
-from dgd_jax.artefacts import fit_config, vae_model
-from dgd_jax.core import Context, Program, abstract, abstract_key
 from dgd_jax.models.vae import VAE, elbo_terms
+from dgd_jax.plan import pool
+from dgd_jax.plan.artefacts import fit_config, vae_model
+from dgd_jax.plan.context import Context, Program, abstract, abstract_key
+from dgd_jax.runtime import plots
+from dgd_jax.synthesis import generative
+from dgd_jax.synthesis import triples
+from dgd_jax.training import train
 
 CONFIG_KEYS = ("pool", "vae")
 EPS1_MEASURED = (0.01, 0.1, 1.0, 10.0, 100.0)  # DGD's eps1 (paper: 0.01) and larger values

@@ -1,0 +1,76 @@
+r"""Privacy audit of a finished run (see ``dgd_jax.privacy.audit`` and ``stages/audit.py``):
+
+  python -m dgd_jax.audit --workdir=workdirs/quickstart_cpu [--splits=10] [--prior=auto]
+
+Reads the run's config.json, attacks the models its finished stages saved, writes
+<workdir>/audit/ and adds ``audit`` to report.json and report.md. Trains nothing.
+Parses flags and calls ``pipeline.run``; the library never reads FLAGS.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import app, flags
+
+from dgd_jax.configs import common
+from dgd_jax.run import methods
+from dgd_jax.run import pipeline
+from dgd_jax.runtime import progress
+from dgd_jax.runtime.errors import PrivacyAuditError, UserInputError, WorkdirConflictError
+from dgd_jax.runtime.workdir import Workdir
+from dgd_jax.stages import audit as audit_stage
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A finished run's workdir.")
+_SPLITS = flags.DEFINE_integer("splits", None, "Balanced member/non-member splits.")
+_EXAMPLES = flags.DEFINE_integer("examples", None, "Members (and non-members) per split.")
+_PRIOR = flags.DEFINE_enum("prior", None, ["auto", "generator", "pixel"],
+                           "Model-inversion prior.")
+_STEPS = flags.DEFINE_integer("inversion_steps", None, "Gradient steps per inversion.")
+flags.mark_flags_as_required(["workdir"])
+
+
+def audit_run(workdir: str, overrides: dict) -> dict:
+  """The run's config with the audit's settings, checked against what the workdir holds;
+  runs the audit stage and returns the report."""
+  wd = Workdir(workdir)
+  config = wd.read_config()
+  audit = config.audit.to_dict() if "audit" in config else common.audit_config().to_dict()
+  audit.update({k: v for k, v in overrides.items() if v is not None})
+  config.audit = audit
+  missing = [n for n in audit_stage.requires(methods.plan_stages(config))
+             if not wd.stage(n, config, methods.config_keys(n, config)).done()]
+  if missing:
+    raise WorkdirConflictError(f"{workdir}: stages {missing} are not finished; the audit "
+                               "trains nothing. Finish the run with `python -m "
+                               "dgd_jax.main` first.")
+  stage = wd.stage("audit", config, methods.config_keys("audit", config))
+  try:
+    stage.check()
+  except WorkdirConflictError as e:
+    raise WorkdirConflictError(f"{e}\nTo audit with other settings, remove {stage.path} (the "
+                               "earlier audit's results).") from None
+  return pipeline.run(config, workdir, ("audit",))
+
+
+def main(argv):
+  del argv
+  progress.setup_cli_logging()
+  try:
+    report = audit_run(_WORKDIR.value, {"splits": _SPLITS.value, "examples": _EXAMPLES.value,
+                                        "prior": _PRIOR.value,
+                                        "inversion_steps": _STEPS.value})
+  except UserInputError as e:
+    sys.exit(f"error: {e}")
+  except PrivacyAuditError as e:
+    sys.exit(f"AUDIT FAILED: {e}")
+  a = report["audit"]
+  print(json.dumps({"membership_auc": a["membership_auc"],
+                    "epsilon_lower_bound": a["epsilon_lower_bound"],
+                    "inversion_similarity": a["inversion_similarity"]}))
+  print(f"report: {os.path.join(_WORKDIR.value, 'report.md')}")
+
+
+if __name__ == "__main__":
+  app.run(main)

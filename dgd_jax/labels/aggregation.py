@@ -1,0 +1,103 @@
+"""Noisy aggregation of teacher votes: LNMax, GNMax, Confident-GNMax, the Gaussian
+histogram (GNMax's noisy histogram released whole) and the Gaussian class count (one count
+of each histogram, its class fixed before the query).
+
+All functions are pure, keyed and jittable. They take vote histograms ``votes`` [Q, K]
+(``ensemble.vote_histograms``: how many teachers chose each of K classes for each of Q
+queries) and return an ``Aggregate`` with the released labels, which queries were
+answered, and the histograms the privacy accountant needs (data-dependent analyses use
+them; they are private data themselves and must not be released).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from dgd_jax.runtime.errors import ConfigError
+
+
+class Aggregate(NamedTuple):
+  labels: jnp.ndarray  # [Q] int32; -1 where the query was not answered
+  answered: jnp.ndarray  # [Q] bool
+  votes: jnp.ndarray  # [Q, K] the histograms the labels came from (private)
+  # the release where it is not the labels: the noisy histograms [Q, K] (gaussian_histogram)
+  # or counts [Q] (gaussian_class_count); else None
+  released: jnp.ndarray | None = None
+
+
+def _require_positive(name: str, value: float) -> None:
+  if isinstance(value, jax.core.Tracer):  # traced under jit: checked by the caller
+    return
+  if not value > 0:  # also catches NaN
+    raise ConfigError(
+        f"{name}={value}: noisy aggregation needs noise > 0 (zero noise releases the "
+        "plurality vote with no differential-privacy guarantee; use plurality() for a "
+        "non-private vote).")
+
+
+def _require_histograms(votes: jnp.ndarray) -> None:
+  if votes.ndim != 2 or votes.shape[1] < 2:
+    raise ConfigError(f"votes must be histograms [queries, classes >= 2]; got shape "
+                      f"{votes.shape}. Pass ensemble.vote_histograms(...) output.")
+
+
+def plurality(votes: jnp.ndarray) -> Aggregate:
+  """The non-private plurality vote: argmax of each histogram."""
+  _require_histograms(votes)
+  labels = jnp.argmax(votes, axis=-1).astype(jnp.int32)
+  return Aggregate(labels, jnp.ones(labels.shape, bool), votes)
+
+
+def lnmax(key: jax.Array, votes: jnp.ndarray, scale: float) -> Aggregate:
+  """Laplacian noisy max: argmax_j (n_j + Lap(scale)) (PATE Eq. 1; DGD Eq. 3 with
+  scale = 2 / eps0). ``scale`` = b = 1 / gamma."""
+  _require_positive("scale", scale)
+  _require_histograms(votes)
+  noisy = votes + scale * jax.random.laplace(key, votes.shape)
+  return plurality(noisy)._replace(votes=votes)
+
+
+def gaussian_histogram(key: jax.Array, votes: jnp.ndarray, sigma: float) -> Aggregate:
+  """The noisy histogram n + N(0, sigma^2 I) released whole, labels its argmax: the Gaussian
+  mechanism whose data-independent RDP bounds GNMax (PATE 2018 Prop. 8), so it costs what a
+  GNMax answer costs; its entries, unbiased for the vote counts, are the student's targets."""
+  _require_positive("sigma", sigma)
+  _require_histograms(votes)
+  noisy = votes + sigma * jax.random.normal(key, votes.shape)
+  return plurality(noisy)._replace(votes=votes, released=noisy)
+
+
+def gaussian_class_count(key: jax.Array, votes: jnp.ndarray, classes: jnp.ndarray,
+                         sigma: float) -> Aggregate:
+  """The count n_c + N(0, sigma^2) of one class c per query, c fixed before the query (the
+  class a synthetic sample was made for, ``classes`` [Q]): the Gaussian mechanism of L2
+  sensitivity 1 per changed vote (sqrt 2 for the whole histogram), so sigma / sqrt 2 buys
+  the histogram's epsilon. Labels are the classes asked about; ``released`` is [Q]."""
+  _require_positive("sigma", sigma)
+  _require_histograms(votes)
+  classes = jnp.asarray(classes, jnp.int32)
+  count = jnp.take_along_axis(votes, classes[:, None], axis=-1)[:, 0]
+  noisy = count + sigma * jax.random.normal(key, count.shape)
+  return Aggregate(classes, jnp.ones(classes.shape, bool), votes, noisy)
+
+
+def gnmax(key: jax.Array, votes: jnp.ndarray, sigma: float) -> Aggregate:
+  """Gaussian noisy max: argmax_j (n_j + N(0, sigma^2)) (PATE 2018 Section 4.1), the argmax of
+  ``gaussian_histogram`` with the histogram itself kept back."""
+  return gaussian_histogram(key, votes, sigma)._replace(released=None)
+
+
+def confident_gnmax(key: jax.Array, votes: jnp.ndarray, threshold: float, sigma1: float,
+                    sigma2: float) -> Aggregate:
+  """Confident-GNMax (PATE 2018 Algorithm 1): answer only if max_j n_j + N(0, sigma1^2)
+  >= threshold, then release GNMax with sigma2; unanswered queries get label -1."""
+  _require_positive("sigma1", sigma1)
+  _require_positive("sigma2", sigma2)
+  _require_histograms(votes)
+  check_key, label_key = jax.random.split(key)
+  noisy_max = votes.max(axis=-1) + sigma1 * jax.random.normal(check_key, votes.shape[:-1])
+  answered = noisy_max >= threshold
+  labels = gnmax(label_key, votes, sigma2).labels
+  return Aggregate(jnp.where(answered, labels, -1), answered, votes)

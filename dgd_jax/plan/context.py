@@ -1,0 +1,157 @@
+"""The types every layer shares: what a stage gets (``Context``), what the registry knows of a
+stage (``StageSpec``) and of a method (``Method``). No stage, method or pipeline code here:
+``methods.py`` fills the registry, ``pipeline.py`` runs it (docs/ARCHITECTURE.md)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import zlib
+from typing import Any, Callable, Union
+
+import jax
+import ml_collections
+
+from dgd_jax.data import Dataset, load_private
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.runtime.workdir import Stage, Workdir
+
+Config = ml_collections.ConfigDict
+# Config fields every stage's artefacts depend on (the data, the seed, the classifier).
+BASE_KEYS = ("seed", "dataset", "private_size", "test_size", "model")  # test_size: smoke only
+
+
+@dataclasses.dataclass
+class Context:
+  """What a stage gets: the config, its folder, the data (loaded on first use), keys."""
+
+  config: Config
+  workdir: Workdir
+  stage: Stage
+  load_dataset: Callable[[], Dataset]
+  results: dict[str, dict]  # results of the stages run or reused before this one
+
+  @property
+  def dataset(self) -> Dataset:
+    return self.load_dataset()
+
+  def key(self, purpose: str) -> jax.Array:
+    """A key for one purpose, derived from the root key ``config.seed`` by ``fold_in``."""
+    return jax.random.fold_in(jax.random.key(self.config.seed),
+                              zlib.crc32(purpose.encode()) & 0x7FFFFFFF)
+
+  @property
+  def writer(self) -> bool:
+    """Whether this process writes files (process 0 of a multi-process run)."""
+    return self.workdir.writer
+
+  def log(self, metrics: dict) -> None:
+    self.workdir.log_metrics(self.stage.name, metrics)
+
+  def stage_path(self, name: str) -> str:
+    """The folder of an earlier stage (one of this stage's ``requires``)."""
+    return os.path.join(self.workdir.path, name)
+
+
+def private_size(config: Config) -> int:
+  """N, the private training set's size, read from the data (a stage's ``ctx.dataset`` has
+  it; this is for planning before any stage runs)."""
+  return len(load_private(config).x_train)
+
+
+def planned_noise(block: str, noise: float, max_epsilon: float,
+                  calibrate: Callable[[], float]) -> float:
+  """``config.<block>.noise`` where it is set (> 0), else ``calibrate()``: the least noise whose
+  plan fits ``config.privacy.max_epsilon``, refused when there is no budget to fit."""
+  if noise > 0:
+    return noise
+  if max_epsilon <= 0:
+    raise ConfigError(f"config.{block}.noise=0 asks for the least noise within "
+                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
+  return calibrate()
+
+
+Requires = Union[tuple[str, ...], Callable[[Config], tuple[str, ...]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+  """A jitted program a stage runs, as a pure function of arrays, with the abstract values
+  (``jax.ShapeDtypeStruct``, ``abstract``) it runs on at the config's shapes. ``compile``
+  builds it ahead of time (``jax.jit(fn).lower(*args).compile()``): the program proven at a
+  preset's full shapes without running it or reading the data. Arrays a stage closes over
+  (the training set, a frozen model's parameters) are arguments here, so ``fn`` is the stage's
+  own step builder applied inside the trace. ``budget``: the bytes the stage's memory plan
+  allows the program, where it plans them (the teachers); None where it plans none."""
+
+  fn: Callable
+  args: tuple
+  budget: int | None = None
+
+  def compile(self):
+    return jax.jit(self.fn).lower(*self.args).compile()
+
+
+def abstract(x, dtype=None, sharding=None) -> jax.ShapeDtypeStruct:
+  """A ``jax.ShapeDtypeStruct`` of an array's (or a shape's) shape and dtype."""
+  shape = tuple(x) if isinstance(x, (tuple, list)) else x.shape
+  return jax.ShapeDtypeStruct(shape, dtype or getattr(x, "dtype", "float32"), sharding=sharding)
+
+
+def abstract_key() -> jax.ShapeDtypeStruct:
+  """A typed PRNG key, abstract."""
+  return jax.eval_shape(lambda: jax.random.key(0))
+
+
+@dataclasses.dataclass(frozen=True)
+class StageSpec:
+  """A stage as the registry knows it. Its artefacts depend on ``BASE_KEYS``, its own
+  ``config_keys`` and, transitively, the config slices of the stages it ``requires``."""
+
+  run: Callable[[Context], dict]
+  # The config blocks the stage itself reads (a function of the config where that varies).
+  config_keys: tuple[str, ...] | Callable[[Config], tuple[str, ...]] = ()
+  # Stages whose artefacts this one reads (a function of the config where that varies).
+  requires: Requires = ()
+  precheck: Callable[[Config], Any] | None = None  # config checks before anything runs
+  multiprocess: bool = False  # runs sharded over the devices of every process
+  # The jitted programs the stage runs, at the config's shapes for the private data
+  # ``dataset`` (only its shapes are read): ``programs(config, dataset) -> {name: Program}``.
+  programs: Callable[[Config, Dataset], dict[str, Program]] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """A method: its stages in run order and what the report and the planners need of it."""
+
+  name: str
+  stages: tuple[str, ...]
+  # What the method's epsilon covers and what it does not (report.json's privacy note), or
+  # a function of the config where that depends on it (DGD's private baseline).
+  privacy_note: str | Callable[[Config], str]
+  # The releases the epsilon covers, in one line: a format string over the privacy stage's
+  # result, e.g. "{num_steps} DPDFD steps" (a result's own "covered" line takes precedence).
+  covers: str = ""
+
+  # What else the epsilon does not cover in this run, from its config and stage results:
+  # report.json's further "not_covered" notes (e.g. a pool of private images).
+  uncovered: Callable[[Config, dict], list[str]] = lambda config, results: []
+
+  def note(self, config: Config) -> str:
+    return self.privacy_note(config) if callable(self.privacy_note) else self.privacy_note
+  # The stage whose ``test_accuracy`` is the method's headline (None: no headline).
+  headline_stage: str | None = None
+  # The stage whose result holds the method's privacy ledger (None: no DP release).
+  privacy_stage: str | None = None
+  # The planned releases (``privacy.Release``) stated under a neighbouring relation: the budget
+  # guard and ``sweep --accounting_only`` account these before anything is trained.
+  releases: Callable[[Config, str], list] | None = None
+  # The neighbouring relations the method's epsilon is claimed for (one ledger each; the
+  # headline is the largest): e.g. the teacher partition's (``data.partitions``).
+  neighbours: Callable[[Config], tuple[str, ...]] = lambda config: ("replace_one",)
+  # What runs by default (default: the last stage and what it needs).
+  default_stages: Callable[[Config], tuple[str, ...]] | None = None
+  # The audited models (audit names) whose every input the epsilon covers. The audit's
+  # members-against-held-out test is a replace-one test, so each model's empirical lower
+  # bound is held against the replace-one epsilon of the same releases; one above it is a
+  # privacy bug (report.audit_check).
+  audited: Callable[[Config], tuple[str, ...]] = lambda config: ()

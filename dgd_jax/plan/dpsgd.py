@@ -1,0 +1,191 @@
+"""DP-SGD as a config plans it, for the ``dpsgd`` stage and DGD's private baseline (the
+config-aware side of ``dgd_jax.training.dpsgd``, which trains): the checks of ``config.dpsgd``, the
+model and its inputs, the planned ``privacy.DpsgdSteps`` record with its noise (given, or
+calibrated to ``privacy.max_epsilon``), and the private baseline's record, composed with the
+label queries under the same relation."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import math
+
+import numpy as np
+
+from dgd_jax import privacy
+from dgd_jax.data import config_teachers_changed
+from dgd_jax.models import dpsgd as dpsgd_models
+from dgd_jax.models import scattering
+from dgd_jax.plan import queries as query_plan
+from dgd_jax.plan.context import planned_noise, private_size
+from dgd_jax.runtime.errors import ConfigError
+
+
+def check(config) -> None:
+  """ConfigError naming the field and the fix for values DP-SGD cannot use."""
+  d = config.dpsgd
+  if d.model not in dpsgd_models.MODELS:
+    raise ConfigError(f"config.dpsgd.model={d.model!r}; use one of {tuple(dpsgd_models.MODELS)}.")
+  for name in ("num_steps", "batch_size"):
+    if d[name] == 0:
+      raise ConfigError(f"config.dpsgd.{name}=0 is derived from the data's size: plan the run "
+                        "with pipeline.run_config(config) first (it sets it), or set it >= 1.")
+  for name in ("num_steps", "batch_size", "microbatch_size"):
+    if d[name] < 1:
+      raise ConfigError(f"config.dpsgd.{name}={d[name]}; it must be >= 1.")
+  if not d.norm_bound > 0:
+    raise ConfigError(f"config.dpsgd.norm_bound={d.norm_bound}: the clip norm C must be > 0 "
+                      "(it is the sensitivity of each step's gradient sum).")
+  if not d.learning_rate > 0:
+    raise ConfigError(f"config.dpsgd.learning_rate={d.learning_rate}; it must be > 0.")
+  if not 0 <= d.momentum < 1:
+    raise ConfigError(f"config.dpsgd.momentum={d.momentum}; it must be in [0, 1).")
+  if d.noise < 0:
+    raise ConfigError(f"config.dpsgd.noise={d.noise}; it must be > 0, or 0 to calibrate it to "
+                      "config.privacy.max_epsilon.")
+
+
+def public_size(config, read: int | None = None) -> int:
+  """N of the sampling rate q = B / N, a public value: ``config.private_size`` when set (a config
+  value), else the training split's size (``read``, or read from the data), which a catalog
+  dataset publishes. For data of your own, set ``config.private_size`` to make N a config
+  value; under add/remove-one a neighbour is then sampled at the same q."""
+  size = config.private_size
+  if size:
+    return size
+  return read if read is not None else private_size(config)
+
+
+def schedule(config, size: int) -> tuple[int, int, str]:
+  """(expected batch, steps, why) for N = ``size`` examples: ``dpsgd.batch_size`` and
+  ``num_steps`` where set, else the batch round(q N) at ``sampling_rate`` q and the steps
+  ceil(epochs N / batch), so that a preset keeps its sampling rate and epochs on data of any
+  size."""
+  d = config.dpsgd
+  if d.batch_size == 0 and not 0 < d.sampling_rate <= 1:
+    raise ConfigError(f"config.dpsgd.batch_size=0 takes the batch from sampling_rate x N, but "
+                      f"sampling_rate={d.sampling_rate}: set it in (0, 1], or set batch_size.")
+  if d.num_steps == 0 and not d.epochs > 0:
+    raise ConfigError(f"config.dpsgd.num_steps=0 takes the steps from epochs x N / batch, but "
+                      f"epochs={d.epochs}: set epochs > 0, or set num_steps.")
+  batch = d.batch_size or max(1, round(d.sampling_rate * size))
+  steps = d.num_steps or max(1, math.ceil(d.epochs * size / batch))
+  why = (f"batch {batch}" + (f" = round({d.sampling_rate:.6g} x {size})" if not d.batch_size
+                             else " (set)")
+         + f", {steps} steps" + (f" = ceil({d.epochs:g} epochs x {size} / {batch})"
+                                 if not d.num_steps else " (set)"))
+  return batch, steps, why
+
+
+def with_schedule(config):
+  """``config`` with a derived DP-SGD batch and step count (``schedule``) in place of 0, the
+  rule's fields then 0 (the numbers are what a run depends on) and the reason in
+  ``config.dpsgd_schedule_chosen``; ``config`` itself when it sets both. N is ``public_size``,
+  as for q: a catalog dataset's published size, or ``config.private_size`` (set it for data
+  of your own, since add/remove-one neighbours change the size read from the data, and with
+  it the schedule)."""
+  d = config.get("dpsgd")
+  if d is None or (d.batch_size and d.num_steps):
+    return config
+  batch, steps, why = schedule(config, public_size(config))
+  config = copy.deepcopy(config)
+  with config.unlocked():
+    config.dpsgd.update(batch_size=batch, num_steps=steps, sampling_rate=0.0, epochs=0.0)
+    config.dpsgd_schedule_chosen = why
+  return config
+
+
+def release(config, noise: float, dataset_size: int | None = None) -> privacy.DpsgdSteps:
+  """The ledger record of the planned DP-SGD steps at noise multiplier ``noise`` (q = B / N,
+  N = ``public_size``; the batch and steps of ``schedule``)."""
+  d = config.dpsgd
+  size = public_size(config, dataset_size)
+  batch, steps, _ = schedule(config, size)
+  return privacy.DpsgdSteps(noise, batch, size, steps, d.norm_bound, d.sampling)
+
+
+def noise_multiplier(config, dataset_size: int | None = None) -> float:
+  """``dpsgd.noise``, or the least noise whose plan fits ``privacy.max_epsilon`` (target epsilon
+  in, noise multiplier out: jax-privacy's calibration, confirmed by the ledger)."""
+  check(config)
+  d, p = config.dpsgd, config.privacy
+  return planned_noise("dpsgd", d.noise, p.max_epsilon, lambda: privacy.dpsgd_noise_multiplier(
+      release(config, 1.0, dataset_size), p.max_epsilon, p.delta, p.accountant))
+
+
+def inputs(config, images: np.ndarray) -> np.ndarray:
+  """What the model reads: ScatterNet coefficients (data-independent) or the images."""
+  d = config.dpsgd
+  if d.model not in dpsgd_models.SCATTERING:
+    return images
+  return scattering.features(images, d.scattering_scales, d.scattering_orientations)
+
+
+def model_of(config, num_classes: int):
+  d = config.dpsgd
+  if d.model in dpsgd_models.SCATTERING:
+    return dpsgd_models.MODELS[d.model](num_classes=num_classes, groups=d.groups,
+                                        norm_affine=d.norm_affine)
+  return dpsgd_models.MODELS[d.model](num_classes=num_classes)
+
+
+# ---- DGD's private baseline -----------------------------------------------------------------
+
+def baseline_releases(config, neighbours: str = "replace_one", dataset_size: int | None = None
+                      ) -> list[privacy.DpsgdSteps]:
+  """The planned DP-SGD record of DGD's baseline when ``config.baseline.dpsgd`` is set (the
+  ``private_baseline`` argument of dgd.py), else [], stated under the relation ``neighbours``
+  so that it composes with the teachers' label queries under the same one. ``dpsgd.noise=0``
+  calibrates the noise so that the baseline and the fixed query plan together fit
+  ``privacy.max_epsilon`` under every relation the partition covers (one dp-accounting
+  composition each under ``privacy.accountant``, PLD)."""
+  if "dpsgd" not in config.get("baseline", {}):
+    return []
+  b, d, p = config.baseline, config.baseline.dpsgd, config.privacy
+  if config.queries.plan != "fixed":
+    raise ConfigError("a private baseline (config.baseline.dpsgd) shares the budget with the "
+                      "label queries: set config.queries.plan='fixed' (the automatic plan "
+                      "spends the whole budget on queries).")
+  template = privacy.DpsgdSteps(d.noise or 1.0, d.batch_size, public_size(config, dataset_size),
+                                b.num_steps, d.norm_bound, d.sampling, relation=neighbours)
+
+  def calibrate() -> float:  # the least noise that fits beside every relation's queries
+    shape = (template.batch_size, template.dataset_size, template.steps, template.norm_bound,
+             template.sampling)
+    return max(_noise_with(shape, (q.mechanism, q.noise_parameter, q.count, q.teachers_changed,
+                                   q.neighbours), p.max_epsilon, p.delta, p.accountant)
+               for q in (query_plan.release(config, neighbours=r)
+                         for r in config_teachers_changed(config)))
+
+  return [template.with_noise(planned_noise("baseline.dpsgd", d.noise, p.max_epsilon,
+                                            calibrate))]
+
+
+@functools.lru_cache(maxsize=16)
+def _noise_with(steps: tuple, queries: tuple, target: float, delta: float,
+                accountant: str) -> float:
+  """The least baseline noise whose steps, composed with the fixed queries (under the
+  queries' relation), fit ``target``."""
+  batch, size, count, norm, sampling = steps
+  mechanism, noise, num, changed, neighbours = queries
+  template = privacy.DpsgdSteps(1.0, batch, size, count, norm, sampling, relation=neighbours)
+  fixed = privacy.MECHANISMS[mechanism](noise, num, teachers_changed=changed,
+                                        neighbours=neighbours)
+  alone = privacy.epsilon_of(fixed, delta, accountant)
+  if not alone < target:
+    raise ConfigError(f"the fixed label queries alone ({num} {mechanism}, noise {noise:g}) give "
+                      f"epsilon {alone:.4g} ({accountant}), leaving nothing of "
+                      f"privacy.max_epsilon={target:g} for the private baseline: fewer "
+                      "queries (config.queries.num_queries) or more noise.")
+  return privacy.min_noise(template, target, delta, accountant, rtol=1e-4, others=[fixed])
+
+
+def recorded_baseline(results: dict, neighbours: str | None = None) -> list[privacy.DpsgdSteps]:
+  """The DP-SGD record of the baseline that actually ran (the result of
+  ``stages.baseline.run_private``), stated under the relation ``neighbours`` (None: as it
+  ran; the steps are the same under either), or []."""
+  r = results.get("baseline", {}).get("release")
+  if not r:
+    return []
+  record = privacy.DpsgdSteps.from_json(r)
+  return [dataclasses.replace(record, relation=neighbours) if neighbours else record]

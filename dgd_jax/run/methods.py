@@ -1,0 +1,281 @@
+"""The registry: every stage (``STAGES``) and every method (``METHODS``) in one place. The
+pipeline, the report, the sweep and the budget guard read it; adding a method is one
+``Method`` record here plus its own modules (docs/ARCHITECTURE.md).
+"""
+from __future__ import annotations
+
+from dgd_jax import privacy
+from dgd_jax.plan import pool
+from dgd_jax.plan.context import BASE_KEYS, Config, Method, StageSpec
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.stages import (audit, baseline, dpdfd, dpsgd, generator, ldp, queries, student,
+                            teachers, vae)
+
+STAGES: dict[str, StageSpec] = {
+    "baseline": StageSpec(baseline.run, baseline.config_keys, precheck=baseline.check,
+                          programs=baseline.programs),
+    "teachers": StageSpec(teachers.run, teachers.CONFIG_KEYS, multiprocess=True,
+                          precheck=teachers.check, programs=teachers.programs),
+    "teacher_sweep": StageSpec(teachers.run_sweep, teachers.SWEEP_KEYS, multiprocess=True,
+                               precheck=teachers.check, programs=teachers.sweep_programs),
+    "generator": StageSpec(generator.run, generator.CONFIG_KEYS, requires=("baseline",),
+                           programs=generator.programs),
+    "vae": StageSpec(vae.run, vae.CONFIG_KEYS, requires=pool.requires, programs=vae.programs),
+    "queries": StageSpec(queries.run, queries.CONFIG_KEYS,
+                         requires=lambda c: ("teachers",) + pool.requires(c),
+                         # the queries compose a private baseline's steps (baseline.check)
+                         precheck=lambda c: (baseline.check(c), queries.check(c)),
+                         programs=queries.programs),
+    "student": StageSpec(student.run, student.CONFIG_KEYS, requires=student.requires,
+                         precheck=student.check, programs=student.programs),
+    "dpdfd": StageSpec(dpdfd.run, dpdfd.CONFIG_KEYS, requires=dpdfd.requires,
+                       programs=dpdfd.programs),
+    "dpdfd_samples": StageSpec(dpdfd.run_samples, requires=("dpdfd",)),
+    "ldp": StageSpec(ldp.run, ldp.CONFIG_KEYS, requires=("baseline",), programs=ldp.programs),
+    "dpsgd": StageSpec(dpsgd.run, dpsgd.CONFIG_KEYS, precheck=dpsgd.check,
+                       programs=dpsgd.programs),
+    # The audit attacks the models the method's own run trains.
+    "audit": StageSpec(audit.run, audit.CONFIG_KEYS,
+                       requires=lambda c: audit.requires(plan_stages(c)),
+                       precheck=lambda c: audit.check(c, plan_stages(c))),
+}
+# Stages any method can run after its own when asked (``--stages``); never by default.
+OPTIONAL_STAGES = ("audit",)
+
+_TEACHERS_NOTE = (
+    "Teachers are trained on the private data without noise and must never be released. The "
+    "ensemble accuracies here are evaluations on the test set, not releases; labels released "
+    "to a student are accounted when queried.")
+
+QUERIES_COVER = "{aggregator} answers to {num_queries} label queries of the teacher ensemble"
+_DGD_NOTE = (
+    "The epsilon covers the teachers' noisy answers to the student's label queries only. The "
+    "baseline (trained on private data without noise), the generator trained against it (or "
+    "the samples inverted from it), the synthetic set and the VAE carry no "
+    "differential-privacy guarantee, and the student also learns from the synthetic set: none "
+    "of them is covered. " + privacy.FIXED_INPUTS_NOTE)
+_DGD_PRIVATE_BASELINE_NOTE = (
+    "End-to-end accounted DGD (private baseline): the baseline is trained with DP-SGD "
+    "(replace-one neighbours) and its steps are composed with the teachers' noisy label answers "
+    "in one dp-accounting PLD, so the epsilon covers everything the student saw: the generator "
+    "trained against the private baseline (or the samples inverted from it), its synthetic "
+    "data and the VAE are post-processing (settings that read private data without noise, "
+    "such as statistics matching, are refused). The teachers are trained without noise and "
+    "must never be released. " + privacy.FIXED_INPUTS_NOTE)
+
+_DPDFD_NOTE = (
+    "The epsilon covers the DPDFD student and generator: they see the sensitive model only "
+    "through A_{C,sigma} (DPDFD Eq. 4), so both are post-processing of the noisy releases. The "
+    "sensitive model (the baseline or the teachers) is trained without noise and must never be "
+    "released. Direct training (dpdfd.teacher='private_data', privacy_unit 'label') is LABEL DP "
+    "only: it back-propagates through the private inputs without noise, so its epsilon "
+    "protects the labels, not the examples.")
+_DPDFD_SYNTHETIC_NOTE = (
+    " Here the inputs are not a DPDFD generator's but the generator stage's synthetic set "
+    "(dpdfd.inputs='synthetic'), inverted from the baseline, which is trained on the private "
+    "data without noise (statistics matching also reads the private set's activations): the "
+    "synthetic set, and so the student's inputs, carry no differential-privacy guarantee and "
+    "are NOT covered, as in DGD. The teachers' noisy answers on it are. "
+    + privacy.FIXED_INPUTS_NOTE)
+
+_STATISTICS_NOTE = (
+    "generator.w_stats > 0: the generator also matches per-channel statistics of the "
+    "baseline's activations on the private training set (computed without noise); like the "
+    "baseline, they are not covered.")
+# Stages whose every result is a noiseless function of the private data: what models trained on
+# it without noise (or attacks on them) measured or made; what each is.
+NONPRIVATE_STAGES = {
+    "baseline": "the baseline, trained on the private data without noise",
+    "teachers": "the teachers, each trained on its partition without noise",
+    "teacher_sweep": "the sweep's teachers, trained without noise",
+    "generator": "the synthetic set and its measures, made against the non-private baseline",
+    "vae": "the VAE's fit to the unlabelled pool (DGD: the synthetic set)",
+    "ldp": "BASE and the robust teacher, trained on the private data without noise (the "
+           "client's local_epsilon and parameters are public functions of the config)",
+    "audit": "the empirical attacks' statistics on the private training set",
+}
+# Fields of the other stages' results, and of report.json's top level, that are noiseless
+# functions of the private data or the teachers' votes: server diagnostics, never releases.
+NOISELESS_FIELDS = {
+    "baseline_accuracy": "the non-private baseline's test accuracy",
+    "student_accuracy_noiseless_labels": "the student trained on the teachers' noiseless "
+                                         "plurality or vote shares",
+    "noisy_label_agreement_with_plurality": "how often a released label is the teachers' "
+                                            "noiseless plurality",
+    "asked_class_is_plurality": "how often the class a count was asked for is the teachers' "
+                                "plurality",
+    "label_accuracy_vs_baseline": "the released labels' agreement with the non-private "
+                                  "baseline's labels",
+    "top_vote_share_by_round": "the teachers' mean top vote share in each round of queries",
+    "epsilons_data_dependent": "the epsilons of the data-dependent accountants",
+    "teacher_accuracy": "the sensitive model's test accuracy (trained without noise)",
+    "smooth_sensitivity": "beside its released value: the exact data-dependent epsilon "
+                          "(rdp, epsilon_before, epsilon), its smooth sensitivity and std, and "
+                          "the diagnostic release at parameters chosen from the votes",
+}
+
+
+def noiseless(report: dict) -> dict[str, str]:
+  """Every noiseless function of the private data or the votes in a report (its ``stages``
+  and top level): path -> what it is. None is a DP release; none is covered."""
+  out = {}
+  for name, result in report.get("stages", {}).items():
+    if name in NONPRIVATE_STAGES:
+      out[f"stages.{name}"] = f"every field: {NONPRIVATE_STAGES[name]}"
+      continue
+    for field in result:
+      if field in NOISELESS_FIELDS:
+        out[f"stages.{name}.{field}"] = NOISELESS_FIELDS[field]
+    if (result.get("privacy") or {}).get("data_dependent_accountants"):
+      out[f"stages.{name}.privacy"] = (
+          "the epsilons of " + ", ".join(result["privacy"]["data_dependent_accountants"])
+          + " (data-dependent accountants, flagged in details)")
+  for field, value in report.items():
+    if value not in (None, {}, []) and field != "stages" and (field in NOISELESS_FIELDS
+                                                    or field in NONPRIVATE_STAGES):
+      out[field] = NOISELESS_FIELDS.get(field) or f"every field: {NONPRIVATE_STAGES[field]}"
+  return dict(sorted(out.items()))  # as report.json (sorted keys) holds it
+
+
+def noiseless_note(found: dict[str, str]) -> str:
+  """report.json's not-covered note naming every noiseless diagnostic a run holds."""
+  return ("Noiseless diagnostics in this report: functions of the private data or the "
+          "teachers' votes computed without noise, not DP releases and not covered by any "
+          "epsilon: " + "; ".join(f"{path} ({what})" for path, what in found.items()) + ".")
+
+
+_SMOOTH_SENSITIVITY_NOTE = (
+    "queries.smooth_sensitivity: the smooth-sensitivity release of the data-dependent epsilon "
+    "(PATE 2018 Sec. 4) is composed into the headline (accountant smooth_sensitivity), its "
+    "order, beta and sigma_ss fixed before any vote; the exact values printed beside it (the "
+    "epsilon before the release, the expected epsilon, the smooth sensitivity) and the "
+    "diagnostic release at parameters chosen from the votes are not DP releases and are not "
+    "covered.")
+_RAW_POOL_NOTE = (
+    "pool.source='train': the student's unlabelled pool is the private training set itself "
+    "(a stand-in for public data, DGD Fig. 4 and 7). The student sees those images without "
+    "noise, so this run's student has no differential-privacy guarantee for them.")
+
+
+def _uncovered_inputs(config: Config, results: dict) -> list[str]:
+  """What reaches a run's released model or diagnostics without noise, beyond its method's
+  note: a pool of private images, private-set statistics in the generator, and what a
+  smooth-sensitivity release publishes beside its value (the report adds ``noiseless_note``)."""
+  return (([_RAW_POOL_NOTE] if config.get("pool", {}).get("source") == "train" else [])
+          + ([_STATISTICS_NOTE] if config.get("generator", {}).get("w_stats", 0) > 0 else [])
+          + ([_SMOOTH_SENSITIVITY_NOTE] if config.get("queries", {}).get("smooth_sensitivity")
+             else []))
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("baseline", ("baseline",), headline_stage="baseline", privacy_note=(
+        "Trained on the private training set without noise: no differential-privacy "
+        "guarantee (epsilon = infinity). Do not release it as a private model.")),
+    Method("teachers", ("teachers",), privacy_note=_TEACHERS_NOTE),
+    Method("teacher_sweep", ("teacher_sweep",), privacy_note=_TEACHERS_NOTE),
+    Method("dgd", ("baseline", "teachers", "generator", "vae", "queries", "student"),
+           headline_stage="student", privacy_stage="queries", releases=queries.releases,
+           uncovered=_uncovered_inputs,
+           neighbours=queries.neighbours, covers=QUERIES_COVER, privacy_note=lambda c: (
+               _DGD_PRIVATE_BASELINE_NOTE if "dpsgd" in c.baseline else _DGD_NOTE),
+           # baseline.check refuses every private-baseline setting that bypasses the noise
+           audited=lambda c: ("baseline", "student") if "dpsgd" in c.baseline else ()),
+    Method("pate", ("teachers", "vae", "queries", "student"), headline_stage="student",
+           privacy_stage="queries", releases=queries.releases, neighbours=queries.neighbours,
+           uncovered=_uncovered_inputs,
+           covers=QUERIES_COVER,
+           privacy_note=(
+               "The epsilon covers the teachers' noisy answers to the student's label "
+               "queries. The student's unlabelled pool is assumed public (here: the head of "
+               "the test split), and the teachers must never be released."),
+           audited=lambda c: ("student",) if c.pool.source == "public" else ()),
+    Method("dpdfd", ("baseline", "teachers", "generator", "dpdfd", "dpdfd_samples"),
+           headline_stage="dpdfd", privacy_stage="dpdfd", releases=dpdfd.releases,
+           uncovered=_uncovered_inputs,
+           neighbours=dpdfd.neighbours,
+           covers="{num_steps} DPDFD steps (A_{{C,sigma}} releases)",
+           default_stages=lambda c: (("dpdfd",) if c.dpdfd.teacher == "private_data"
+                                     or dpdfd.uses_synthetic(c) else ("dpdfd_samples",)),
+           privacy_note=lambda c: _DPDFD_NOTE + (_DPDFD_SYNTHETIC_NOTE
+                                                 if dpdfd.uses_synthetic(c) else "")),
+    Method("ldp", ("baseline", "ldp"), headline_stage="ldp", privacy_note=(
+        "local_epsilon is the client's local (pure) epsilon per transformed sample "
+        "(Algorithm 1). BASE and the robust teacher are trained on the private data without "
+        "noise: no differential-privacy guarantee for the teacher side.")),
+    Method("dpsgd", ("dpsgd",), headline_stage="dpsgd", privacy_stage="dpsgd",
+           releases=dpsgd.releases, neighbours=dpsgd.neighbours, privacy_note=(
+               "The epsilon covers the released model: DP-SGD's every step (a noisy sum of "
+               "clipped per-example gradients on a Poisson sample) is accounted, and the model "
+               "is their post-processing. Not covered: hyper-parameter tuning on the same "
+               "private data."),
+           audited=lambda c: ("dpsgd",)),
+)}
+
+
+def method(config: Config) -> Method:
+  if config.method not in METHODS:
+    raise ConfigError(f"config.method={config.method!r}; known methods: {sorted(METHODS)}.")
+  return METHODS[config.method]
+
+
+def requirements(name: str, config: Config) -> tuple[str, ...]:
+  requires = STAGES[name].requires
+  return requires(config) if callable(requires) else requires
+
+
+def config_keys(name: str, config: Config) -> tuple[str, ...]:
+  """The config fields stage ``name``'s artefacts depend on: the base keys, its own blocks
+  and, transitively, those of the stages whose artefacts it reads."""
+  keys = list(BASE_KEYS)
+  for required in requirements(name, config):
+    keys += config_keys(required, config)
+  own = STAGES[name].config_keys
+  return tuple(dict.fromkeys(keys + list(own(config) if callable(own) else own)))
+
+
+def plan_stages(config: Config, stages: tuple[str, ...] | None = None) -> tuple[str, ...]:
+  """The requested stages (default: the method's ``default_stages``, else its last stage)
+  and every stage they need, in the method's order (e.g. DGD with ``pool.source='train'``
+  needs no generator)."""
+  m = method(config)
+  stages = stages or (m.default_stages or (lambda c: m.stages[-1:]))(config)
+  order = m.stages + OPTIONAL_STAGES
+  unknown = [n for n in stages if n not in order]
+  if unknown:
+    raise ConfigError(f"Unknown stages {unknown} for method {m.name!r}; it has {list(order)}.")
+  needed, todo = set(), list(stages)
+  while todo:
+    name = todo.pop()
+    if name not in needed:
+      needed.add(name)
+      todo.extend(requirements(name, config))
+  return tuple(n for n in order if n in needed)
+
+
+def planned_ledgers(config: Config) -> dict[str, privacy.PrivacyLedger]:
+  """The ledger of the method's planned releases under each neighbouring relation it claims;
+  {} for a method that releases nothing under differential privacy (its note says what it
+  is)."""
+  m = method(config)
+  if not m.releases:
+    return {}
+  return {r: privacy.PrivacyLedger(m.releases(config, r)) for r in m.neighbours(config)}
+
+
+def budget_guard(config: Config) -> privacy.EpsilonReport | None:
+  """The largest data-independent epsilon of the planned releases, over the claimed
+  relations, under ``privacy.accountant`` (a data-dependent headline is guarded by its
+  data-independent counterpart); ConfigError when any relation's exceeds
+  ``privacy.max_epsilon`` (> 0). Runs before anything is trained."""
+  ledgers = planned_ledgers(config)
+  if not ledgers:
+    return None
+  p = config.privacy
+  accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
+  if p.max_epsilon > 0:
+    reports = [ledger.check_budget(p.max_epsilon, p.delta, accountant)
+               for ledger in ledgers.values()]
+  else:
+    reports = [ledger.epsilon(p.delta, accountant, data_dependent=False)
+               for ledger in ledgers.values()]
+  return max(reports, key=lambda r: r.epsilon)

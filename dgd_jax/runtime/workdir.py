@@ -1,0 +1,532 @@
+"""The workdir: resolved config, JSON-lines metrics, one folder per stage, report.
+
+Layout::
+
+  <workdir>/config.json        the latest run's resolved config (every run: runs.jsonl),
+                               with the workdir's ``format``
+  <workdir>/metrics.jsonl      one JSON object per logged step, with its stage
+  <workdir>/<stage>/stage.json the config slice that produced the stage, and its hash
+  <workdir>/<stage>/checkpoints/  Orbax checkpoints (resume from the latest step)
+  <workdir>/<stage>/result.json   the stage's outputs; its presence marks the stage done
+  <workdir>/report.json, report.md
+  <workdir>/lock.json          the writing run's pid, host and start time, while it runs
+
+A stage whose folder holds another config slice is refused (``WorkdirConflictError``),
+never overwritten: artefacts already written are not lost. A slice written before a field was
+added or removed is compared as this code would write it (``stored_slice``). In a
+multi-process run every process reads the workdir and only the writer (process 0;
+``writer=False`` elsewhere) writes these files and holds the lock; Orbax checkpoints are
+written by all. A second run on the same workdir is refused while the first holds the lock
+(``WorkdirLockedError``); the lock of a killed run (its pid no longer running on this host)
+is taken over.
+
+Every file is written whole (``atomic_write``: a temporary file, fsynced, renamed into
+place) and ``result.json`` last, so a killed run never leaves a half-written artefact that
+a rerun would take as finished. A file that cannot be read raises ``DamagedArtefactError``
+naming the stage folder to remove (``damaged``); a failed write raises
+``WorkdirNotWritableError`` naming the file (``writing``).
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime
+import errno
+import hashlib
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import zipfile
+import zlib
+from typing import Any, Callable, IO, Iterator
+
+import ml_collections
+import numpy as np
+from absl import logging
+
+from dgd_jax.runtime import tensorboard
+from dgd_jax.runtime.errors import DamagedArtefactError, WorkdirConflictError, WorkdirLockedError, WorkdirNotWritableError
+
+LOCK = "lock.json"
+TEMP_SUFFIX = ".tmp"
+CONFIG = "config.json"
+# The workdir format this code writes and reads (config.json's "format"). Format 2: the
+# config holds every field the code reads (no reader falls back to a default for an absent
+# one), and the teachers' result records the chunk they were planned with. A workdir of
+# another format is refused whole (``check_format``), never read through defaults.
+FORMAT = 2
+
+
+def plain(value: Any) -> Any:
+  """Config values as JSON-compatible Python (tuples become lists)."""
+  if isinstance(value, (ml_collections.ConfigDict, dict)):
+    return {k: plain(v) for k, v in sorted(dict(value).items())}
+  if isinstance(value, (list, tuple)):
+    return [plain(v) for v in value]
+  return value
+
+
+# Fields added to (or removed from) the config since workdirs of this format were first
+# written, each with the value that reproduces what a run without it (with it) did: a recorded
+# config or stage slice is read with these filled in (dropped), so a finished stage is reused,
+# not redone or refused, for a field that changes nothing there. Another value still conflicts.
+ADDED_FIELDS = {("teachers", "mixup"): 0.0, ("teachers", "width"): 0.0,
+                ("generator", "target_mix"): 0.0, ("queries", "ss_order"): 0.0,
+                ("queries", "ss_beta"): 0.0, ("queries", "ss_sigma"): 0.0,
+                ("dpsgd", "sampling_rate"): 0.0, ("dpsgd", "epochs"): 0.0}
+REMOVED_FIELDS = {("teachers", "shared_init"): False}
+
+
+def as_written_now(stored: dict) -> dict:
+  """A recorded config (config.json) or stage slice (stage.json) as this code writes it: each of
+  ``ADDED_FIELDS`` it lacks at its value, each of ``REMOVED_FIELDS`` it holds at its value
+  dropped (only in blocks the slice has)."""
+  out = {k: dict(v) if isinstance(v, dict) else v for k, v in stored.items()}
+  for (block, field), value in ADDED_FIELDS.items():
+    if isinstance(out.get(block), dict):
+      out[block].setdefault(field, value)
+  for (block, field), value in REMOVED_FIELDS.items():
+    if isinstance(out.get(block), dict) and field in out[block] and out[block][field] == value:
+      del out[block][field]
+  return out
+
+
+def stored_slice(meta_path: str) -> dict:
+  """The config slice a stage folder's stage.json records, as this code would write it
+  (``as_written_now``); ``DamagedArtefactError`` if the file holds none."""
+  meta = read_artefact_json(meta_path)
+  if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+    raise damaged(meta_path, ValueError("no 'config' object"))
+  return as_written_now(meta["config"])
+
+
+def config_slice(config: ml_collections.ConfigDict, keys: tuple[str, ...]) -> dict:
+  """The part of ``config`` named by top-level ``keys`` (what a stage depends on); keys the
+  config lacks (e.g. no generator block in PATE) are left out."""
+  return {k: plain(config[k]) for k in keys if k in config}
+
+
+def fingerprint(obj: Any) -> str:
+  return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
+  if isinstance(a, dict) and isinstance(b, dict):
+    out = []
+    for k in sorted(set(a) | set(b)):
+      out += _differences(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{prefix}{k}.")
+    return out
+  return [] if a == b else [f"{prefix[:-1]}: {a!r} here, {b!r} in the workdir"]
+
+
+def _stage_folder(path: str) -> str | None:
+  """The stage folder (the nearest one holding stage.json) that ``path`` lies in, if any."""
+  folder = os.path.dirname(os.path.abspath(path))
+  for _ in range(4):  # <stage>/file, <stage>/checkpoints/<step>/..., at most
+    if os.path.exists(os.path.join(folder, "stage.json")):
+      return folder
+    folder = os.path.dirname(folder)
+  return None
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip().splitlines()
+  return f"{type(error).__name__}: {text[0][:300] if text else ''}"
+
+
+def damaged(path: str, error: BaseException) -> DamagedArtefactError:
+  """The error for a workdir file that cannot be read: names the file, the stage it belongs
+  to and how to recompute it."""
+  folder = _stage_folder(path)
+  if folder is None:
+    fix = f"remove {path} and re-run the same command"
+  else:
+    # realpath: a sweep's stage folders are links into its shared stages/ folder
+    fix = (f"recompute the '{os.path.basename(folder)}' stage: rm -r {os.path.realpath(folder)}, "
+           "then re-run the same command (finished stages are reused)")
+  return DamagedArtefactError(
+      f"{path} cannot be read ({_first_line(error)}): it is damaged, e.g. cut short by a full "
+      f"disk or corrupted. Fix: {fix}. Nothing in the workdir was changed.")
+
+
+_WRITE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+
+
+@contextlib.contextmanager
+def writing(path: str) -> Iterator[None]:
+  """Turns a failure to write ``path`` (no permission, a read-only or full disk; also from
+  Orbax, whose errors name the cause only in their text) into ``WorkdirNotWritableError``
+  naming the file and the fix."""
+  try:
+    yield
+  except WorkdirNotWritableError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    if isinstance(e, OSError):
+      cause = e.errno in _WRITE_ERRNOS and os.strerror(e.errno)
+    else:
+      cause = next((os.strerror(n) for n in _WRITE_ERRNOS if os.strerror(n) in str(e)), None)
+    if not cause:
+      raise
+    raise WorkdirNotWritableError(
+        f"cannot write {path}: {cause}. Free space on that disk or make it writable (or use "
+        "another --workdir), then re-run the same command: finished stages are reused and an "
+        "interrupted one resumes from its last checkpoint. Files already in the workdir were "
+        "not changed.") from None
+
+
+def atomic_write(path: str, write: Callable[[IO], None], binary: bool = False,
+                 exclusive: bool = False) -> None:
+  """Writes ``path`` all at once: ``write(f)`` fills a temporary file in the same folder
+  (``.<name>.*.tmp``), which is flushed to disk and then renamed to ``path``. A crash leaves
+  either the old file or the new one, never part of one. ``exclusive``: fail with
+  ``FileExistsError`` instead of replacing an existing ``path`` (the new file is linked into
+  place). Every artefact of the workdir is written through here."""
+  folder, name = os.path.split(path)
+  with writing(path):
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=TEMP_SUFFIX, dir=folder or ".")
+    try:
+      with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"newline": ""})) as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+      if exclusive:
+        os.link(tmp, path)
+      else:
+        os.replace(tmp, path)
+    finally:
+      if os.path.exists(tmp):
+        os.unlink(tmp)
+
+
+def is_temporary(name: str) -> bool:
+  """Whether a file name is one of ``atomic_write``'s temporary files (left by a crash)."""
+  return name.startswith(".") and name.endswith(TEMP_SUFFIX)
+
+
+def write_json(path: str, obj: Any, exclusive: bool = False) -> None:
+  """Writes ``obj`` as JSON atomically (``atomic_write``)."""
+
+  def write(f):
+    json.dump(obj, f, indent=2, sort_keys=True)
+    f.write("\n")
+
+  atomic_write(path, write, exclusive=exclusive)
+
+
+def write_text(path: str, text: str) -> None:
+  atomic_write(path, lambda f: f.write(text))
+
+
+def write_csv(path: str, rows: list[dict], columns: list[str]) -> None:
+
+  def write(f):
+    writer = csv.DictWriter(f, columns)
+    writer.writeheader()
+    writer.writerows(rows)
+
+  atomic_write(path, write)
+
+
+def save_array(path: str, array) -> None:
+  """``numpy.save`` atomically."""
+  atomic_write(path, lambda f: np.save(f, array, allow_pickle=False), binary=True)
+
+
+def save_arrays(path: str, **arrays) -> None:
+  """``numpy.savez`` atomically."""
+  atomic_write(path, lambda f: np.savez(f, **arrays), binary=True)
+
+
+def append_line(path: str, record: dict) -> None:
+  """Appends ``record`` as one JSON line. A run killed while appending may leave a partial
+  last line: it is ended first, so the new record stays on a line of its own (readers skip
+  the broken one)."""
+  line = json.dumps(record) + "\n"
+  with writing(path), open(path, "a+b") as f:
+    if f.tell() > 0:
+      f.seek(-1, os.SEEK_END)
+      if f.read(1) != b"\n":
+        line = "\n" + line
+    f.write(line.encode())
+
+
+def makedirs(path: str) -> None:
+  with writing(path):
+    os.makedirs(path, exist_ok=True)
+
+
+def load_array(path: str) -> np.ndarray | dict[str, np.ndarray]:
+  """A saved ``.npy`` array, or an ``.npz`` file's arrays as a dict, read whole; a damaged
+  file raises ``DamagedArtefactError`` (see ``damaged``)."""
+  try:
+    data = np.load(path, allow_pickle=False)
+    if isinstance(data, np.lib.npyio.NpzFile):
+      with data:
+        return {k: data[k] for k in data.files}
+    return data
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    raise damaged(path, e) from None
+
+
+def read_json(path: str) -> Any:
+  with open(path) as f:
+    return json.load(f)
+
+
+def read_artefact_json(path: str) -> Any:
+  """``read_json`` for a file the workdir must hold; a damaged one raises
+  ``DamagedArtefactError``."""
+  try:
+    return read_json(path)
+  except (OSError, ValueError) as e:
+    raise damaged(path, e) from None
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+  """Fields 3.. of ``/proc/<pid>/stat`` (state, ppid, ...; Linux); None where unreadable."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()
+  except (OSError, IndexError):
+    return None
+
+
+def _process_start(pid: int) -> int | None:
+  """When process ``pid`` started, in clock ticks since boot (Linux; else None). With the pid
+  it names one process: a pid reused after a restart has another start time."""
+  fields = _proc_stat(pid)
+  return None if fields is None else int(fields[19])
+
+
+def _running_here(holder: dict) -> bool:
+  """Whether the process a lock names (on this host) is still running."""
+  try:
+    os.kill(holder["pid"], 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # another user's process
+    pass
+  fields = _proc_stat(holder["pid"])
+  if fields is None:  # no /proc: the pid exists
+    return True
+  if fields[0] == "Z":  # exited, not yet reaped
+    return False
+  return holder.get("pid_start") in (None, int(fields[19]))
+
+
+def _describe_holder(holder: dict) -> str:
+  return (f"pid {holder.get('pid')} on host {holder.get('host')}, started "
+          f"{holder.get('started')} ({holder.get('command')})")
+
+
+class Stage:
+  """One stage's folder: its config slice, checkpoints and result."""
+
+  def __init__(self, workdir: "Workdir", name: str, config_part: dict):
+    self.workdir, self.name, self.config_part = workdir, name, config_part
+    self.path = os.path.join(workdir.path, name)
+    self.checkpoint_dir = os.path.join(self.path, "checkpoints")
+
+  @property
+  def result_path(self) -> str:
+    return os.path.join(self.path, "result.json")
+
+  def check(self) -> None:
+    """Refuses a folder that holds another config's artefacts."""
+    meta_path = os.path.join(self.path, "stage.json")
+    if os.path.exists(meta_path):
+      diffs = _differences(self.config_part, stored_slice(meta_path))
+      if diffs:
+        raise WorkdirConflictError(
+            f"{self.path} holds '{self.name}' artefacts of another config:\n  "
+            + "\n  ".join(diffs)
+            + f"\nNothing was changed. Use a new --workdir, or re-run with the config in "
+            f"{os.path.join(self.workdir.path, 'config.json')}.")
+    elif os.path.isdir(self.path) and [n for n in os.listdir(self.path) if not is_temporary(n)]:
+      raise WorkdirConflictError(
+          f"{self.path} exists, is not empty and has no stage.json, so dgd_jax cannot tell "
+          "what made it. Nothing was changed. Use a new --workdir.")
+
+  def begin(self) -> None:
+    self.check()
+    if not self.workdir.writer:
+      return
+    makedirs(self.path)
+    write_json(os.path.join(self.path, "stage.json"),
+               {"stage": self.name, "hash": fingerprint(self.config_part),
+                "config": self.config_part})
+
+  def abandon_if_empty(self) -> None:
+    """Removes what ``begin`` wrote if the stage stopped before saving any artefact."""
+    if not self.workdir.writer:
+      return
+    if not os.path.isdir(self.checkpoint_dir) or not os.listdir(self.checkpoint_dir):
+      shutil.rmtree(self.path, ignore_errors=True)
+
+  def done(self) -> bool:
+    return os.path.exists(self.result_path)
+
+  def result(self) -> dict:
+    result = read_artefact_json(self.result_path)
+    if not isinstance(result, dict):
+      raise damaged(self.result_path, ValueError(f"a JSON {type(result).__name__}, not an object"))
+    return result
+
+  def finish(self, result: dict) -> None:
+    if self.workdir.writer:
+      write_json(self.result_path, result)
+
+
+class Workdir:
+  """A run's working directory (see the module docstring)."""
+
+  def __init__(self, path: str, writer: bool = True):
+    self.path = os.path.abspath(os.path.expanduser(path))
+    self.writer = writer
+    if os.path.exists(self.path) and not os.path.isdir(self.path):
+      raise WorkdirConflictError(f"--workdir {self.path} is a file, not a directory.")
+
+  @property
+  def lock_path(self) -> str:
+    return os.path.join(self.path, LOCK)
+
+  @contextlib.contextmanager
+  def lock(self) -> Iterator[None]:
+    """Holds ``<workdir>/lock.json`` while the body runs, so that one run writes the workdir
+    at a time (only the writer locks). Refuses a workdir another live run holds; takes over
+    the lock of a run that was killed on this host."""
+    if not self.writer:
+      yield
+      return
+    makedirs(self.path)
+    mine = {"pid": os.getpid(), "host": socket.gethostname(),
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "pid_start": _process_start(os.getpid()), "command": " ".join(sys.argv)}
+    while True:
+      try:
+        write_json(self.lock_path, mine, exclusive=True)  # atomic: no one sees half a lock
+        break
+      except FileExistsError:
+        self._take_over_if_stale()  # or raise WorkdirLockedError naming the holder
+    try:
+      yield
+    finally:
+      try:
+        if read_json(self.lock_path) == mine:
+          os.unlink(self.lock_path)
+      except (OSError, ValueError):
+        pass
+
+  def _take_over_if_stale(self) -> None:
+    """Removes the lock if the run it names was killed on this host; raises
+    ``WorkdirLockedError`` naming that run otherwise."""
+    try:
+      with open(self.lock_path) as f:
+        text = f.read()
+      holder = json.loads(text)
+      holder["pid"] = int(holder["pid"])
+    except FileNotFoundError:
+      return  # released meanwhile: try again
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      raise WorkdirLockedError(
+          f"{self.lock_path} exists but cannot be read ({e}), so dgd_jax cannot tell whether "
+          "another run is writing to this workdir. If none is, remove that file and re-run."
+          ) from None
+    here = socket.gethostname()
+    if holder.get("host") != here:
+      raise WorkdirLockedError(
+          f"{self.path} is in use by another run: {_describe_holder(holder)}. Two runs writing "
+          f"one workdir would corrupt its artefacts. Wait for that run to finish or use another "
+          f"--workdir. This host ({here}) cannot see whether a process on {holder.get('host')} "
+          f"is alive: if that run is gone, remove {self.lock_path} and re-run.")
+    if _running_here(holder):
+      raise WorkdirLockedError(
+          f"{self.path} is in use by another run: {_describe_holder(holder)}. Two runs writing "
+          f"one workdir would corrupt its artefacts. Wait for it to finish (or stop it: kill "
+          f"{holder['pid']}), or use another --workdir.")
+    # Stale: move it aside (atomic; of several processes taking over, one succeeds), and
+    # check that what was moved is the stale lock, not one a faster process just created.
+    aside = f"{self.lock_path}.stale.{os.getpid()}"
+    try:
+      os.rename(self.lock_path, aside)
+    except FileNotFoundError:
+      return  # another process took it over first: try again
+    with open(aside) as f:
+      moved = f.read()
+    if moved != text:  # a live lock: put it back unless yet another run holds the name
+      try:
+        os.link(aside, self.lock_path)
+      except FileExistsError:
+        pass
+    else:
+      logging.warning("%s: taking over the lock of a run that no longer runs (%s); "
+                      "finished stages are reused, interrupted ones resume.", self.path,
+                      _describe_holder(holder))
+    os.unlink(aside)
+
+  def stage(self, name: str, config: ml_collections.ConfigDict, keys: tuple[str, ...]
+            ) -> Stage:
+    return Stage(self, name, config_slice(config, keys))
+
+  def check_format(self) -> None:
+    """Refuses a workdir written in another format (``FORMAT``); a new one passes."""
+    path = os.path.join(self.path, CONFIG)
+    if not os.path.exists(path):
+      return
+    recorded = read_artefact_json(path)
+    theirs = recorded.get("format", 1) if isinstance(recorded, dict) else None
+    if theirs != FORMAT:
+      raise WorkdirConflictError(
+          f"{self.path} is a workdir of format {theirs} ({path}); this dgd_jax reads format "
+          f"{FORMAT} only: its artefacts may lack fields this version reads. Nothing was "
+          "changed. Use a new --workdir, or read this one with the dgd_jax that wrote it.")
+
+  def read_config(self) -> ml_collections.ConfigDict:
+    """The config the workdir's latest run recorded (``check_format`` first), as this code
+    would record it (``as_written_now``)."""
+    path = os.path.join(self.path, CONFIG)
+    if not os.path.exists(path):
+      raise WorkdirConflictError(f"{path} does not exist: {self.path} is not the workdir of "
+                                 "a `python -m dgd_jax.main` run (or the run has not started).")
+    self.check_format()
+    recorded = dict(read_artefact_json(path))
+    del recorded["format"]
+    return ml_collections.ConfigDict(as_written_now(recorded))
+
+  def record_config(self, config: ml_collections.ConfigDict) -> None:
+    if not self.writer:
+      return
+    makedirs(self.path)
+    resolved = plain(config)
+    write_json(os.path.join(self.path, CONFIG), {**resolved, "format": FORMAT})
+    append_line(os.path.join(self.path, "runs.jsonl"),
+                {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                 "config": resolved})
+
+  def log_metrics(self, stage: str, metrics: dict) -> None:
+    if not self.writer:
+      return
+    append_line(os.path.join(self.path, "metrics.jsonl"), {"stage": stage, **metrics})
+    if "step" in metrics:  # the same curves for TensorBoard
+      tensorboard.scalars(self.path, stage, int(metrics["step"]),
+                          {k: v for k, v in metrics.items() if k != "step"})
+
+  def read_metrics(self, stage: str) -> list[dict]:
+    """The stage's logged metrics by step; after a resume, the last record of each step."""
+    path = os.path.join(self.path, "metrics.jsonl")
+    if not os.path.exists(path):
+      return []
+    by_step = {}
+    with open(path) as f:
+      for line in f:
+        try:
+          record = json.loads(line)
+        except ValueError:  # a line cut short by a killed run
+          continue
+        if record.get("stage") == stage and "step" in record:
+          by_step[record["step"]] = record
+    return [by_step[k] for k in sorted(by_step)]
