@@ -122,15 +122,8 @@ def teacher_votes(teachers: Teachers, queries: Any) -> np.ndarray:
                                   images(queries, "queries"), teachers.num_classes)
 
 
-# mechanism -> its aggregator (the release record: ``releases.build_release``)
-_AGGREGATORS = {
-    "lnmax": lambda key, votes, scale, **_: aggregation.lnmax(key, votes, scale),
-    "gnmax": lambda key, votes, sigma, **_: aggregation.gnmax(key, votes, sigma),
-    "gaussian_histogram": lambda key, votes, sigma, **_: aggregation.gaussian_histogram(
-        key, votes, sigma),
-    "confident_gnmax": lambda key, votes, sigma2, threshold, sigma1: aggregation.confident_gnmax(
-        key, votes, threshold, sigma1, sigma2),
-}
+# The table's aggregators that need no class per query (the class counts do).
+_MECHANISMS = tuple(n for n, a in aggregation.AGGREGATORS.items() if a.released != "counts")
 
 
 def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *, seed: int,
@@ -143,15 +136,15 @@ def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *, seed: int,
   unanswered queries get -1, and the record charges every query). ``teachers_changed``: how
   many teachers' shards one neighbouring change moves (1 for disjoint shards under
   replace-one). The record is data-independent: pass it to ``epsilon``."""
-  if mechanism not in _AGGREGATORS:
-    raise ConfigError(f"mechanism={mechanism!r}; use one of {tuple(_AGGREGATORS)}.")
+  if mechanism not in _MECHANISMS:
+    raise ConfigError(f"mechanism={mechanism!r}; use one of {_MECHANISMS}.")
   votes = np.asarray(votes)
   if votes.ndim != 2 or not np.issubdtype(votes.dtype, np.number) or (votes < 0).any():
     raise DatasetError(f"votes has shape {votes.shape} and dtype {votes.dtype}; pass vote "
                        "histograms [Q, K] of counts >= 0 (teacher_votes).")
   extra = dict(threshold=threshold, sigma1=sigma1) if mechanism == "confident_gnmax" else {}
-  out = _AGGREGATORS[mechanism](jax.random.key(seed), jnp.asarray(votes), float(noise_scale),
-                                **extra)
+  out = aggregation.AGGREGATORS[mechanism](jax.random.key(seed), jnp.asarray(votes),
+                                           float(noise_scale), **extra)
   release = build_release(mechanism, queries=len(votes), noise_scale=float(noise_scale),
                           sigma2=float(noise_scale), teachers_changed=teachers_changed, **extra)
   return np.asarray(out.labels), release

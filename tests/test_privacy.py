@@ -18,8 +18,9 @@ from scipy.special import log_ndtr, logsumexp
 
 from dgd_jax import privacy
 from dgd_jax.data.partitions import partition_indices
+from dgd_jax.labels import aggregation
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.privacy import (calibrate, conversion, dpdfd, events, ledger, local, pate2017,
+from dgd_jax.privacy import (calibrate, conversion, dpdfd, events, local, pate2017,
                              pate2018, releases)
 
 import analytic_gaussian
@@ -675,8 +676,8 @@ def test_budget_ignores_votes_and_json_flags_data_dependence():
 
 
 def test_every_vote_mechanism_lists_the_unprotected_models():
-  for mechanism in ledger.VOTE_MECHANISMS:
-    text = ledger.NOT_COVERED[mechanism]
+  for mechanism, row in aggregation.AGGREGATORS.items():
+    text = row.record.covers
     assert "teachers" in text and "baseline" in text and "generator" in text, mechanism
     assert "synthetic data" in text, mechanism
 

@@ -168,7 +168,7 @@ def _describe(release: releases.Release) -> str:
   if isinstance(release, releases.GNMaxQueries):
     return f"gnmax, {release.queries} queries, Gaussian sigma = {release.sigma:g}"
   if isinstance(release, releases.ClassCountQueries):
-    return (f"gaussian_class_count, {release.queries} noisy counts of one class each, "
+    return (f"{release.mechanism}, {release.queries} noisy counts of one class each, "
             f"Gaussian sigma = {release.sigma:g}")
   if isinstance(release, releases.HistogramQueries):
     return (f"gaussian_histogram, {release.queries} noisy vote histograms released whole, "

@@ -387,8 +387,8 @@ def queries_config(num_queries: int, aggregator: str, noise_scale: float
   """Label queries to the teacher ensemble (DGD Eq. 3, PATE)."""
   return ml_collections.ConfigDict(dict(
       num_queries=num_queries,  # |D_s|
-      # lnmax | gnmax | gaussian_histogram | gaussian_class_count | confident_gnmax |
-      # auto_counts (plan 'auto': class counts or histograms by the noise per teacher)
+      # a name of labels.aggregation.AGGREGATORS, or auto_counts (plan 'auto': the class
+      # counts or the histograms by the noise per teacher)
       aggregator=aggregator,
       noise_scale=noise_scale,  # the Laplace scale b, or the Gaussian sigma (sigma2)
       threshold=0.0,  # Confident-GNMax only

@@ -10,11 +10,13 @@ them; they are private data themselves and must not be released).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from dgd_jax.privacy import releases
 from dgd_jax.runtime.errors import ConfigError
 
 
@@ -22,8 +24,8 @@ class Aggregate(NamedTuple):
   labels: jnp.ndarray  # [Q] int32; -1 where the query was not answered
   answered: jnp.ndarray  # [Q] bool
   votes: jnp.ndarray  # [Q, K] the histograms the labels came from (private)
-  # the release where it is not the labels: the noisy histograms [Q, K] (gaussian_histogram)
-  # or counts [Q] (gaussian_class_count); else None
+  # the release where it is not the labels (``Aggregator.released``): the noisy histograms
+  # [Q, K] or counts [Q]; else None
   released: jnp.ndarray | None = None
 
 
@@ -101,3 +103,50 @@ def confident_gnmax(key: jax.Array, votes: jnp.ndarray, threshold: float, sigma1
   answered = noisy_max >= threshold
   labels = gnmax(label_key, votes, sigma2).labels
   return Aggregate(jnp.where(answered, labels, -1), answered, votes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Aggregator:
+  """One aggregator of the table below: its function, its release record (whose
+  ``mechanism`` names it and whose ``covers`` says what its epsilon covers and leaves out),
+  what it releases and how a plan sets it."""
+
+  record: type[releases.Release]
+  apply: Callable[..., Aggregate]  # (key, votes [Q, K], noise_scale, classes, threshold, sigma1)
+  released: str  # per query: "labels", "histograms" (noisy, whole) or "counts" (one class's)
+  # queries.plan='auto': "candidate" (noise and count traded against label accuracy),
+  # "least_noise" (num_queries releases at the least noise that fits) or "fixed" (by hand)
+  planning: str
+  noiseless: str  # what the noiseless diagnostic student learns instead of the release
+  plan_text: str = ""  # report.md's words for {} releases of a least-noise plan
+
+  @property
+  def name(self) -> str:
+    return self.record.mechanism
+
+  def __call__(self, key: jax.Array, votes: jnp.ndarray, noise_scale: float,
+               classes: jnp.ndarray | None = None, threshold: float = 0.0,
+               sigma1: float = 0.0) -> Aggregate:
+    return self.apply(key, votes, noise_scale, classes, threshold, sigma1)
+
+
+# The aggregators a run or the API can name: name -> its row.
+AGGREGATORS = {a.name: a for a in (
+    Aggregator(releases.LNMaxQueries, lambda k, v, b, *_: lnmax(k, v, b),  # DGD Eq. 3
+               "labels", "candidate", "plurality"),
+    Aggregator(releases.GNMaxQueries, lambda k, v, s, *_: gnmax(k, v, s),
+               "labels", "candidate", "plurality"),
+    Aggregator(releases.HistogramQueries, lambda k, v, s, *_: gaussian_histogram(k, v, s),
+               "histograms", "least_noise", "vote shares",
+               "the noisy vote histograms of {} queries, released whole"),
+    Aggregator(releases.ClassCountQueries,
+               lambda k, v, s, c, *_: gaussian_class_count(k, v, c, s),
+               "counts", "least_noise", "counts",
+               "the noisy count of {} queries' votes for the class each sample was synthesised "
+               "for"),
+    Aggregator(releases.ConfidentGNMaxQueries,
+               lambda k, v, s2, _, t, s1: confident_gnmax(k, v, t, s1, s2),
+               "labels", "fixed", "plurality"),
+)}
+HISTOGRAMS = releases.HistogramQueries.mechanism  # the noisy histograms, released whole
+CLASS_COUNTS = releases.ClassCountQueries.mechanism  # one noisy count per query

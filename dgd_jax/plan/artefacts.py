@@ -32,9 +32,9 @@ CHECKPOINTS = "checkpoints"  # <stage>/checkpoints: the stage's Orbax checkpoint
 REPLAY_CHECKPOINTS = "replay_checkpoints"
 SYNTHETIC = "synthetic.npy"  # generator (and dpdfd_samples): the synthetic images
 SYNTHETIC_LABELS = "synthetic_labels.npy"  # generator: the baseline's labels of them
-# queries: indices into the pool, noisy labels, answered mask (and the released noisy
-# histograms for gaussian_histogram, the noisy counts of the labels' classes for
-# gaussian_class_count)
+# queries: indices into the pool, noisy labels, answered mask (and the release where it is
+# not the labels, under its ``aggregation.Aggregator.released`` name: the noisy "histograms",
+# or the noisy "counts" of the labels' classes)
 QUERIES = "queries.npz"
 VOTES = "votes.npy"  # queries: the teachers' vote histograms: PRIVATE, accounting only
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dgd_jax.labels import aggregation
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan.context import Context
@@ -64,11 +65,11 @@ def check_classes(config) -> None:
   g = config.get("generator", {})
   if not query_plan.has_synthesis_classes(config):
     raise ConfigError(
-        "the class counts (queries.aggregator='gaussian_class_count') ask each sample's "
-        "count for the class it was synthesised for, which only a DeepInversion pool kept "
+        f"the class counts (queries.aggregator={aggregation.CLASS_COUNTS!r}) ask each "
+        "sample's count for the class it was synthesised for, which only a DeepInversion pool kept "
         "whole has (pool.source='synthetic', generator.synthesis='inversion', "
         "generator.oversample=1: the baseline picks the samples oversampling keeps); use "
-        f"aggregator 'gaussian_histogram' (pool.source={config.pool.source!r}, "
+        f"aggregator {aggregation.HISTOGRAMS!r} (pool.source={config.pool.source!r}, "
         f"generator.synthesis={g.get('synthesis')!r}, generator.oversample={g.get('oversample')}).")
 
 

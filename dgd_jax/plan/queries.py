@@ -17,13 +17,14 @@ empirical: it is the exponent whose choice agrees with the ranking of students t
 quick DGD preset's real votes across GNMax noise levels, where Q * kappa^2 favours many noisy
 labels that teach less.
 
-The ``gaussian_histogram`` aggregator releases each query's noisy histogram whole (the same
-data-independent epsilon as a GNMax label), and the student learns the noisy vote shares, an
-unbiased estimate whose noise averages out over many samples. Its plan is no trade-off of
-label accuracy against count: ``num_queries`` histograms with the least sigma that fits the
-budget (the config says how many of the pool to ask). So is ``gaussian_class_count``'s: each
-query releases one count, of the class its synthetic sample was made for, whose sensitivity 1
-(not sqrt 2) buys sigma / sqrt 2.
+The aggregators that release noisy counts (``aggregation.AGGREGATORS``' "least_noise" rows)
+have no trade-off of label accuracy against count. The histogram release gives each query's
+noisy histogram whole (the same data-independent epsilon as a GNMax label), and the student
+learns the noisy vote shares, an unbiased estimate whose noise averages out over many samples;
+the class-count release gives one count per query, of the class its synthetic sample was made
+for, whose sensitivity 1 (not sqrt 2) buys sigma / sqrt 2. Their plan is ``num_queries``
+releases with the least sigma that fits the budget (the config says how many of the pool to
+ask).
 """
 from __future__ import annotations
 
@@ -34,13 +35,15 @@ import numpy as np
 
 from dgd_jax import privacy
 from dgd_jax.data.partitions import config_teachers_changed
+from dgd_jax.labels import aggregation
 from dgd_jax.privacy.releases import build_release
 from dgd_jax.runtime.errors import ConfigError
 
 # Noise candidates as multiples of the ensemble size n (b or sigma = fraction * n): the
 # noise that matters is relative to the vote gaps, which scale with n.
 NOISE_FRACTIONS = (0.01, 0.015, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.2, 0.24)
-AGGREGATORS = ("lnmax", "gnmax")
+# The aggregators whose noise and count the chooser trades against label accuracy.
+CANDIDATES = tuple(n for n, a in aggregation.AGGREGATORS.items() if a.planning == "candidate")
 KAPPA_EXPONENT = 4  # module docstring: ranks plans as the students trained on them rank
 
 # The ensemble a run chooses when config.num_teachers = 0: shards of about IMAGES_PER_TEACHER
@@ -126,7 +129,7 @@ def candidates(num_teachers: int, num_classes: int, target_epsilon: float, delta
     raise ConfigError(f"num_teachers={num_teachers}: noisy voting needs at least 2 teachers.")
   votes = assumed_histogram(num_teachers, num_classes, consensus)
   out = []
-  for aggregator in AGGREGATORS:
+  for aggregator in CANDIDATES:
     for fraction in NOISE_FRACTIONS:
       noise = round(fraction * num_teachers, 3)
       one = build_release(aggregator, queries=1, noise_scale=noise,
@@ -180,8 +183,8 @@ def _choose(n, k, eps, delta, consensus, cap, accountant, teachers_changed):
 
 # The aggregators whose release is every query's noisy counts: a fixed count of queries at
 # the least noise that fits the budget (no labels to trade against their accuracy).
-COUNT_RELEASES = {"gaussian_histogram": privacy.HistogramQueries,
-                  "gaussian_class_count": privacy.ClassCountQueries}
+COUNT_RELEASES = {n: a.record for n, a in aggregation.AGGREGATORS.items()
+                  if a.planning == "least_noise"}
 
 
 # 'auto_counts' releases class counts where the histograms' noise per teacher, sigma / n, is
@@ -213,16 +216,16 @@ def _count_release(config, num_queries: int, epsilon: float, delta: float, accou
   if config.num_teachers < 1:
     raise ConfigError("queries.aggregator='auto_counts' chooses by the noise per teacher: "
                       "resolve num_teachers first (pipeline.run_config) or set it.")
-  sigma = privacy.min_noise(_counts("gaussian_histogram", 1.0, num_queries, teachers_changed),
+  sigma = privacy.min_noise(_counts(aggregation.HISTOGRAMS, 1.0, num_queries, teachers_changed),
                             epsilon, delta, accountant)
   noise = sigma / config.num_teachers
   if not has_synthesis_classes(config):
-    return "gaussian_histogram", "the pool's samples have no class fixed before synthesis"
+    return aggregation.HISTOGRAMS, "the pool's samples have no class fixed before synthesis"
   if noise < CLASS_COUNT_NOISE_PER_VOTE:
-    return "gaussian_histogram", (f"histogram noise per teacher {noise:.2f} < "
+    return aggregation.HISTOGRAMS, (f"histogram noise per teacher {noise:.2f} < "
                                   f"{CLASS_COUNT_NOISE_PER_VOTE}: the other classes' counts "
                                   "still carry signal")
-  return "gaussian_class_count", (f"histogram noise per teacher {noise:.2f} >= "
+  return aggregation.CLASS_COUNTS, (f"histogram noise per teacher {noise:.2f} >= "
                                   f"{CLASS_COUNT_NOISE_PER_VOTE}: one count at sigma / sqrt 2 "
                                   "carries more")
 
@@ -272,11 +275,10 @@ def release(config, votes=None, answered=None, neighbours: str = "replace_one"
     raise ConfigError(f"teachers.partition={config.teachers.get('partition', 'shuffle')!r} "
                       f"does not cover {neighbours} neighbours; it covers {sorted(covered)}.")
   teacher = dict(teachers_changed=covered[neighbours], neighbours=neighbours)
-  if q.aggregator == "lnmax":
-    return privacy.LNMaxQueries(q.noise_scale, q.num_queries, votes, **teacher)
-  if q.aggregator == "gnmax":
-    return privacy.GNMaxQueries(q.noise_scale, q.num_queries, votes, **teacher)
+  record = aggregation.AGGREGATORS[q.aggregator].record
   if q.aggregator in COUNT_RELEASES:  # no data-dependent analysis: never the votes
-    return COUNT_RELEASES[q.aggregator](q.noise_scale, q.num_queries, **teacher)
-  return privacy.ConfidentGNMaxQueries(q.threshold, q.sigma1, q.noise_scale, q.num_queries,
-                                       answered, votes, **teacher)
+    return record(q.noise_scale, q.num_queries, **teacher)
+  if record is privacy.ConfidentGNMaxQueries:
+    return record(q.threshold, q.sigma1, q.noise_scale, q.num_queries, answered, votes,
+                  **teacher)
+  return record(q.noise_scale, q.num_queries, votes, **teacher)  # LNMax, GNMax

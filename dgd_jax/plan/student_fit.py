@@ -33,7 +33,7 @@ Where the queries released noisy vote histograms (``queries.aggregator='gaussian
 the labelled targets are the noisy vote shares h~ / n, unbiased and unclipped, and Eq. 5's
 cross-entropy, unbounded below for a negative target, becomes the Brier score (``brier_score``);
 propagation, built for hard labels, is off. Where they released one noisy count per sample
-(``gaussian_class_count``: the votes for the class the sample was made for) the targets are
+(the class-count release: the votes for the class the sample was made for) the targets are
 ``class_count_targets``, under the same Brier score.
 """
 from __future__ import annotations
@@ -287,7 +287,7 @@ def train_student(ctx: Context, vae: tuple, x_s: np.ndarray, y_s: np.ndarray, x_
 def class_count_targets(counts: np.ndarray, classes: np.ndarray, num_teachers: int,
                         num_classes: int) -> np.ndarray:
   """Targets [Q, K] float32 from (noisy) counts n_c of each query's class c
-  (``gaussian_class_count``): a = n_c / n on c, an unbiased estimate of its vote share, and
+  (the class-count release): a = n_c / n on c, an unbiased estimate of its vote share, and
   the rest, 1 - a, spread evenly over the other classes (the release says nothing of them);
   entries below 0 and above 1 kept (``brier_score``)."""
   a = np.asarray(counts, np.float64) / num_teachers

@@ -102,69 +102,6 @@ def neighbours_note(relation: str, teachers_changed: int | None) -> str:
              "vote (data.partitions.TEACHERS_CHANGED).")
   return note
 
-_DGD_EXCLUSIONS = (
-    "Not covered: the teachers; in DGD, the baseline classifier (trained on the private data "
-    "without noise), the generator trained against it, its synthetic data and the VAE trained on "
-    "them. The DGD student also learns from those, so this epsilon bounds the label queries, not "
-    "everything the student saw; none of these models may be released as private. (PATE assumes "
-    "the student's unlabelled data is public.)")
-
-# What the label-query epsilon does NOT cover, per mechanism.
-NOT_COVERED = {
-    "lnmax": "Covers the noisy label answers only. " + _DGD_EXCLUSIONS,
-    "gnmax": (
-        "Covers the noisy label answers only. Not covered: the teachers, and any baseline, "
-        "generator or synthetic data derived from the private data without noise (DGD+)."),
-    "gaussian_histogram": (
-        "Covers the noisy vote histograms released whole (every count of every queried sample "
-        "with its Gaussian noise). " + _DGD_EXCLUSIONS),
-    "gaussian_class_count": (
-        "Covers the noisy vote counts released (of each queried sample, the count of the class "
-        "it was synthesised for, with its Gaussian noise). " + _DGD_EXCLUSIONS),
-    "confident_gnmax": (
-        "Covers the noisy threshold checks and label answers only. Not covered: the teachers "
-        "(no DP guarantee), and any baseline classifier, generator, synthetic data or VAE derived "
-        "from the private data without noise (DGD, DGD+); none of them may be released as "
-        "private. The data-independent epsilons charge the GNMax answer on every query; an "
-        "answered-only cost is a realised value, not a DP guarantee."),
-    "dpdfd": (
-        "The teacher model(s) are not private. Each step releases B rows of normalised "
-        "gradients, each with its own noise. Relation 'whole_batch' assumes nothing about the "
-        "teachers (one teacher: B T releases of 2C, or T of 2C under batch normalisation; n "
-        "teachers: B T of 2nC, or T of 2 sqrt(n) C). Relation 'disjoint_teachers' (teachers on "
-        "disjoint shards, one change moving k of them): B T releases of 2kC. Relation 'direct' (training on the "
-        "private data, B of N drawn without replacement per step, replace-one) is "
-        + dpdfd.DIRECT_LABEL_DP + ". Relation 'theorem3' is " + dpdfd.THEOREM3_CONDITIONS + "."),
-    "dpsgd": (
-        "Covers the DP-SGD training steps: every step's noisy sum of clipped per-example "
-        "gradients (clip norm C, noise std sigma C) on a Poisson sample, for the neighbours each "
-        "record states (add/remove-one for the dpsgd method, replace-one for DGD's private "
-        "baseline); the model and everything computed from it are post-processing. "
-        "Not covered: hyper-parameter tuning (the learning rate, clip norm, batch size, epochs "
-        "and model were chosen by looking at test accuracy on runs over the same private data), "
-        "and the test-set evaluation. The ScatterNet features are a fixed, data-independent "
-        "transform and cost no epsilon; any data-dependent normalisation would need its own "
-        "budget (none is used: group normalisation is per example)."),
-    "renyi_filter": (
-        "Covers the noisy threshold checks and label answers of the queries asked under the "
-        "Renyi filter (answered-only charging is a DP guarantee there: the budget was fixed per "
-        "Renyi order before any query, Feldman & Zrnic 2021). Not covered: the teachers, and "
-        "any baseline, generator, synthetic data or VAE derived from the private data without "
-        "noise (DGD, DGD+)."),
-    "smooth_sensitivity": (
-        "Covers the smooth-sensitivity release of the queries' data-dependent epsilon (PATE "
-        "2018 Sec. 4), its order, beta and sigma_ss fixed before any vote: (lam, c)-RDP by Thm. "
-        "23, composed here with the queries at lam. Not covered: the same quantities chosen "
-        "from the votes, the exact data-dependent epsilon and its smooth sensitivity (server "
-        "diagnostics, not releases)."),
-    "pure": (
-        "DGD's eps1 protects synthetic examples fed to the VAE, not private examples; it is "
-        "added to the total as the paper does (never makes the total smaller)."),
-}
-
-VOTE_MECHANISMS = ("lnmax", "gnmax", "gaussian_histogram", "gaussian_class_count",
-                   "confident_gnmax")
-
 
 @dataclasses.dataclass(frozen=True)
 class EpsilonReport:
@@ -267,8 +204,7 @@ class PrivacyLedger:
 
   def not_covered(self) -> list[str]:
     """What the epsilons do not cover, for the mechanisms in the ledger."""
-    mechanisms = list(dict.fromkeys(r.mechanism for r in self._releases))
-    notes = [NOT_COVERED[m] for m in mechanisms]
+    notes = list(dict.fromkeys(r.covers for r in self._releases))
     notes.append(neighbours_note(self.neighbours, self.teachers_changed))
     if any(r.has_votes for r in self._releases):
       notes.append(DATA_DEPENDENT_WARNING)

@@ -16,6 +16,15 @@ from dgd_jax.privacy import checks, dpdfd, events, pate2017, pate2018, renyi_fil
 from dgd_jax.runtime.errors import ConfigError
 
 
+# What a label-query epsilon leaves out in DGD and PATE (each record's ``covers``).
+_DGD_EXCLUSIONS = (
+    "Not covered: the teachers; in DGD, the baseline classifier (trained on the private data "
+    "without noise), the generator trained against it, its synthetic data and the VAE trained on "
+    "them. The DGD student also learns from those, so this epsilon bounds the label queries, not "
+    "everything the student saw; none of these models may be released as private. (PATE assumes "
+    "the student's unlabelled data is public.)")
+
+
 def _describe_votes(votes) -> dict | None:
   return None if votes is None else {"queries": int(votes.shape[0]), "classes": int(votes.shape[1])}
 
@@ -24,6 +33,7 @@ class Release:
   """Common interface of the release records."""
 
   mechanism: ClassVar[str]
+  covers: ClassVar[str]  # what its epsilon covers and leaves out (ledger.not_covered)
   noise_field: ClassVar[str]  # the parameter ``with_noise`` sets (calibration)
   count_field: ClassVar[str]  # the parameter ``with_count`` sets (calibration)
   votes = None
@@ -141,6 +151,7 @@ class LNMaxQueries(TeacherRelease):
   votes: np.ndarray | None = None
 
   mechanism: ClassVar[str] = "lnmax"
+  covers: ClassVar[str] = "Covers the noisy label answers only. " + _DGD_EXCLUSIONS
   noise_field: ClassVar[str] = "noise_scale"
   count_field: ClassVar[str] = "queries"
 
@@ -180,6 +191,9 @@ class HistogramQueries(TeacherRelease):
   queries: int
 
   mechanism: ClassVar[str] = "gaussian_histogram"
+  covers: ClassVar[str] = (
+      "Covers the noisy vote histograms released whole (every count of every queried sample "
+      "with its Gaussian noise). " + _DGD_EXCLUSIONS)
   noise_field: ClassVar[str] = "sigma"
   count_field: ClassVar[str] = "queries"
 
@@ -200,6 +214,9 @@ class ClassCountQueries(HistogramQueries):
   the data-independent curve."""
 
   mechanism: ClassVar[str] = "gaussian_class_count"
+  covers: ClassVar[str] = (
+      "Covers the noisy vote counts released (of each queried sample, the count of the class "
+      "it was synthesised for, with its Gaussian noise). " + _DGD_EXCLUSIONS)
 
   def event(self) -> dp_accounting.DpEvent:
     return events.gaussian_event(self.sigma, self.teachers_changed * COUNT_SENSITIVITY,
@@ -215,6 +232,9 @@ class GNMaxQueries(HistogramQueries):
   votes: np.ndarray | None = None
 
   mechanism: ClassVar[str] = "gnmax"
+  covers: ClassVar[str] = (
+      "Covers the noisy label answers only. Not covered: the teachers, and any baseline, "
+      "generator or synthetic data derived from the private data without noise (DGD+).")
 
   def rdp_data_dependent(self, orders) -> np.ndarray:
     if self.votes is None:
@@ -244,6 +264,12 @@ class ConfidentGNMaxQueries(TeacherRelease):
   votes: np.ndarray | None = None
 
   mechanism: ClassVar[str] = "confident_gnmax"
+  covers: ClassVar[str] = (
+      "Covers the noisy threshold checks and label answers only. Not covered: the teachers "
+      "(no DP guarantee), and any baseline classifier, generator, synthetic data or VAE derived "
+      "from the private data without noise (DGD, DGD+); none of them may be released as "
+      "private. The data-independent epsilons charge the GNMax answer on every query; an "
+      "answered-only cost is a realised value, not a DP guarantee.")
   noise_field: ClassVar[str] = "sigma2"
   count_field: ClassVar[str] = "queries"
 
@@ -351,6 +377,12 @@ class FilteredQueries(TeacherRelease):
   votes: np.ndarray | None = None
 
   mechanism: ClassVar[str] = "renyi_filter"
+  covers: ClassVar[str] = (
+      "Covers the noisy threshold checks and label answers of the queries asked under the "
+      "Renyi filter (answered-only charging is a DP guarantee there: the budget was fixed per "
+      "Renyi order before any query, Feldman & Zrnic 2021). Not covered: the teachers, and "
+      "any baseline, generator, synthetic data or VAE derived from the private data without "
+      "noise (DGD, DGD+).")
   noise_field: ClassVar[str] = "sigma2"
   count_field: ClassVar[str] = "queries"
 
@@ -500,6 +532,14 @@ class DpdfdSteps(TeacherRelease):
   dataset_size: int | None = None
 
   mechanism: ClassVar[str] = "dpdfd"
+  covers: ClassVar[str] = (
+      "The teacher model(s) are not private. Each step releases B rows of normalised "
+      "gradients, each with its own noise. Relation 'whole_batch' assumes nothing about the "
+      "teachers (one teacher: B T releases of 2C, or T of 2C under batch normalisation; n "
+      "teachers: B T of 2nC, or T of 2 sqrt(n) C). Relation 'disjoint_teachers' (teachers on "
+      "disjoint shards, one change moving k of them): B T releases of 2kC. Relation 'direct' "
+      "(training on the private data, B of N drawn without replacement per step, replace-one) is "
+      + dpdfd.DIRECT_LABEL_DP + ". Relation 'theorem3' is " + dpdfd.THEOREM3_CONDITIONS + ".")
   noise_field: ClassVar[str] = "noise"
   count_field: ClassVar[str] = "steps"
 
@@ -564,6 +604,16 @@ class DpsgdSteps(Release):
   relation: str = "add_or_remove_one"
 
   mechanism: ClassVar[str] = "dpsgd"
+  covers: ClassVar[str] = (
+      "Covers the DP-SGD training steps: every step's noisy sum of clipped per-example "
+      "gradients (clip norm C, noise std sigma C) on a Poisson sample, for the neighbours each "
+      "record states (add/remove-one for the dpsgd method, replace-one for DGD's private "
+      "baseline); the model and everything computed from it are post-processing. "
+      "Not covered: hyper-parameter tuning (the learning rate, clip norm, batch size, epochs "
+      "and model were chosen by looking at test accuracy on runs over the same private data), "
+      "and the test-set evaluation. The ScatterNet features are a fixed, data-independent "
+      "transform and cost no epsilon; any data-dependent normalisation would need its own "
+      "budget (none is used: group normalisation is per example).")
   noise_field: ClassVar[str] = "noise_multiplier"
   count_field: ClassVar[str] = "steps"
 
@@ -653,6 +703,12 @@ class SmoothSensitivityCost(Release):
   neighbours: str = "replace_one"  # one changed example moves one vote (k = 1)
 
   mechanism: ClassVar[str] = "smooth_sensitivity"
+  covers: ClassVar[str] = (
+      "Covers the smooth-sensitivity release of the queries' data-dependent epsilon (PATE "
+      "2018 Sec. 4), its order, beta and sigma_ss fixed before any vote: (lam, c)-RDP by Thm. "
+      "23, composed here with the queries at lam. Not covered: the same quantities chosen "
+      "from the votes, the exact data-dependent epsilon and its smooth sensitivity (server "
+      "diagnostics, not releases).")
   noise_field: ClassVar[str] = "sigma_ss"
   count_field: ClassVar[str] = "releases"
   releases: ClassVar[int] = 1
@@ -695,6 +751,9 @@ class PureDpRelease(Release):
   note: str = ""
 
   mechanism: ClassVar[str] = "pure"
+  covers: ClassVar[str] = (
+      "DGD's eps1 protects synthetic examples fed to the VAE, not private examples; it is "
+      "added to the total as the paper does (never makes the total smaller).")
 
   def __post_init__(self):
     object.__setattr__(self, "epsilon", checks.non_negative("epsilon", self.epsilon))
@@ -741,7 +800,7 @@ def build_release(mechanism: str, *, queries: int | None, noise_scale: float | N
   if mechanism == "gnmax":
     _need(mechanism, noise_scale=noise_scale, queries=queries)
     return GNMaxQueries(noise_scale, queries, votes, **teacher)
-  if mechanism in ("gaussian_histogram", "gaussian_class_count"):
+  if mechanism in (HistogramQueries.mechanism, ClassCountQueries.mechanism):
     if votes is not None:
       raise ConfigError(f"{mechanism} has no data-dependent analysis: drop --votes.")
     _need(mechanism, noise_scale=noise_scale, queries=queries)

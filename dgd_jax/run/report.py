@@ -6,6 +6,7 @@ import os
 
 from dgd_jax import privacy
 from dgd_jax.configs.common import SMOKE_STEPS
+from dgd_jax.labels import aggregation
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING, RELATION_NAMES
 from dgd_jax.run import methods
@@ -187,12 +188,10 @@ def _audit_lines(a: dict, check: dict) -> list[str]:
 def _plan_lines(plan: dict) -> list[str]:
   """report.md's query plan: the chosen candidate and why (query_plan.choose)."""
   c = plan["chosen"]
-  released = {"gaussian_histogram": "the noisy vote histograms of {} queries, released whole",
-              "gaussian_class_count": "the noisy count of {} queries' votes for the class "
-                                      "each sample was synthesised for"}
-  if c["aggregator"] in released:  # no trade-off to show (query_plan docstring)
+  row = aggregation.AGGREGATORS[c["aggregator"]]
+  if row.planning == "least_noise":  # no trade-off to show (query_plan docstring)
     return ["## Query plan", "",
-            f"{c['aggregator']}: {released[c['aggregator']].format(c['num_queries'])}, "
+            f"{c['aggregator']}: {row.plan_text.format(c['num_queries'])}, "
             f"with the least noise that fits the target epsilon: sigma "
             f"{c['noise_scale']:g} (epsilon {c['epsilon']:.3f}; no votes are read to choose)"
             + (f"; chosen because {c['why']}." if "why" in c else "."), ""]
@@ -310,8 +309,8 @@ def write(workdir: str, report: dict) -> None:
               f"{100 * min(members):.2f} to {100 * max(members):.2f}%.", ""]
   if "student_accuracy_noiseless_labels" in report:
     aggregator = report["stages"].get("queries", {}).get("aggregator")
-    clean = {"gaussian_histogram": "vote shares",
-             "gaussian_class_count": "counts"}.get(aggregator, "plurality")
+    row = aggregation.AGGREGATORS.get(aggregator)  # None: no queries stage (DPDFD)
+    clean = row.noiseless if row else "plurality"
     lines += [f"Diagnostic (not released): the same student on the teachers' noiseless "
               f"{clean} reaches "
               f"{100 * report['student_accuracy_noiseless_labels']:.2f}%.", ""]

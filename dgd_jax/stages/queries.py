@@ -4,8 +4,8 @@ aggregation (LNMax with Laplace scale 2/eps0, or GNMax / Confident-GNMax for DGD
 every query and its vote histogram go into the privacy ledger. The rest, D_u, stays
 unlabelled. ``gaussian_histogram`` releases GNMax's noisy histogram whole instead of its
 argmax (at GNMax's data-independent epsilon): the student learns the noisy vote shares.
-``gaussian_class_count`` releases one count of each histogram, that of the class the
-synthetic sample was made for (``pool.classes``, fixed before any vote): sensitivity 1
+The class-count release (``aggregation.CLASS_COUNTS``) releases one count of each histogram,
+that of the class the synthetic sample was made for (``pool.classes``, fixed before any vote): sensitivity 1
 instead of sqrt 2, so at the same epsilon the count carries sigma / sqrt 2 of noise
 (``student_training.class_count_targets`` makes the student's targets of it).
 
@@ -65,10 +65,9 @@ from dgd_jax.training import train
 
 CONFIG_KEYS = ("pool", "queries", "privacy")
 SELECTIONS = ("random", "least_confident", "representative")
-# 'auto_counts' (plan 'auto'): gaussian_class_count or gaussian_histogram, as
-# query_plan.CLASS_COUNT_NOISE_PER_VOTE chooses
-AGGREGATORS = ("lnmax", "gnmax", "gaussian_histogram", "gaussian_class_count",
-               "auto_counts", "confident_gnmax")
+# The table's aggregators, and 'auto_counts' (plan 'auto'): the class counts or the
+# histograms, as query_plan.CLASS_COUNT_NOISE_PER_VOTE chooses
+AGGREGATOR_CHOICES = (*aggregation.AGGREGATORS, "auto_counts")
 
 
 def neighbours(config) -> tuple[str, ...]:
@@ -159,13 +158,13 @@ def check(config) -> None:
   if filtered(config) and config.queries.plan == "auto":
     raise ConfigError("config.queries.filter spends privacy.max_epsilon itself and stops when it "
                       "is spent: use queries.plan='fixed' with num_queries as the most to ask.")
-  if config.queries.aggregator not in AGGREGATORS:
+  if config.queries.aggregator not in AGGREGATOR_CHOICES:
     raise ConfigError(f"config.queries.aggregator={config.queries.aggregator!r}; use one of "
-                      f"{AGGREGATORS}.")
+                      f"{AGGREGATOR_CHOICES}.")
   if config.queries.aggregator == "auto_counts" and config.queries.plan != "auto":
     raise ConfigError("config.queries.aggregator='auto_counts' is chosen by the automatic plan: "
-                      "set queries.plan='auto', or name the aggregator (gaussian_class_count "
-                      "or gaussian_histogram).")
+                      "set queries.plan='auto', or name the aggregator "
+                      f"({aggregation.CLASS_COUNTS} or {aggregation.HISTOGRAMS}).")
   refits = config.queries.refits
   if isinstance(refits, bool) or not isinstance(refits, int) or refits < 0:
     raise ConfigError(f"config.queries.refits={refits!r}: it must be a whole number of at least "
@@ -215,9 +214,9 @@ def check(config) -> None:
                       f"first round's labels, which {q.aggregator} does not release (a "
                       "histogram's argmax is mostly noise at the presets' sigma): use "
                       "selection 'random' or 'representative'.")
-  if q.aggregator == "gaussian_class_count":
+  if aggregation.AGGREGATORS[q.aggregator].released == "counts":
     pool.check_classes(config)
-  if refits and (q.aggregator != "gaussian_histogram" or q.selection != "random"
+  if refits and (q.aggregator != aggregation.HISTOGRAMS or q.selection != "random"
                  or client or filtered(config)):
     raise ConfigError("config.queries.refits rounds' students learn released vote histograms "
                       "of random samples: use aggregator 'gaussian_histogram', selection "
@@ -258,19 +257,11 @@ def too_many(config, num: int, available: str, enlarge: str) -> ConfigError:
 
 def aggregate(config, key: jax.Array, votes: np.ndarray, classes: np.ndarray | None = None
               ) -> aggregation.Aggregate:
-  """The config's aggregator on ``votes`` [Q, K]; ``classes`` [Q]: the class whose count
-  ``gaussian_class_count`` releases for each query."""
+  """The config's aggregator (``aggregation.AGGREGATORS``) on ``votes`` [Q, K]; ``classes``
+  [Q]: the class whose count the class-count release releases for each query."""
   q = settings(config)
-  votes = jnp.asarray(votes)
-  if q.aggregator == "lnmax":
-    return aggregation.lnmax(key, votes, q.noise_scale)  # DGD Eq. 3
-  if q.aggregator == "gnmax":
-    return aggregation.gnmax(key, votes, q.noise_scale)
-  if q.aggregator == "gaussian_histogram":
-    return aggregation.gaussian_histogram(key, votes, q.noise_scale)
-  if q.aggregator == "gaussian_class_count":
-    return aggregation.gaussian_class_count(key, votes, classes, q.noise_scale)
-  return aggregation.confident_gnmax(key, votes, q.threshold, q.sigma1, q.noise_scale)
+  return aggregation.AGGREGATORS[q.aggregator](key, jnp.asarray(votes), q.noise_scale, classes,
+                                               q.threshold, q.sigma1)
 
 
 def least_confident(probs: np.ndarray, k: int) -> np.ndarray:
@@ -386,7 +377,7 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
   params, predict, _ = artefacts.load_teachers(ctx)
   client_key = ctx.key("ldp_client")
   classes = (pool.classes(config, len(x_pool), ctx.dataset.num_classes)
-             if q.aggregator == "gaussian_class_count" else None)
+             if aggregation.AGGREGATORS[q.aggregator].released == "counts" else None)
 
   def ask(indices, key, round_index, vote=None):  # the votes on x_pool[indices], answers
     sent = x_pool[indices]
@@ -446,8 +437,9 @@ def diagnostics(ctx: Context, x_pool, indices, labels, answered, steps) -> dict:
     local["covered"] = (f"the private baseline's {steps[0].steps} DP-SGD steps and the "
                         f"{q.aggregator} answers to {len(indices)} label queries, composed "
                         "(everything the student saw derives from these)")
-  # the baseline's labels of the queried samples (gaussian_class_count releases no label)
-  if config.pool.source == "synthetic" and q.aggregator != "gaussian_class_count":
+  # the baseline's labels of the queried samples (the class counts release no label)
+  if (config.pool.source == "synthetic"
+      and aggregation.AGGREGATORS[q.aggregator].released != "counts"):
     named = artefacts.load_synthetic_labels(ctx)[indices]
     local["label_accuracy_vs_baseline"] = float(np.mean(labels[answered] == named[answered]))
   if q.chosen:  # why this plan: every candidate's expected label accuracy and epsilon
@@ -478,12 +470,10 @@ def run(ctx: Context) -> dict:
         config, plans, indices, votes, labels, answered)
   else:
     records = {r: release(config, votes, answered, r) for r in plans}
-  if released is None:  # the labels are the release
-    kept = {}
-  elif q.aggregator == "gaussian_class_count":  # the counts (``labels``: the class counted)
-    kept = {"counts": released}
-  else:
-    kept = {"histograms": released}
+  # the release where it is not the labels: "histograms", or "counts" (``labels``: the
+  # class counted)
+  released_as = aggregation.AGGREGATORS[q.aggregator].released
+  kept = {} if released is None else {released_as: released}
   save_arrays(os.path.join(ctx.stage.path, QUERIES), indices=indices, labels=labels,
               answered=answered, **kept)
   save_array(os.path.join(ctx.stage.path, VOTES), votes)
@@ -495,8 +485,8 @@ def run(ctx: Context) -> dict:
     pate2018["smooth_sensitivity"] = release_smooth_sensitivity(
         config, ctx.key("smooth_sensitivity"), votes, answered)
   plurality = np.argmax(votes, -1)
-  # how often the released label (gaussian_class_count: the class asked about) is the plurality
-  agreement = ("asked_class_is_plurality" if q.aggregator == "gaussian_class_count"
+  # how often the released label (class counts: the class asked about) is the plurality
+  agreement = ("asked_class_is_plurality" if released_as == "counts"
                else "noisy_label_agreement_with_plurality")
   rounds = np.array_split(votes, config.queries.refits + 1)  # round_sizes; a diagnostic
   return {

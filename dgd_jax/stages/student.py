@@ -99,12 +99,12 @@ def labelled_split(ctx: Context, x_pool: np.ndarray, votes: np.ndarray | None = 
   labelled = q["indices"][answered]
   n, k = ctx.config.num_teachers, ctx.dataset.num_classes
   clean = None if votes is None else votes[answered]
-  if "counts" in q:  # gaussian_class_count: the labels are the classes counted
+  if "counts" in q:  # the class counts: the labels are the classes counted
     classes = q["labels"][answered]
     counts = (q["counts"][answered] if clean is None
               else clean[np.arange(len(classes)), classes])
     targets = class_count_targets(counts, classes, n, k)
-  elif "histograms" in q:  # gaussian_histogram
+  elif "histograms" in q:  # the noisy histograms
     targets = shares(q["histograms"][answered] if clean is None else clean, n)
   else:
     targets = (q["labels"][answered] if clean is None else clean.argmax(-1)).astype(np.int32)
@@ -117,7 +117,7 @@ def run(ctx: Context) -> dict:
   x_s, y_s, x_u, answered = labelled_split(ctx, x_pool)
   x_eval, y_eval = pool.evaluation(ctx)  # the test split (PATE: the part not in the pool)
   vae = load_vae(ctx, x_pool.shape[1:]) if uses_vae(config.student) else (None, None)
-  brier = y_s.ndim == 2  # released counts (gaussian_histogram, gaussian_class_count)
+  brier = y_s.ndim == 2  # released counts (histograms or class counts)
   propagated = not brier and propagates(config, len(x_s), len(x_pool))
   features = propagation.features(np.concatenate([x_s, x_u])) if propagated else None
   k = members(config, ctx.results.get("queries", {}).get("noise_scale"))
