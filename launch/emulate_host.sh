@@ -23,7 +23,7 @@ done
 [ "$(id -u)" -eq 0 ] || { echo "error: a CPU quota needs root (cgroups)." >&2; exit 1; }
 bench="${DGD_BENCH_PYTHON:-python}"  # a Python with dgd_jax installed, for the readings
 # the matmul peak alone (dgd_jax.cli.bench's), not the whole teacher benchmark around it
-bench_peak() { "$@" "$bench" -c "from dgd_jax import bench; \
+bench_peak() { "$@" "$bench" -c "from dgd_jax.cli import bench; \
 print(round(bench.matmul_peak_flops() / 1e9))" 2>/dev/null; }
 "$bench" -c "import dgd_jax" 2> /dev/null || { echo "error: $bench cannot import dgd_jax: set \
 DGD_BENCH_PYTHON to one that can (e.g. .venv/bin/python)." >&2; exit 1; }

@@ -14,7 +14,8 @@ from dgd_jax.data import load_private
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.plan import artefacts
 from dgd_jax.plan.context import Context
-from dgd_jax.runtime.workdir import Workdir, read_json
+from dgd_jax.plan.workdir import Workdir
+from dgd_jax.runtime.files import read_json
 from dgd_jax.synthesis import generative
 from dgd_jax.training import ensemble
 from dgd_jax.training import memory_plan
@@ -40,7 +41,8 @@ def test_finished_models_are_read_without_building_their_training_state(finished
              for n in ("baseline", "teachers", "generator")}
   ctx = Context(config, wd, wd.stage("audit", config, ()), lambda: load_private(config),
                 results)
-  for module, name in ((memory_plan, "estimate"), (memory_plan, "plan"), (ensemble, "init_teachers"),
+  for module, name in ((memory_plan, "estimate"), (memory_plan, "plan"),
+                       (ensemble, "init_teachers"),
                        (generative, "create_generator_state"), (train, "create_train_state"),
                        (artefacts, "new_teachers"), (artefacts, "new_generator")):
     _forbid(monkeypatch, module, name)

@@ -70,7 +70,7 @@ def _fake_report(accuracy: float, epsilon: float, accountant: str = "rdp") -> di
 def test_collect_only_draws_the_frontier_from_finished_rows(tmp_path):
   """frontier.png and frontier.csv come from the same finished rows as comparison.md (here
   tiny fake reports: nothing is trained), plus the rows' published numbers."""
-  from dgd_jax.runtime.workdir import write_json
+  from dgd_jax.runtime.files import write_json
   by_name = {r.name: r for r in compare.ROWS}
   fake = {"dgd_eps10": _fake_report(0.7654, 9.9993), "dgd_eps1": _fake_report(0.5795, 0.990),
           "dgd_private_eps10": _fake_report(0.6214, 9.9998, "pld"),

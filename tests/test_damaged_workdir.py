@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from dgd_jax.configs import baseline as baseline_config
+from dgd_jax.plan import workdir
 from dgd_jax.run import pipeline
-from dgd_jax.runtime import workdir
+from dgd_jax.runtime import files
 from dgd_jax.runtime.errors import DamagedArtefactError, WorkdirNotWritableError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,16 +106,16 @@ def test_a_truncated_checkpoint_names_the_stage_and_changes_nothing(finished, np
 def test_a_truncated_array_names_its_stage(tmp_path, name, array, cut):
   stage = tmp_path / "w" / "generator"
   stage.mkdir(parents=True)
-  workdir.write_json(str(stage / "stage.json"), {"stage": "generator", "config": {}})
+  files.write_json(str(stage / "stage.json"), {"stage": "generator", "config": {}})
   file = str(stage / name)
   if array is None:
-    workdir.save_arrays(file, indices=np.arange(50), labels=np.zeros(50, np.int32))
+    files.save_arrays(file, indices=np.arange(50), labels=np.zeros(50, np.int32))
   else:
-    workdir.save_array(file, array)
+    files.save_array(file, array)
   with open(file, "r+b") as f:
     f.truncate(cut)
   with pytest.raises(DamagedArtefactError) as e:
-    workdir.load_array(file)
+    files.load_array(file)
   assert str(e.value).startswith(f"{file} cannot be read (")
   assert f"recompute the 'generator' stage: rm -r {stage}, then re-run" in str(e.value)
   assert os.path.getsize(file) == cut  # left as it was
@@ -146,8 +147,8 @@ def test_a_full_disk_names_the_file_and_the_rerun_resumes(npz_file, tmp_path, mo
 
 def test_an_orbax_write_failure_is_reported_the_same_way(tmp_path):
   with pytest.raises(WorkdirNotWritableError, match="cannot write /x/1: Read-only file system"):
-    with workdir.writing("/x/1"):
+    with files.writing("/x/1"):
       raise ValueError("TensorStore: Error writing ...: [Errno 30] Read-only file system")
   with pytest.raises(KeyError):  # other errors pass through
-    with workdir.writing("/x/1"):
+    with files.writing("/x/1"):
       raise KeyError("params")

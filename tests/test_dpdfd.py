@@ -10,10 +10,10 @@ import pytest
 from dgd_jax import privacy
 from dgd_jax.configs import dpdfd as dpdfd_config
 from dgd_jax.plan.context import Context
+from dgd_jax.plan.workdir import Workdir
 from dgd_jax.run import methods
 from dgd_jax.run import pipeline
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.runtime.workdir import Workdir
 from dgd_jax.synthesis import dpdfd
 
 import tiny_configs
@@ -258,7 +258,8 @@ def test_uniform_reference_releases_depend_on_the_teachers_only(npz_file):
   teacher = lambda x: jnp.stack([jnp.sum(x, (1, 2, 3))[:, None] * jnp.arange(10.0) / 100,
                                  -jnp.mean(x, (1, 2, 3))[:, None] * jnp.arange(10.0)])  # n = 2
   import dataclasses
-  cfg = dataclasses.replace(dpdfd.StepSettings.from_config(config.dpdfd, 0.0),
+  from dgd_jax.plan import dpdfd as dpdfd_plan
+  cfg = dataclasses.replace(dpdfd_plan.step_settings(config.dpdfd, 0.0),
                             reference="uniform")
   key = jax.random.key(7)
   step = jax.jit(dpdfd.step, static_argnums=(2, 3, 4))

@@ -19,6 +19,7 @@ from dgd_jax import privacy
 from dgd_jax.configs import dpdfd as dpdfd_config
 from dgd_jax.privacy import dpdfd, events
 from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.plan import dpdfd as dpdfd_plan
 from dgd_jax.stages import dpdfd as stage
 from dgd_jax.synthesis import dpdfd as algorithm
 
@@ -164,18 +165,18 @@ def test_stage_grants_disjoint_only_on_checked_shards(monkeypatch, npz_file):
   config = dpdfd_config.get_config(f"npz:{npz_file},cpu,ensemble")
   config.num_teachers = 4
   assert config.privacy.relation == "disjoint_teachers"
-  record = stage.release(config, 300.0)
+  record = dpdfd_plan.release(config, 300.0)
   assert record.teachers_disjoint and record.relation == "disjoint_teachers"
   assert record.describe()["l2_sensitivity"] == pytest.approx(2 * config.dpdfd.norm_bound)
   # Shards that overlap (as bagging would deal them) are refused.
-  monkeypatch.setattr(stage, "config_shards",
+  monkeypatch.setattr(dpdfd_plan, "config_shards",
                       lambda config, x, y: [np.arange(10)] * config.num_teachers)
   with pytest.raises(ConfigError, match="may overlap"):
-    stage.release(config, 300.0)
+    dpdfd_plan.release(config, 300.0)
   # A relation that does not describe the sensitive model is refused.
   config.privacy.relation = "direct"
   with pytest.raises(ConfigError, match="does not describe"):
-    stage.release(config, 300.0)
+    dpdfd_plan.release(config, 300.0)
 
 
 @pytest.mark.integration
@@ -183,7 +184,7 @@ def test_direct_step_samples_what_the_event_accounts(monkeypatch, npz_file):
   config = dpdfd_config.get_config(f"npz:{npz_file},cpu,direct")
   config.dpdfd.batch_size = 16
   n = 512  # the npz fixture's training set
-  record = stage.release(config, 2.0)
+  record = dpdfd_plan.release(config, 2.0)
   sampled = record.event().event
   assert isinstance(sampled, dp_accounting.SampledWithoutReplacementDpEvent)
   assert (sampled.source_dataset_size, sampled.sample_size) == (n, 16)

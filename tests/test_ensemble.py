@@ -114,7 +114,7 @@ def test_partitions_stack_pads_and_records_sizes():
 
 SHARDED_SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
-    from dgd_jax import ensemble, parallel, train
+    from dgd_jax.training import ensemble, placement, train
     from dgd_jax.models.classifier import Classifier
     assert jax.device_count() == 8, jax.devices()
     n = 16
@@ -126,7 +126,7 @@ SHARDED_SCRIPT = textwrap.dedent("""
     parts = ensemble.Partitions.stack(list(np.arange(n * 8, dtype=np.int32).reshape(n, 8)))
     out = {}
     for name, devices in (("one", jax.devices()[:1]), ("eight", jax.devices())):
-      mesh = parallel.teacher_mesh(n, devices)
+      mesh = placement.teacher_mesh(n, devices)
       state = ensemble.init_teachers(model, tx, jax.random.key(0), n, (28, 28, 1), mesh)
       step = ensemble.make_train_step(mesh, 4, 1)
       args = ensemble.place_examples(mesh, parts, x, y)

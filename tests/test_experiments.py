@@ -15,7 +15,7 @@ from dgd_jax.plan import artefacts
 from dgd_jax.run import methods
 from dgd_jax.run import pipeline
 from dgd_jax.runtime.errors import WorkdirConflictError
-from dgd_jax.runtime.workdir import read_json
+from dgd_jax.runtime.files import read_json
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.py"))

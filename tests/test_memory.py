@@ -12,6 +12,8 @@ import jax
 import pytest
 
 from dgd_jax.configs import teachers as teachers_config
+from dgd_jax.data import load_private
+from dgd_jax.plan import artefacts
 from dgd_jax.run import pipeline
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import memory_plan
@@ -24,7 +26,7 @@ FACTOR = 2.0
 PROBE = r"""
 import json, re, sys
 import numpy as np, jax, optax
-from dgd_jax import ensemble, memory, parallel
+from dgd_jax.training import ensemble, memory_plan, placement
 from dgd_jax.models.classifier import Classifier
 
 def status(field):
@@ -35,10 +37,10 @@ model, tx = Classifier(width=width), optax.adam(1e-3)
 rng = np.random.default_rng(0)
 x = rng.random((n * 240, 28, 28, 1), np.float32)
 y = rng.integers(0, 10, n * 240).astype(np.int32)
-fixed, member = memory.estimate(model, tx, (28, 28, 1), teachers_per_device=n,
+fixed, member = memory_plan.estimate(model, tx, (28, 28, 1), teachers_per_device=n,
                                 examples_per_device=len(x), batch_size=batch,
                                 query_chunk=ensemble.QUERY_CHUNK)
-mesh = parallel.teacher_mesh(n)
+mesh = placement.teacher_mesh(n)
 parts = ensemble.Partitions.stack([np.arange(i * 240, (i + 1) * 240) for i in range(n)])
 before = status("VmRSS")
 state = ensemble.init_teachers(model, tx, jax.random.key(0), n, (28, 28, 1), mesh)
@@ -64,10 +66,20 @@ def test_plan_takes_the_largest_chunk_that_fits():
 
 
 def test_plan_refuses_when_one_teacher_at_a_time_does_not_fit():
-  with pytest.raises(ConfigError, match="does not fit.*num_teachers.*model.width"):
-    memory_plan.plan(fixed=10 * memory_plan.GIB, member=memory_plan.GIB, chunk=1, free=8 * memory_plan.GIB)
+  gib = memory_plan.GIB
+  with pytest.raises(ConfigError, match="does not fit.*fewer teachers.*narrower model.*smaller "
+                     "batch"):
+    memory_plan.plan(fixed=10 * gib, member=gib, chunk=1, free=8 * gib)
   with pytest.raises(ConfigError, match="does not fit"):  # the states fit, one member not
-    memory_plan.plan(fixed=memory_plan.GIB, member=8 * memory_plan.GIB, chunk=4, free=8 * memory_plan.GIB)
+    memory_plan.plan(fixed=gib, member=8 * gib, chunk=4, free=8 * gib)
+
+
+def test_a_run_that_does_not_fit_is_told_the_flags_that_set_its_memory(npz_file, monkeypatch):
+  config = teachers_config.get_config(f"npz:{npz_file},cpu")
+  monkeypatch.setattr(memory_plan, "device_bytes", lambda: (10**6, "a 1 MB device"))
+  with pytest.raises(ConfigError, match="does not fit.*--config.num_teachers, "
+                     "--config.model.width, --config.teachers.batch_size"):
+    artefacts.teacher_memory(config, load_private(config), 4)
 
 
 def test_the_fallback_count_errs_high():

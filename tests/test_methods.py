@@ -110,9 +110,35 @@ def test_each_module_imports_only_its_own_layer_or_lower_ones():
   assert not bad, "\n".join(bad)
 
 
+# The config-free library: docs/ARCHITECTURE.md's library folders.
+LIBRARY = ("training", "synthesis", "labels", "runtime", "privacy", "models")
+
+
+def test_the_library_folders_never_read_a_config():
+  """No library module imports ml_collections or a config file, takes or names a ``config``
+  or builds a settings object ``from_config``: what a config makes of the library is
+  plan/'s."""
+  bad = []
+  for name, path in _modules().items():
+    if name.split(".")[1:2] and name.split(".")[1] in LIBRARY:
+      for node in ast.walk(ast.parse(open(path).read())):
+        imported = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        if any(m.startswith(("ml_collections", "dgd_jax.configs")) for m in imported):
+          bad.append(f"{name} imports {imported}")
+        if isinstance(node, ast.arg) and node.arg == "config":
+          bad.append(f"{name} takes a config")
+        if isinstance(node, ast.Name) and node.id == "config":
+          bad.append(f"{name} reads 'config' (line {node.lineno})")
+        if isinstance(node, ast.FunctionDef) and node.name == "from_config":
+          bad.append(f"{name} defines from_config (line {node.lineno})")
+  assert not bad, "\n".join(bad)
+  assert {m.split(".")[1] for m in _modules() if m.count(".")} >= set(LIBRARY)
+
+
 def test_stages_import_neither_each_other_nor_the_pipeline():
   modules = _modules()
-  forbidden = {"dgd_jax.run.pipeline", "dgd_jax.run.methods", "dgd_jax.run.sweep", "dgd_jax.run.report"}
+  forbidden = {f"dgd_jax.run.{m}" for m in ("pipeline", "methods", "sweep", "report")}
   for name, path in modules.items():
     if name.startswith("dgd_jax.stages."):
       imported = _imports(path, modules)
@@ -182,7 +208,8 @@ def test_a_calibrated_private_baseline_is_not_reused_at_another_budget(npz_file)
   its slice (and so the generator's) changes with either, while the plain baseline's
   does not."""
   from dgd_jax.configs import dgd as dgd_config_file
-  from dgd_jax.runtime.workdir import config_slice, fingerprint
+  from dgd_jax.plan.workdir import config_slice
+  from dgd_jax.runtime.files import fingerprint
 
   def slices(arg, **privacy):
     config = dgd_config_file.get_config(f"npz:{npz_file},{arg}")

@@ -8,6 +8,7 @@ import pytest
 
 from dgd_jax import privacy
 from dgd_jax.configs import pate as pate_config_file
+from dgd_jax.plan import dgd as dgd_plan
 from dgd_jax.plan.artefacts import QUERIES, VOTES
 from dgd_jax.run import pipeline
 from dgd_jax.runtime.errors import ConfigError
@@ -21,7 +22,7 @@ def test_plus_preset_plans_a_filter_and_refuses_misplaced_budgets():
   config = pate_config_file.get_config("fashion_mnist,cpu,plus,eps1")
   assert config.queries.filter and config.privacy.max_epsilon == 1.0
   assert config.privacy.accountant == "renyi_filter"
-  record = queries.releases(config)[-1]
+  record = dgd_plan.releases(config)[-1]
   assert isinstance(record, privacy.FilteredQueries) and record.queries == 1000
   book = privacy.PrivacyLedger([record])
   assert book.check_budget(1.0 + 1e-9, 1e-5).epsilon == pytest.approx(1.0, abs=1e-9)
@@ -42,7 +43,7 @@ def test_plus_preset_plans_a_filter_and_refuses_misplaced_budgets():
   lnmax.queries.filter = True
   lnmax.privacy.max_epsilon = 3.0
   with pytest.raises(ConfigError, match="gnmax or confident_gnmax"):
-    queries.releases(lnmax)
+    dgd_plan.releases(lnmax)
 
 
 @pytest.mark.integration
@@ -89,12 +90,12 @@ def test_smooth_sensitivity_release_in_the_queries_stage(npz_file, tmp_path):
   assert s["epsilon"] == pytest.approx(s["epsilon_before"] + s["gnss_rdp"])
   assert s["conditions"] == {"C5": True, "C6": True}
   assert s["source"] == "plan" and s["dp_release"]
-  plan = queries.ss_plan(config)
+  plan = dgd_plan.ss_plan(config)
   assert (s["order"], s["beta"], s["sigma_ss"]) == (plan.order, plan.beta, plan.sigma_ss)
   assert s["diagnostic"]["source"] == "votes" and not s["diagnostic"]["dp_release"]
   # The headline: the queries' data-independent RDP and the release's cost, at its order.
   assert report["accountant"] == "smooth_sensitivity" and not report["epsilon_is_data_dependent"]
-  record = queries.planned(config, "replace_one")
+  record = dgd_plan.planned(config, "replace_one")
   lam = np.array([plan.order])
   expected, _ = privacy.improved_epsilon(lam, record.rdp(lam) + plan.rdp, 1e-5)
   assert report["epsilon"] == pytest.approx(expected, rel=1e-12)
@@ -112,16 +113,16 @@ def test_smooth_sensitivity_release_in_the_queries_stage(npz_file, tmp_path):
 def test_smooth_sensitivity_needs_its_accountant_and_fixed_parameters_set_together():
   config = pate_config_file.get_config("fashion_mnist,cpu,plus,ss")
   assert config.privacy.accountant == "smooth_sensitivity"
-  assert isinstance(queries.releases(config)[-1], privacy.SmoothSensitivityCost)
+  assert isinstance(dgd_plan.releases(config)[-1], privacy.SmoothSensitivityCost)
   config.privacy.accountant = "rdp"
   with pytest.raises(ConfigError, match="accountant='smooth_sensitivity'"):
     queries.check(config)
   config.privacy.accountant = "smooth_sensitivity"
   config.queries.ss_order = 5.0
   with pytest.raises(ConfigError, match="set all three"):
-    queries.ss_plan(config)
+    dgd_plan.ss_plan(config)
   config.queries.update(ss_beta=0.05, ss_sigma=8.0)
-  plan = queries.ss_plan(config)
+  plan = dgd_plan.ss_plan(config)
   assert (plan.order, plan.beta, plan.sigma_ss, plan.source) == (5.0, 0.05, 8.0, "config")
   plain = pate_config_file.get_config("fashion_mnist,cpu,plus")
   plain.privacy.accountant = "smooth_sensitivity"

@@ -16,14 +16,15 @@ import pytest
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.data import load_private
 from dgd_jax.plan import artefacts
+from dgd_jax.plan import dgd as dgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan import student_fit
 from dgd_jax.plan.context import Context
+from dgd_jax.plan.workdir import Workdir
 from dgd_jax.run import methods
 from dgd_jax.run import pipeline
 from dgd_jax.runtime.errors import ConfigError, WorkdirConflictError
-from dgd_jax.runtime.workdir import Workdir, read_json
-from dgd_jax.stages import queries as queries_stage
+from dgd_jax.runtime.files import read_json
 from dgd_jax.stages import student as student_stage
 from dgd_jax.training import ensemble
 from dgd_jax.training import train
@@ -544,7 +545,7 @@ def test_refit_rounds_ask_teachers_refit_from_the_released_histograms(finished_d
   assert os.path.isdir(pathlib.Path(workdir) / "queries" / "checkpoints" / "refit_student_1")
   one_round = config.copy_and_resolve_references()
   one_round.queries.refits = 0
-  plan = queries_stage.releases(one_round)[-1]
+  plan = dgd_plan.releases(one_round)[-1]
   assert plan.sigma == pytest.approx(result["noise_scale"]) and plan.queries == 60
   assert 2.99 < report["epsilon"] <= 3.0
   assert report["stages"]["student"]["num_labelled"] == 60

@@ -7,11 +7,12 @@ import os
 
 import pytest
 
+from dgd_jax.plan.workdir import config_slice
 from dgd_jax.run import methods
 from dgd_jax.run import pipeline
 from dgd_jax.run import sweep
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.runtime.workdir import config_slice, write_json
+from dgd_jax.runtime.files import write_json
 
 import tiny_configs
 

@@ -9,10 +9,10 @@ import pytest
 import tiny_configs
 from dgd_jax.configs import dgd as dgd_config_file
 from dgd_jax.plan import queries as query_plan
+from dgd_jax.plan.workdir import config_slice
 from dgd_jax.run import methods
 from dgd_jax.run import pipeline
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.runtime.workdir import config_slice
 
 
 @pytest.mark.parametrize("size,expected", [(8000, 100), (12000, 150), (20000, 250),

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from dgd_jax.configs import baseline as baseline_config
+from dgd_jax.plan import workdir
 from dgd_jax.run import pipeline
 from dgd_jax.runtime import errors
-from dgd_jax.runtime import workdir
+from dgd_jax.runtime import files
 from dgd_jax.runtime.errors import WorkdirLockedError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,7 +27,7 @@ def holder(tmp_path):
   """Another process holding the lock of ``tmp_path / 'w'`` until it is killed."""
   code = textwrap.dedent(f"""
       import sys, time
-      from dgd_jax.runtime.workdir import Workdir
+      from dgd_jax.plan.workdir import Workdir
       with Workdir({str(tmp_path / 'w')!r}).lock():
         print("locked", flush=True)
         time.sleep(300)
@@ -138,25 +139,25 @@ def test_the_lock_is_released_when_the_run_fails_and_only_the_writer_locks(tmp_p
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
   path = str(tmp_path / "result.json")
-  workdir.write_json(path, {"accuracy": 0.5})
+  files.write_json(path, {"accuracy": 0.5})
 
   def crash(f):
     f.write('{"accuracy": 0.')
     raise KeyboardInterrupt
 
   with pytest.raises(KeyboardInterrupt):
-    workdir.atomic_write(path, crash)
-  assert workdir.read_json(path) == {"accuracy": 0.5}
+    files.atomic_write(path, crash)
+  assert files.read_json(path) == {"accuracy": 0.5}
   assert os.listdir(tmp_path) == ["result.json"]
   with pytest.raises(FileExistsError):  # exclusive: never replaces
-    workdir.write_json(path, {"accuracy": 0.9}, exclusive=True)
-  assert workdir.read_json(path) == {"accuracy": 0.5}
+    files.write_json(path, {"accuracy": 0.9}, exclusive=True)
+  assert files.read_json(path) == {"accuracy": 0.5}
 
 
 def test_arrays_are_saved_whole(tmp_path):
   x = np.arange(12, dtype=np.float32).reshape(3, 4)
-  workdir.save_array(str(tmp_path / "x.npy"), x)
-  workdir.save_arrays(str(tmp_path / "q.npz"), indices=np.arange(3), labels=x[:, 0])
+  files.save_array(str(tmp_path / "x.npy"), x)
+  files.save_arrays(str(tmp_path / "q.npz"), indices=np.arange(3), labels=x[:, 0])
   np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), x)
   with np.load(tmp_path / "q.npz") as q:
     assert sorted(q.files) == ["indices", "labels"]
@@ -170,7 +171,7 @@ def test_leftovers_of_a_killed_write_do_not_block_the_stage(tmp_path, npz_file):
   os.makedirs(stage.path)
   (tmp_path / "w" / "baseline" / ".stage.json.x1y2.tmp").write_text('{"sta')  # killed here
   stage.begin()  # not refused as a foreign folder
-  assert workdir.read_json(os.path.join(stage.path, "stage.json"))["stage"] == "baseline"
+  assert files.read_json(os.path.join(stage.path, "stage.json"))["stage"] == "baseline"
 
 
 def test_a_metrics_line_cut_short_by_a_kill_is_skipped(tmp_path):
@@ -195,7 +196,7 @@ def test_a_workdir_of_another_format_is_refused_whole_before_anything_runs(tmp_p
   pipeline.run(config, str(path))
   recorded = json.loads((path / workdir.CONFIG).read_text())
   assert recorded["format"] == workdir.FORMAT
-  assert workdir.Workdir(str(path)).read_config().to_dict() == workdir.plain(config)
+  assert workdir.Workdir(str(path)).read_config().to_dict() == files.plain(config)
   del recorded["format"]  # as a workdir of format 1 wrote it
   (path / workdir.CONFIG).write_text(json.dumps(recorded))
   before = sorted(p.name for p in path.iterdir())
@@ -218,14 +219,14 @@ def test_a_stage_written_before_a_field_was_added_or_removed_is_read_at_its_neut
   wd = workdir.Workdir(str(tmp_path / "w"))
   stage = workdir.Stage(wd, "teachers", ours)
   os.makedirs(stage.path)
-  workdir.write_json(os.path.join(stage.path, "stage.json"),
+  files.write_json(os.path.join(stage.path, "stage.json"),
                      {"stage": "teachers", "hash": "old", "config": written_before})
   stage.check()
   for field, value in (("mixup", 0.4), ("width", 0.5)):
     other = workdir.Stage(wd, "teachers", {**ours, "teachers": {**ours["teachers"], field: value}})
     with pytest.raises(errors.WorkdirConflictError, match=f"teachers.{field}: {value}"):
       other.check()
-  workdir.write_json(os.path.join(stage.path, "stage.json"),  # one initialisation for all
+  files.write_json(os.path.join(stage.path, "stage.json"),  # one initialisation for all
                      {"stage": "teachers", "config": {**written_before, "teachers": {
                          **written_before["teachers"], "shared_init": True}}})
   with pytest.raises(errors.WorkdirConflictError, match="teachers.shared_init"):

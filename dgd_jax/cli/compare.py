@@ -37,7 +37,7 @@ from dgd_jax.runtime import host
 from dgd_jax.runtime import plots
 from dgd_jax.runtime import progress
 from dgd_jax.runtime.errors import ConfigError, UserInputError, WorkdirConflictError
-from dgd_jax.runtime.workdir import read_json, write_text
+from dgd_jax.runtime.files import read_json, write_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +129,7 @@ def covers_everything(config) -> bool:
   if methods.method(config).audited(config):  # the models the epsilon covers whole
     return True
   if config.method == "dpdfd":  # Algorithm 1's own generator sees the teacher only by noise
-    from dgd_jax.stages import dpdfd  # pylint: disable=g-import-not-at-top
+    from dgd_jax.plan import dpdfd  # pylint: disable=g-import-not-at-top
     return not dpdfd.uses_synthetic(config) and config.dpdfd.teacher != "private_data"
   return False
 

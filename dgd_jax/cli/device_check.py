@@ -38,7 +38,7 @@ from absl import app, flags
 from dgd_jax.cli import bench
 from dgd_jax.run import methods
 from dgd_jax.run import pipeline
-from dgd_jax.runtime.workdir import read_json, write_json
+from dgd_jax.runtime.files import read_json, write_json
 
 _OUT = flags.DEFINE_string("out", None, "Folder for device_check.json and the runs' workdirs.")
 _DATA = flags.DEFINE_string("data", "", "Folder of Fashion-MNIST's four IDX files (empty: the "

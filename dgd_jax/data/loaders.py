@@ -267,5 +267,5 @@ def load_private(config) -> Dataset:
   smoke run, its test split to ``config.test_size``."""
   return load_dataset(config.dataset, data_dir=config.data_dir or None,
                       manual_dir=config.manual_dir or None, download=config.download
-                      ).with_private_size(config.get("private_size", 0)
+                      ).with_private_size(config.private_size
                                           ).with_test_size(config.get("test_size", 0))

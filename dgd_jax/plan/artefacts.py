@@ -20,7 +20,8 @@ from dgd_jax.models.vae import VAE
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan.context import Context, Program, abstract, abstract_key
 from dgd_jax.runtime import distributed
-from dgd_jax.runtime.workdir import load_array
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.runtime.files import load_array
 from dgd_jax.synthesis import generative
 from dgd_jax.training import ensemble
 from dgd_jax.training import memory_plan
@@ -64,6 +65,15 @@ def fit_config(config, block: str) -> train.FitConfig:
                          checkpoint_every=config.checkpoint_every, log_every=config.log_every)
 
 
+def generator_settings(block) -> generative.GeneratorSettings:
+  """The generator step's settings from the ``generator`` config block (Eq. 2 and its
+  priors)."""
+  return generative.GeneratorSettings(
+      block.batch_size, block.latent_dim, block.alpha, block.beta,
+      generative.Priors(w_stats=block.w_stats, w_tv=block.w_tv, jitter=block.jitter,
+                        mirror=block.mirror))
+
+
 def teacher_memory(config, data, n: int):
   """The teachers' model, fit config, mesh, the chunk asked for and ``memory.plan``'s plan for
   n teachers (on abstract values: the teachers per vmapped chunk that fit the device with
@@ -76,7 +86,12 @@ def teacher_memory(config, data, n: int):
       examples_per_device=len(data.x_train), batch_size=cfg.batch_size,
       query_chunk=ensemble.QUERY_CHUNK)
   wanted = ensemble.auto_chunk(config.teachers.chunk, n)
-  return model, cfg, mesh, wanted, memory_plan.plan(fixed, member, wanted)
+  try:
+    planned = memory_plan.plan(fixed, member, wanted)
+  except ConfigError as e:  # the flags that set what the plan names
+    raise ConfigError(f"{e} Flags: --config.num_teachers, --config.model.width, "
+                      "--config.teachers.batch_size.") from None
+  return model, cfg, mesh, wanted, planned
 
 
 def teacher_plan(config, data, n: int):

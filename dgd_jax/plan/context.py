@@ -12,8 +12,8 @@ import jax
 import ml_collections
 
 from dgd_jax.data import Dataset, load_private
+from dgd_jax.plan.workdir import Stage, Workdir
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.runtime.workdir import Stage, Workdir
 
 Config = ml_collections.ConfigDict
 # Config fields every stage's artefacts depend on (the data, the seed, the classifier).

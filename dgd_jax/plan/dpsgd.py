@@ -189,3 +189,16 @@ def recorded_baseline(results: dict, neighbours: str | None = None) -> list[priv
     return []
   record = privacy.DpsgdSteps.from_json(r)
   return [dataclasses.replace(record, relation=neighbours) if neighbours else record]
+
+
+def neighbours(config) -> tuple[str, ...]:
+  """DP-SGD's relation: add/remove-one (one example in or out of the Poisson samples)."""
+  del config
+  return ("add_or_remove_one",)
+
+
+def releases(config, neighbours: str = "add_or_remove_one") -> list[privacy.Release]:
+  """The planned DP-SGD steps, what the budget guard and ``sweep --accounting_only`` account
+  before anything is trained."""
+  return [dataclasses.replace(release(config, noise_multiplier(config)),
+                              relation=neighbours)]

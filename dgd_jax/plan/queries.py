@@ -272,7 +272,7 @@ def release(config, votes=None, answered=None, neighbours: str = "replace_one"
   q = settings(config)
   covered = config_teachers_changed(config)
   if neighbours not in covered:
-    raise ConfigError(f"teachers.partition={config.teachers.get('partition', 'shuffle')!r} "
+    raise ConfigError(f"teachers.partition={config.teachers.partition!r} "
                       f"does not cover {neighbours} neighbours; it covers {sorted(covered)}.")
   teacher = dict(teachers_changed=covered[neighbours], neighbours=neighbours)
   record = aggregation.AGGREGATORS[q.aggregator].record

@@ -5,6 +5,9 @@ pipeline, the report, the sweep and the budget guard read it; adding a method is
 from __future__ import annotations
 
 from dgd_jax import privacy
+from dgd_jax.plan import dgd as dgd_plan
+from dgd_jax.plan import dpdfd as dpdfd_plan
+from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan.context import BASE_KEYS, Config, Method, StageSpec
 from dgd_jax.runtime.errors import ConfigError
@@ -174,14 +177,14 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("teachers", ("teachers",), privacy_note=_TEACHERS_NOTE),
     Method("teacher_sweep", ("teacher_sweep",), privacy_note=_TEACHERS_NOTE),
     Method("dgd", ("baseline", "teachers", "generator", "vae", "queries", "student"),
-           headline_stage="student", privacy_stage="queries", releases=queries.releases,
+           headline_stage="student", privacy_stage="queries", releases=dgd_plan.releases,
            uncovered=_uncovered_inputs,
-           neighbours=queries.neighbours, covers=QUERIES_COVER, privacy_note=lambda c: (
+           neighbours=dgd_plan.neighbours, covers=QUERIES_COVER, privacy_note=lambda c: (
                _DGD_PRIVATE_BASELINE_NOTE if "dpsgd" in c.baseline else _DGD_NOTE),
            # baseline.check refuses every private-baseline setting that bypasses the noise
            audited=lambda c: ("baseline", "student") if "dpsgd" in c.baseline else ()),
     Method("pate", ("teachers", "vae", "queries", "student"), headline_stage="student",
-           privacy_stage="queries", releases=queries.releases, neighbours=queries.neighbours,
+           privacy_stage="queries", releases=dgd_plan.releases, neighbours=dgd_plan.neighbours,
            uncovered=_uncovered_inputs,
            covers=QUERIES_COVER,
            privacy_note=(
@@ -190,20 +193,20 @@ METHODS: dict[str, Method] = {m.name: m for m in (
                "the test split), and the teachers must never be released."),
            audited=lambda c: ("student",) if c.pool.source == "public" else ()),
     Method("dpdfd", ("baseline", "teachers", "generator", "dpdfd", "dpdfd_samples"),
-           headline_stage="dpdfd", privacy_stage="dpdfd", releases=dpdfd.releases,
+           headline_stage="dpdfd", privacy_stage="dpdfd", releases=dpdfd_plan.releases,
            uncovered=_uncovered_inputs,
-           neighbours=dpdfd.neighbours,
+           neighbours=dpdfd_plan.neighbours,
            covers="{num_steps} DPDFD steps (A_{{C,sigma}} releases)",
            default_stages=lambda c: (("dpdfd",) if c.dpdfd.teacher == "private_data"
-                                     or dpdfd.uses_synthetic(c) else ("dpdfd_samples",)),
+                                     or dpdfd_plan.uses_synthetic(c) else ("dpdfd_samples",)),
            privacy_note=lambda c: _DPDFD_NOTE + (_DPDFD_SYNTHETIC_NOTE
-                                                 if dpdfd.uses_synthetic(c) else "")),
+                                                 if dpdfd_plan.uses_synthetic(c) else "")),
     Method("ldp", ("baseline", "ldp"), headline_stage="ldp", privacy_note=(
         "local_epsilon is the client's local (pure) epsilon per transformed sample "
         "(Algorithm 1). BASE and the robust teacher are trained on the private data without "
         "noise: no differential-privacy guarantee for the teacher side.")),
     Method("dpsgd", ("dpsgd",), headline_stage="dpsgd", privacy_stage="dpsgd",
-           releases=dpsgd.releases, neighbours=dpsgd.neighbours, privacy_note=(
+           releases=dpsgd_plan.releases, neighbours=dpsgd_plan.neighbours, privacy_note=(
                "The epsilon covers the released model: DP-SGD's every step (a noisy sum of "
                "clipped per-example gradients on a Poisson sample) is accounted, and the model "
                "is their post-processing. Not covered: hyper-parameter tuning on the same "

@@ -22,13 +22,14 @@ from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan.context import Config, Context, private_size
+from dgd_jax.plan.workdir import Stage, Workdir
 from dgd_jax.run import methods
 from dgd_jax.run import report as report_lib
 from dgd_jax.run.methods import STAGES
 from dgd_jax.runtime import distributed
 from dgd_jax.runtime import tensorboard
-from dgd_jax.runtime.errors import ConfigError, PrivacyAuditError, UserInputError, WorkdirConflictError
-from dgd_jax.runtime.workdir import Stage, Workdir
+from dgd_jax.runtime.errors import (ConfigError, PrivacyAuditError, UserInputError,
+                                    WorkdirConflictError)
 from dgd_jax.synthesis import generative
 
 

@@ -11,7 +11,7 @@ from dgd_jax.plan import queries as query_plan
 from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING, RELATION_NAMES
 from dgd_jax.run import methods
 from dgd_jax.runtime import host
-from dgd_jax.runtime.workdir import plain, write_json, write_text
+from dgd_jax.runtime.files import plain, write_json, write_text
 
 # Stage results that report.json also shows at its top level.
 TOP_LEVEL = ("generator", "vae", "ldp", "audit")

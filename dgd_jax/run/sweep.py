@@ -30,11 +30,12 @@ import ml_collections
 
 from dgd_jax import privacy
 from dgd_jax.configs.common import with_overrides
+from dgd_jax.plan.workdir import Workdir, config_slice, stored_slice
 from dgd_jax.run import methods
 from dgd_jax.run import pipeline
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.runtime.workdir import Workdir, config_slice, fingerprint, stored_slice, write_csv, write_json, write_text
+from dgd_jax.runtime.files import fingerprint, write_csv, write_json, write_text
 
 Axis = tuple[tuple[str, ...], list[tuple[Any, ...]]]  # field names, one value tuple per point
 

@@ -5,7 +5,7 @@ from typing import Sequence
 
 from absl import logging
 
-from dgd_jax.runtime.workdir import atomic_write
+from dgd_jax.runtime.files import atomic_write
 
 
 def _pyplot(path: str):

@@ -6,9 +6,8 @@ private data instead (Sec. 4.4, a DP-SGD alternative; no generator, no samples s
 
 In conversion, training never reads the private training examples: its inputs are the
 generator's samples, the sensitive model's logits on them (through A_{C,sigma} only) and,
-for evaluation, the test set. The accounting reads the private training set twice, outside
-any release: its size N, and, under ``privacy.relation='disjoint_teachers'``, the teachers'
-shards (``data.config_shards``), checked pairwise disjoint (``release``).
+for evaluation, the test set. The plan, its checks and its ledger record are
+``plan/dpdfd.py``'s.
 """
 from __future__ import annotations
 
@@ -21,14 +20,13 @@ import optax
 from flax.training import train_state
 
 from dgd_jax import privacy
-from dgd_jax.data import config_shards, config_teachers_changed, load_private
 from dgd_jax.plan import artefacts
+from dgd_jax.plan import dpdfd as dpdfd_plan
 from dgd_jax.plan.artefacts import SYNTHETIC, classifier
-from dgd_jax.plan.context import Context, Program, abstract, abstract_key, planned_noise, private_size
-from dgd_jax.privacy import dpdfd as dpdfd_privacy
+from dgd_jax.plan.context import Context, Program, abstract, abstract_key
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.runtime.workdir import save_array
+from dgd_jax.runtime.files import save_array
 from dgd_jax.synthesis import dpdfd
 from dgd_jax.synthesis import generative
 from dgd_jax.training import ensemble
@@ -38,105 +36,9 @@ from dgd_jax.training import train
 CONFIG_KEYS = ("baseline", "num_teachers", "teachers", "dpdfd", "privacy")
 
 
-TEACHERS = ("baseline", "ensemble", "private_data")  # private_data: Sec. 4.4 direct training
-
-
-INPUTS = ("generator", "synthetic")  # Algorithm 1's generator, or the generator stage's set
-
-
 def requires(config) -> tuple[str, ...]:
   sensitive = {"ensemble": ("teachers",), "baseline": ("baseline",)}.get(config.dpdfd.teacher, ())
-  return sensitive + (("generator",) if uses_synthetic(config) else ())
-
-
-def uses_synthetic(config) -> bool:
-  """Whether the inputs are the generator stage's fixed synthetic set."""
-  return config.dpdfd.inputs == "synthetic"
-
-
-# The relation each kind of sensitive model's steps are accounted under (``privacy.dpdfd``).
-RELATIONS = {"baseline": ("whole_batch", "theorem3"),
-             "ensemble": ("disjoint_teachers", "whole_batch", "theorem3"),
-             "private_data": ("direct",)}
-
-
-def neighbours(config) -> tuple[str, ...]:
-  """The neighbouring relations the steps are claimed for: 'whole_batch' assumes nothing about
-  the teachers (both); 'disjoint_teachers' those the teacher partition covers; 'direct' and
-  'theorem3' replace-one (``privacy.dpdfd``)."""
-  relation = config.privacy.relation
-  if relation == "disjoint_teachers":
-    return tuple(config_teachers_changed(config))
-  if relation == "whole_batch":
-    return ("replace_one", "add_or_remove_one")
-  return ("replace_one",)
-
-
-def release(config, noise: float, dataset_size: int | None = None,
-            neighbours: str = "replace_one") -> privacy.DpdfdSteps:
-  """The ledger record of the planned DPDFD steps at noise multiplier ``noise``, stated under
-  the relation ``neighbours``. The ensemble's 'disjoint_teachers' relation is granted only when
-  the teachers stage's shards (``data.config_shards``) are checked pairwise disjoint, at the
-  number of teachers one change moves under the partition."""
-  d, relation = config.dpdfd, config.privacy.relation
-  if relation not in RELATIONS.get(d.teacher, ()):
-    raise ConfigError(
-        f"config.privacy.relation={relation!r} does not describe what dpdfd.teacher="
-        f"{d.teacher!r} releases; use one of {RELATIONS.get(d.teacher)} (privacy.dpdfd).")
-  n = config.num_teachers if d.teacher == "ensemble" else 1
-  disjoint, changed = False, 1
-  if relation == "disjoint_teachers" or relation == "direct":
-    dataset_size = dataset_size or private_size(config)  # direct: B of N; shards of range(N)
-  if relation == "disjoint_teachers":
-    data = load_private(config)
-    disjoint = dpdfd_privacy.shards_disjoint(config_shards(config, data.x_train, data.y_train))
-    changed = config_teachers_changed(config)[neighbours]
-  return privacy.DpdfdSteps(noise, "multiplier", d.norm_bound, d.batch_size, d.num_steps,
-                            num_teachers=n, relation=relation,
-                            normalization="batch" if d.operation == "batch" else "per_sample",
-                            teachers_disjoint=disjoint,
-                            dataset_size=dataset_size if relation == "direct" else None,
-                            teachers_changed=changed, neighbours=neighbours)
-
-
-def noise_multiplier(config, dataset_size: int | None = None) -> float:
-  """``dpdfd.noise``, or the least noise whose plan fits ``privacy.max_epsilon``."""
-  d, p = config.dpdfd, config.privacy
-  source = d.inputs
-  if (d.operation not in dpdfd.OPERATIONS or d.loss not in dpdfd.LOSSES
-      or d.teacher not in TEACHERS or d.reference not in dpdfd.REFERENCES
-      or source not in INPUTS):
-    raise ConfigError(f"config.dpdfd.operation={d.operation!r} / loss={d.loss!r} / "
-                      f"teacher={d.teacher!r} / reference={d.reference!r} / inputs={source!r}; "
-                      f"use one of {dpdfd.OPERATIONS} / {dpdfd.LOSSES} / {TEACHERS} / "
-                      f"{dpdfd.REFERENCES} / {INPUTS}.")
-  if source == "synthetic" and d.teacher == "private_data":
-    raise ConfigError("config.dpdfd.inputs='synthetic' asks for synthetic inputs, but direct "
-                      "training (dpdfd.teacher='private_data') trains on the private examples; "
-                      "set dpdfd.inputs='generator' (unused there).")
-  if source == "synthetic" and "generator" not in config:
-    raise ConfigError("config.dpdfd.inputs='synthetic' reads the generator stage's synthetic "
-                      "set, but the config has no 'generator' block: start from "
-                      "dgd_jax/configs/dpdfd.py:<dataset>,ensemble (configs.dpdfd.synthetic).")
-  if d.self_training and not d.replay_epochs:
-    raise ConfigError(f"config.dpdfd.self_training={d.self_training} retrains the replayed "
-                      "student on its own predictions; it needs dpdfd.replay_epochs > 0.")
-  if d.replay_epochs < 0 or (d.replay_epochs and d.teacher == "private_data"):
-    raise ConfigError(f"config.dpdfd.replay_epochs={d.replay_epochs}: replay trains on the "
-                      "released synthetic rows of a conversion; it must be >= 0, and 0 for "
-                      "direct training (dpdfd.teacher='private_data'), whose rows are private "
-                      "examples.")
-  return planned_noise("dpdfd", d.noise, p.max_epsilon, lambda: max(
-      privacy.min_noise(release(config, 1.0, dataset_size, r), p.max_epsilon, p.delta,
-                        p.accountant) for r in neighbours(config)))
-
-
-def releases(config, neighbours: str = "replace_one") -> list[privacy.Release]:
-  """The planned DPDFD steps under the relation ``neighbours``, what the budget guard and
-  ``sweep --accounting_only`` account before anything is trained."""
-  size = (private_size(config) if config.privacy.relation in ("direct", "disjoint_teachers")
-          else None)
-  return [release(config, noise_multiplier(config, size), size, neighbours)]
+  return sensitive + (("generator",) if dpdfd_plan.uses_synthetic(config) else ())
 
 
 def sensitive_logits(config, num_classes: int, chunk: int = 1):
@@ -180,7 +82,7 @@ def new_state(config, num_classes: int, image_shape, key: jax.Array) -> dpdfd.Dp
 def _states(ctx: Context, sigma: float):
   config, k = ctx.config, ctx.dataset.num_classes
   state = new_state(config, k, ctx.dataset.image_shape, ctx.key("dpdfd_init"))
-  return classifier(config, k), state, dpdfd.StepSettings.from_config(config.dpdfd, sigma)
+  return classifier(config, k), state, dpdfd_plan.step_settings(config.dpdfd, sigma)
 
 
 def programs(config, data) -> dict[str, Program]:
@@ -191,7 +93,7 @@ def programs(config, data) -> dict[str, Program]:
   d, k, shape = config.dpdfd, data.num_classes, data.image_shape
   size = len(data.x_train) if config.privacy.relation in ("direct",
                                                           "disjoint_teachers") else None
-  cfg = dpdfd.StepSettings.from_config(d, noise_multiplier(config, size))
+  cfg = dpdfd_plan.step_settings(d, dpdfd_plan.noise_multiplier(config, size))
   student = classifier(config, k)
   state = jax.eval_shape(lambda: new_state(config, k, shape, jax.random.key(0)))
   key, rows = abstract_key(), d.batch_size * d.num_steps
@@ -209,7 +111,7 @@ def programs(config, data) -> dict[str, Program]:
       chunk, baseline = 1, classifier(config, k, "baseline")
       params = jax.eval_shape(baseline.init, jax.random.key(0), jnp.zeros((1,) + shape))
     logits = sensitive_logits(config, k, chunk)
-    if uses_synthetic(config):
+    if dpdfd_plan.uses_synthetic(config):
       out = {"synthetic_step": Program(
           lambda s, key, x, p: dpdfd.synthetic_step(
               s, key, x, lambda xb: logits(p, xb), student.apply, cfg),
@@ -225,8 +127,8 @@ def programs(config, data) -> dict[str, Program]:
     out["replay_step"] = Program(replay, (fresh, key, abstract((rows,) + shape),
                                           abstract((rows, k))))
     if d.self_training:
-      num = ((config.generator.num_synthetic or len(data.x_train)) if uses_synthetic(config)
-             else rows)  # the synthetic set, or the released rows
+      num = ((config.generator.num_synthetic or len(data.x_train))
+             if dpdfd_plan.uses_synthetic(config) else rows)  # the synthetic set, or the rows
       out["self_training_step"] = Program(replay, (fresh, key, abstract((num,) + shape),
                                                    abstract((num, k))))
   return out
@@ -279,7 +181,7 @@ def _step(ctx: Context, student, state: dpdfd.DpdfdState, cfg: dpdfd.StepSetting
     x, y = jnp.asarray(ctx.dataset.x_train), jnp.asarray(ctx.dataset.y_train)
     return jax.jit(lambda s, k: dpdfd.direct_step(s, k, x, y, student.apply, cfg),
                    donate_argnums=0), state.replace(generator=None), None
-  if uses_synthetic(ctx.config):  # a fixed synthetic set, each of B T samples queried once
+  if dpdfd_plan.uses_synthetic(ctx.config):  # a fixed synthetic set, each B T sample asked once
     synthetic = artefacts.load_synthetic(ctx)
     if len(synthetic) < d.batch_size * d.num_steps:
       raise ConfigError(
@@ -299,7 +201,7 @@ def run(ctx: Context) -> dict:
   config = ctx.config
   size = len(ctx.dataset.x_train) if config.privacy.relation in ("direct",
                                                                  "disjoint_teachers") else None
-  sigma = noise_multiplier(config, size)
+  sigma = dpdfd_plan.noise_multiplier(config, size)
   student, state, cfg = _states(ctx, sigma)
   d = config.dpdfd
   teacher_logits, teacher_accuracy = None, None  # direct training has no teacher
@@ -310,8 +212,8 @@ def run(ctx: Context) -> dict:
                         checkpoint_every=config.checkpoint_every, log_every=config.log_every)
   state = train.run_steps(state, step, ctx.key("dpdfd"), fit, ctx.stage.checkpoint_dir,
                           "dpdfd", ctx.log)
-  ledgers = {r: privacy.PrivacyLedger([release(config, sigma, size, r)])
-             for r in neighbours(config)}
+  ledgers = {r: privacy.PrivacyLedger([dpdfd_plan.release(config, sigma, size, r)])
+             for r in dpdfd_plan.neighbours(config)}
   test = ctx.dataset
   accuracy = lambda params: train.accuracy(student.apply, params, test.x_test, test.y_test)
   replayed = {}
@@ -339,7 +241,7 @@ def run(ctx: Context) -> dict:
 def run_samples(ctx: Context) -> dict:
   """Writes ``dpdfd.num_synthetic`` samples of the finished DPDFD generator and a grid."""
   config = ctx.config
-  if uses_synthetic(config):
+  if dpdfd_plan.uses_synthetic(config):
     raise ConfigError("The dpdfd_samples stage samples Algorithm 1's generator; with "
                       "dpdfd.inputs='synthetic' there is none (the inputs are "
                       "generator/synthetic.npy). Run --stages=dpdfd.")

@@ -4,7 +4,6 @@ the private set, accounted by the ledger's ``DpsgdSteps`` record, the reference 
 is compared with at equal epsilon."""
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import jax
@@ -25,19 +24,6 @@ CONFIG_KEYS = ("dpsgd", "privacy")
 def check(config) -> None:
   """Config values DP-SGD cannot use, refused before anything runs."""
   dpsgd_plan.check(config)
-
-
-def neighbours(config) -> tuple[str, ...]:
-  """DP-SGD's relation: add/remove-one (one example in or out of the Poisson samples)."""
-  del config
-  return ("add_or_remove_one",)
-
-
-def releases(config, neighbours: str = "add_or_remove_one") -> list[privacy.Release]:
-  """The planned DP-SGD steps, what the budget guard and ``sweep --accounting_only`` account
-  before anything is trained."""
-  return [dataclasses.replace(dpsgd_plan.release(config, dpsgd_plan.noise_multiplier(config)),
-                              relation=neighbours)]
 
 
 def programs(config, data) -> dict[str, Program]:

@@ -20,10 +20,11 @@ import jax
 import numpy as np
 import optax
 
-from dgd_jax.plan.artefacts import SYNTHETIC, SYNTHETIC_LABELS, classifier, fit_config, load_classifier, new_generator
+from dgd_jax.plan.artefacts import (SYNTHETIC, SYNTHETIC_LABELS, classifier, fit_config,
+                                     generator_settings, load_classifier, new_generator)
 from dgd_jax.plan.context import Context, Program, abstract, abstract_key
 from dgd_jax.runtime import plots
-from dgd_jax.runtime.workdir import save_array
+from dgd_jax.runtime.files import save_array
 from dgd_jax.synthesis import generative
 from dgd_jax.training import augment
 from dgd_jax.training import train
@@ -64,7 +65,7 @@ def synthesise(ctx: Context, baseline, baseline_params, targets, num: int, init_
   or DGD's generator trained (Eq. 2 + priors) and then sampled on fresh latents; either
   resumes from the stage's checkpoints."""
   config, data, g = ctx.config, ctx.dataset, ctx.config.generator
-  settings = generative.GeneratorSettings.from_config(g)
+  settings = generator_settings(g)
   if g.synthesis == "inversion":  # DeepInversion: each sample's pixels optimised directly
     return generative.invert(
         sample_key, num, g.inversion_batch_size, g.inversion_steps, g.inversion_learning_rate,
@@ -108,7 +109,7 @@ def programs(config, data) -> dict[str, Program]:
   baseline = classifier(config, data.num_classes, "baseline",
                         "conv" if g.synthesis == "inversion" else "im2col")
   params = jax.eval_shape(baseline.init, jax.random.key(0), abstract((1,) + shape))
-  settings = generative.GeneratorSettings.from_config(g)
+  settings = generator_settings(g)
   out, targets = {}, None
   if g.w_stats > 0:
     chunk = abstract((min(train.EVAL_BATCH, len(data.x_train)),) + shape)

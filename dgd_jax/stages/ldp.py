@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dgd_jax import privacy
+from dgd_jax.plan import ldp as ldp_plan
 from dgd_jax.plan.artefacts import classifier, fit_config, load_classifier
 from dgd_jax.plan.context import Context, Program, abstract, abstract_key
 from dgd_jax.runtime import plots
@@ -36,7 +37,7 @@ def programs(config, data) -> dict[str, Program]:
   model, cfg = classifier(config, data.num_classes), fit_config(config, "ldp")
   state = jax.eval_shape(lambda: train.create_train_state(
       model, train.optimizer(cfg), jax.random.key(0), data.image_shape))
-  step_cfg = ldp.RobustSettings.from_config(config.ldp)
+  step_cfg = ldp_plan.robust_settings(config.ldp)
   c = config.ldp
   return {
       "robust_step": Program(functools.partial(ldp.robust_step, cfg=step_cfg),
@@ -56,7 +57,7 @@ def run(ctx: Context) -> dict:
   init_key, train_key, test_key, picture_key = jax.random.split(ctx.key("ldp"), 4)
   state = train.create_train_state(model, train.optimizer(cfg), init_key, data.image_shape)
   x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
-  step_cfg = ldp.RobustSettings.from_config(c)
+  step_cfg = ldp_plan.robust_settings(c)
   step = jax.jit(functools.partial(ldp.robust_step, x=x, y=y, cfg=step_cfg),
                  donate_argnums=0)
   state = train.run_steps(state, step, train_key, cfg,

@@ -5,8 +5,9 @@ every query and its vote histogram go into the privacy ledger. The rest, D_u, st
 unlabelled. ``gaussian_histogram`` releases GNMax's noisy histogram whole instead of its
 argmax (at GNMax's data-independent epsilon): the student learns the noisy vote shares.
 The class-count release (``aggregation.CLASS_COUNTS``) releases one count of each histogram,
-that of the class the synthetic sample was made for (``pool.classes``, fixed before any vote): sensitivity 1
-instead of sqrt 2, so at the same epsilon the count carries sigma / sqrt 2 of noise
+that of the class the synthetic sample was made for (``pool.classes``, fixed before any
+vote): sensitivity 1 instead of sqrt 2, so at the same epsilon the count carries sigma /
+sqrt 2 of noise
 (``student_training.class_count_targets`` makes the student's targets of it).
 
 ``config.queries.refits`` = R > 0 (``gaussian_histogram``, random selection) asks the
@@ -20,9 +21,9 @@ post-processing of earlier releases and teacher i still reads only partition i, 
 histogram keeps its sensitivity and the rounds compose adaptively: the plan's epsilon, of
 ``num_queries`` histograms at sigma, covers them all.
 
-The budget guard (``methods.budget_guard`` on ``releases``) runs before anything is trained or
-queried: a plan whose data-independent epsilon exceeds ``config.privacy.max_epsilon`` is
-refused.
+The budget guard (``methods.budget_guard`` on ``plan/dgd.py``'s ``releases``) runs before
+anything is trained or queried: a plan whose data-independent epsilon exceeds
+``config.privacy.max_epsilon`` is refused.
 
 ``config.queries.filter`` (GNMax, Confident-GNMax): the queries run under a Renyi filter whose
 budget is ``config.privacy.max_epsilon`` (Feldman & Zrnic 2021, ``privacy.renyi_filter``): each
@@ -49,6 +50,7 @@ from dgd_jax.data import config_shards, config_teachers_changed
 from dgd_jax.labels import aggregation
 from dgd_jax.labels import propagation
 from dgd_jax.plan import artefacts
+from dgd_jax.plan import dgd as dgd_plan
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan import queries as query_plan
@@ -56,9 +58,9 @@ from dgd_jax.plan import student_fit
 from dgd_jax.plan.artefacts import QUERIES, VOTES, classifier, fit_config
 from dgd_jax.plan.context import Context
 from dgd_jax.plan.queries import release, settings
-from dgd_jax.privacy import renyi_filter, smooth_sensitivity
+from dgd_jax.privacy import smooth_sensitivity
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.runtime.workdir import save_array, save_arrays
+from dgd_jax.runtime.files import save_array, save_arrays
 from dgd_jax.training import ensemble
 from dgd_jax.training import ldp
 from dgd_jax.training import train
@@ -68,80 +70,6 @@ SELECTIONS = ("random", "least_confident", "representative")
 # The table's aggregators, and 'auto_counts' (plan 'auto'): the class counts or the
 # histograms, as query_plan.CLASS_COUNT_NOISE_PER_VOTE chooses
 AGGREGATOR_CHOICES = (*aggregation.AGGREGATORS, "auto_counts")
-
-
-def neighbours(config) -> tuple[str, ...]:
-  """The neighbouring relations the run's teacher partition covers (each has its ledger)."""
-  return tuple(config_teachers_changed(config))
-
-
-def releases(config, neighbours: str = "replace_one") -> list[privacy.Release]:
-  """The planned label queries, the DP-SGD steps of DGD's private baseline where it has one,
-  and the smooth-sensitivity release of the queries' data-dependent epsilon where the config
-  asks for one, under the relation ``neighbours``: what the budget guard and ``sweep
-  --accounting_only`` account before anything is trained."""
-  before = dpsgd_plan.baseline_releases(config, neighbours)
-  after = [ss_cost(config, neighbours)] if config.queries.smooth_sensitivity else []
-  return [*before, planned(config, neighbours, before), *after]
-
-
-def ss_plan(config) -> smooth_sensitivity.SmoothSensitivityPlan:
-  """The smooth-sensitivity release's order, beta and sigma_ss, fixed before any vote is read
-  (PATE 2018 Thm. 23): ``queries.ss_order``, ``ss_beta``, ``ss_sigma`` where set, else
-  ``smooth_sensitivity.plan_release`` on the planned queries and an assumed histogram
-  (``queries.assumed_consensus``): public parameters only."""
-  q, c = settings(config), config.queries
-  confident = q.aggregator == "confident_gnmax"
-  given = (c.ss_order, c.ss_beta, c.ss_sigma)
-  if any(given):
-    if not all(given):
-      raise ConfigError(f"config.queries.ss_order/ss_beta/ss_sigma = {given}: set all three "
-                        "(the release's fixed parameters), or none for the public plan.")
-    return smooth_sensitivity.SmoothSensitivityPlan(*map(float, given), "config")
-  return smooth_sensitivity.plan_release(
-      q.num_queries, config.num_teachers, c.num_classes, q.threshold if confident else None,
-      q.sigma1 if confident else None, q.noise_scale, config.privacy.delta,
-      c.assumed_consensus)
-
-
-def ss_cost(config, neighbours: str = "replace_one") -> privacy.SmoothSensitivityCost:
-  """The ledger record of the smooth-sensitivity release (its Thm. 23 cost at its order)."""
-  plan = ss_plan(config)
-  return privacy.SmoothSensitivityCost(plan.order, plan.beta, plan.sigma_ss, plan.source,
-                                       neighbours=neighbours)
-
-
-def filtered(config) -> bool:
-  """Whether the queries run under a Renyi filter (``config.queries.filter``)."""
-  return bool(config.queries.filter)
-
-
-def planned(config, neighbours: str, before=()) -> privacy.Release:
-  """The planned queries' record under ``neighbours``: the plan, or with ``queries.filter``
-  the plan under a Renyi filter whose budget is ``privacy.max_epsilon`` less what the records
-  ``before`` it spend at the filter's order (chosen from public parameters only)."""
-  plan = release(config, neighbours=neighbours)
-  if not filtered(config):
-    return plan
-  if not isinstance(plan, (privacy.GNMaxQueries, privacy.ConfidentGNMaxQueries)):
-    raise ConfigError(f"config.queries.filter needs aggregator gnmax or confident_gnmax (the "
-                      f"Renyi filter charges the GNMax step when answered); got {plan.mechanism}.")
-  p = config.privacy
-  if not p.max_epsilon > 0:
-    raise ConfigError("config.queries.filter spends config.privacy.max_epsilon, which is 0: "
-                      "set the budget (e.g. --config.privacy.max_epsilon=2).")
-  confident = isinstance(plan, privacy.ConfidentGNMaxQueries)
-  sigma2 = plan.sigma2 if confident else plan.sigma
-  sigma1, threshold = (plan.sigma1, plan.threshold) if confident else (None, None)
-  orders = np.asarray(privacy.DEFAULT_RDP_ORDERS)
-  spent = sum((r.rdp(orders) for r in before), np.zeros_like(orders))
-  order = renyi_filter.filter_order(p.max_epsilon, p.delta, plan.mechanism, sigma2, sigma1,
-                                    orders=orders, teachers_changed=plan.teachers_changed,
-                                    spent_before=spent)
-  return privacy.FilteredQueries(
-      sigma2, plan.queries, p.max_epsilon, p.delta, order, threshold, sigma1,
-      spent_before=float(spent[np.argmin(np.abs(orders - order))]),
-      teachers_changed=plan.teachers_changed, neighbours=neighbours)
 
 
 def programs(config, data) -> dict:
@@ -155,7 +83,7 @@ def programs(config, data) -> dict:
 
 def check(config) -> None:
   """Refuses query settings no run can use, before anything is trained."""
-  if filtered(config) and config.queries.plan == "auto":
+  if dgd_plan.filtered(config) and config.queries.plan == "auto":
     raise ConfigError("config.queries.filter spends privacy.max_epsilon itself and stops when it "
                       "is spent: use queries.plan='fixed' with num_queries as the most to ask.")
   if config.queries.aggregator not in AGGREGATOR_CHOICES:
@@ -182,11 +110,11 @@ def check(config) -> None:
   if client not in ("", "ldp") or (client == "ldp" and "ldp" not in config):
     raise ConfigError(f"config.queries.client={client!r}: use '' (the pool as is) or 'ldp' "
                       "(with an ldp block, e.g. the pate.py argument ldp1 or ldp5).")
-  if filtered(config) and config.privacy.accountant != "renyi_filter":
+  if dgd_plan.filtered(config) and config.privacy.accountant != "renyi_filter":
     raise ConfigError("config.queries.filter charges the queries against the Renyi filter's "
                       "budget: set config.privacy.accountant='renyi_filter' (the other "
                       "accountants charge every planned query).")
-  if filtered(config) and q.selection == "least_confident":
+  if dgd_plan.filtered(config) and q.selection == "least_confident":
     raise ConfigError("config.queries.filter with least_confident selection: the selecting "
                       "student would learn from first-round answers the filter may not let "
                       "through; use selection 'random' or 'representative'.")
@@ -195,7 +123,7 @@ def check(config) -> None:
       raise ConfigError("config.queries.smooth_sensitivity releases PATE 2018's data-dependent "
                         f"GNMax epsilon: use aggregator gnmax or confident_gnmax, not "
                         f"{q.aggregator}.")
-    if filtered(config) or "dpsgd" in config.get("baseline", {}):
+    if dgd_plan.filtered(config) or "dpsgd" in config.get("baseline", {}):
       raise ConfigError("config.queries.smooth_sensitivity releases the queries' epsilon alone: "
                         "it cannot be combined with queries.filter or a private baseline.")
     if max(config_teachers_changed(config).values()) != 1:
@@ -217,7 +145,7 @@ def check(config) -> None:
   if aggregation.AGGREGATORS[q.aggregator].released == "counts":
     pool.check_classes(config)
   if refits and (q.aggregator != aggregation.HISTOGRAMS or q.selection != "random"
-                 or client or filtered(config)):
+                 or client or dgd_plan.filtered(config)):
     raise ConfigError("config.queries.refits rounds' students learn released vote histograms "
                       "of random samples: use aggregator 'gaussian_histogram', selection "
                       "'random', no client and no filter, or set queries.refits=0.")
@@ -310,7 +238,7 @@ def release_smooth_sensitivity(config, key: jax.Array, votes, answered) -> dict:
            q.noise_scale, config.privacy.delta)
   seed = int(jax.random.randint(key, (), 0, 2 ** 31 - 1))
   released = smooth_sensitivity.release_confident_gnmax(
-      *terms, ss_plan(config), answered=answered, rng=np.random.default_rng(seed))
+      *terms, dgd_plan.ss_plan(config), answered=answered, rng=np.random.default_rng(seed))
   chosen = smooth_sensitivity.choose_from_votes(*terms, answered=answered)
   diagnostic = smooth_sensitivity.release_confident_gnmax(
       *terms, chosen, answered=answered, rng=np.random.default_rng(seed))
@@ -453,11 +381,11 @@ def run(ctx: Context) -> dict:
   p = config.privacy
   # A private baseline's DP-SGD steps, as they ran (the stage may be reused), compose with
   # the queries in one ledger per relation.
-  baseline = {r: dpsgd_plan.recorded_baseline(ctx.results, r) for r in neighbours(config)}
+  baseline = {r: dpsgd_plan.recorded_baseline(ctx.results, r) for r in dgd_plan.neighbours(config)}
   steps = dpsgd_plan.recorded_baseline(ctx.results)
-  plans = {r: planned(config, r, baseline[r]) for r in neighbours(config)}
+  plans = {r: dgd_plan.planned(config, r, baseline[r]) for r in dgd_plan.neighbours(config)}
   if steps and p.max_epsilon > 0:
-    for r in neighbours(config):
+    for r in dgd_plan.neighbours(config):
       privacy.PrivacyLedger([*baseline[r], plans[r]]).check_budget(
           p.max_epsilon, p.delta, p.accountant)
   x_pool = pool.load(ctx)
@@ -465,7 +393,7 @@ def run(ctx: Context) -> dict:
   check_run(ctx, q.num_queries, len(x_pool))
   indices, votes, labels, answered, released = ask_teachers(ctx, x_pool)
   pate2018 = {}  # where the filter stopped; the smooth-sensitivity release
-  if filtered(config):
+  if dgd_plan.filtered(config):
     (indices, votes, labels, answered), records, pate2018["filter"] = apply_filter(
         config, plans, indices, votes, labels, answered)
   else:
@@ -478,7 +406,8 @@ def run(ctx: Context) -> dict:
               answered=answered, **kept)
   save_array(os.path.join(ctx.stage.path, VOTES), votes)
   # the smooth-sensitivity release, its parameters fixed before the votes, composes with them
-  ss = {r: [ss_cost(config, r)] for r in plans} if config.queries.smooth_sensitivity else {}
+  ss = ({r: [dgd_plan.ss_cost(config, r)] for r in plans}
+        if config.queries.smooth_sensitivity else {})
   ledgers = {r: privacy.PrivacyLedger([*baseline[r], records[r], *ss.get(r, [])])
              for r in plans}
   if config.queries.smooth_sensitivity:

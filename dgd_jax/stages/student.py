@@ -23,9 +23,11 @@ import numpy as np
 from dgd_jax.labels import propagation
 from dgd_jax.plan import pool
 from dgd_jax.plan import queries as query_plan
-from dgd_jax.plan.artefacts import classifier, fit_config, load_queries, load_vae, load_votes, student_fits, vae_model
+from dgd_jax.plan.artefacts import (classifier, fit_config, load_queries, load_vae, load_votes,
+                                    student_fits, vae_model)
 from dgd_jax.plan.context import Context, Program, abstract, abstract_key
-from dgd_jax.plan.student_fit import StudentSettings, class_count_targets, make_step, members, propagates, shares, train_student, uses_vae
+from dgd_jax.plan.student_fit import (StudentSettings, class_count_targets, make_step, members,
+                                      propagates, shares, train_student, uses_vae)
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import train
@@ -43,7 +45,7 @@ def check(config) -> None:
   """Refuses a student block the stage cannot train, before any stage runs."""
   for field, least, meaning in (("ensemble", 0, "chosen for the release's noise"),
                                 ("self_training", 0, "none")):
-    value = config.student.get(field, least)
+    value = config.student[field]
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
       raise ConfigError(f"config.student.{field}={value!r}: it must be a whole number of at "
                         f"least {least} (--config.student.{field}={least}: {meaning}).")

@@ -18,11 +18,12 @@ import numpy as np
 
 from dgd_jax.data import config_shards
 from dgd_jax.labels import aggregation
+from dgd_jax.plan import ldp as ldp_plan
 from dgd_jax.plan.artefacts import new_teachers, teacher_programs
 from dgd_jax.plan.context import Context
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.runtime.workdir import save_array, write_csv
+from dgd_jax.runtime.files import save_array, write_csv
 from dgd_jax.training import augment
 from dgd_jax.training import ensemble
 from dgd_jax.training import ldp
@@ -77,7 +78,7 @@ def member_update(config, num_classes: int):
   if rule == "teachers.augment":
     return augmented_update
   if rule == "ldp.robust_teachers":
-    return functools.partial(ldp.robust_update, cfg=ldp.RobustSettings.from_config(config.ldp))
+    return functools.partial(ldp.robust_update, cfg=ldp_plan.robust_settings(config.ldp))
   return None
 
 

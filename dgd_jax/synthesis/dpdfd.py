@@ -54,11 +54,6 @@ class StepSettings:
   beta: float = 0.0
   reference: str = "student"  # one of REFERENCES
 
-  @classmethod
-  def from_config(cls, block, noise: float) -> "StepSettings":
-    return cls(**{f.name: block[f.name] for f in dataclasses.fields(cls) if f.name != "noise"},
-               noise=noise)
-
 
 def dkd_loss(student_logits: jnp.ndarray, teacher_logits: jnp.ndarray, alpha: float = 1.0,
              beta: float = 8.0, temperature: float = 4.0) -> jnp.ndarray:

@@ -171,19 +171,13 @@ class Priors:
 
 @dataclasses.dataclass(frozen=True)
 class GeneratorSettings:
-  """The generator step's hyper-parameters (``config.generator``; static under jit)."""
+  """The generator step's hyper-parameters (static under jit)."""
 
   batch_size: int
   latent_dim: int
   alpha: float = 5.0  # Eq. 2's entropy weight
   beta: float = 0.1  # Eq. 2's activation weight
   priors: Priors = Priors()
-
-  @classmethod
-  def from_config(cls, block) -> "GeneratorSettings":
-    return cls(block.batch_size, block.latent_dim, block.alpha, block.beta,
-               Priors(w_stats=block.w_stats, w_tv=block.w_tv, jitter=block.jitter,
-                      mirror=block.mirror))
 
 
 def generator_step(state: GeneratorState, key: jax.Array, baseline_apply: Callable,

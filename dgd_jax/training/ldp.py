@@ -66,7 +66,7 @@ def worst_perturbation(loss_fn, x: jnp.ndarray, eta: float, steps: int) -> jnp.n
 
 @dataclasses.dataclass(frozen=True)
 class RobustSettings:
-  """The client transform (Algorithm 1) and the robust teacher's Eq. 3, from ``config.ldp``."""
+  """The client transform (Algorithm 1) and the robust teacher's Eq. 3."""
 
   sigma: float  # Laplace scale B / sigma (Algorithm 1 line 3)
   mu: float  # masking rate
@@ -75,10 +75,6 @@ class RobustSettings:
   eta: float  # ||r||_2 <= eta
   pgd_steps: int
   batch_size: int
-
-  @classmethod
-  def from_config(cls, block) -> "RobustSettings":
-    return cls(**{f.name: block[f.name] for f in dataclasses.fields(cls)})
 
 
 def robust_step(state: Any, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray,

@@ -136,6 +136,5 @@ def plan(fixed: int, member: int, chunk: int, free: int | None = None,
     one = Plan(1, fixed, member, free, source)
     raise ConfigError(
         f"The teacher ensemble does not fit: {one.describe()}. Use fewer teachers per device "
-        "(--config.num_teachers, or more devices), a narrower model (--config.model.width) or "
-        "a smaller batch (--config.teachers.batch_size).")
+        "(or more devices), a narrower model or a smaller batch.")
   return Plan(min(chunk, fits), fixed, member, free, source)

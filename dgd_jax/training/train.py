@@ -19,8 +19,8 @@ import optax
 import orbax.checkpoint as ocp
 from flax.training import train_state
 
+from dgd_jax.runtime import files
 from dgd_jax.runtime import progress as progress_lib
-from dgd_jax.runtime import workdir
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import placement
 
@@ -184,7 +184,7 @@ def _restore(manager: ocp.CheckpointManager, step: int, state: Any, checkpoint_d
   try:
     restored = manager.restore(step, args=ocp.args.StandardRestore(_saved(state)))
   except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds
-    raise workdir.damaged(os.path.join(checkpoint_dir, str(step)), e) from None
+    raise files.damaged(os.path.join(checkpoint_dir, str(step)), e) from None
   return _restored(state, restored).replace(step=step)
 
 
@@ -201,13 +201,13 @@ def load_items(checkpoint_dir: str, abstract: dict) -> dict:
       read_only=True, enable_async_checkpointing=False)) as manager:
     step = manager.latest_step()
     if step is None:
-      raise workdir.damaged(checkpoint_dir, FileNotFoundError("no finished checkpoint"))
+      raise files.damaged(checkpoint_dir, FileNotFoundError("no finished checkpoint"))
     try:
       return manager.restore(step, args=ocp.args.PyTreeRestore(
           item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
           partial_restore=True))
     except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds
-      raise workdir.damaged(os.path.join(checkpoint_dir, str(step)), e) from None
+      raise files.damaged(os.path.join(checkpoint_dir, str(step)), e) from None
 
 
 def load_params(checkpoint_dir: str, abstract: Any) -> Any:
@@ -240,7 +240,7 @@ def run_steps(state: Any, step_fn: Step, key: jax.Array, cfg: FitConfig,
   options = ocp.CheckpointManagerOptions(max_to_keep=1, create=True,
                                          enable_async_checkpointing=False,
                                          cleanup_tmp_directories=True)
-  with workdir.writing(checkpoint_dir):
+  with files.writing(checkpoint_dir):
     manager = ocp.CheckpointManager(checkpoint_dir, options=options)
   with manager:
     start = manager.latest_step()
@@ -260,7 +260,7 @@ def run_steps(state: Any, step_fn: Step, key: jax.Array, cfg: FitConfig,
         bar.update(done, metrics)
         log({"step": done, **metrics})
       if done % cfg.checkpoint_every == 0 or done == cfg.num_steps:
-        with workdir.writing(os.path.join(checkpoint_dir, str(done))):
+        with files.writing(os.path.join(checkpoint_dir, str(done))):
           manager.save(done, args=ocp.args.StandardSave(_saved(state)))
     manager.wait_until_finished()
   return state
