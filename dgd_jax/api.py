@@ -87,7 +87,7 @@ def train_teachers(model: nn.Module, x: Any, y: Any, num_teachers: int, *,
   [B, H, W, C] to logits [B, K]) on disjoint, equal, shuffled shards of (x, y) as one vmapped
   program (``ensemble``), each for ``num_steps`` Adam steps of ``batch_size`` examples drawn
   from its own shard, the learning rate decaying linearly to 0. ``chunk``: teachers per vmapped
-  chunk (0: the backend's default), cut to what fits the device (``memory.plan``). The
+  chunk (0: the backend's default), cut to what fits the device (``memory_plan.plan``). The
   remainder len(x) mod num_teachers is seen by no teacher. Nothing is released."""
   x = images(x)
   y = labels(y, len(x), num_classes)

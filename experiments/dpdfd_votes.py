@@ -30,7 +30,7 @@ import numpy as np
 from dgd_jax.plan import artefacts
 from dgd_jax.run import pipeline
 from dgd_jax.runtime import progress
-from dgd_jax.runtime.workdir import load_array
+from dgd_jax.runtime.files import load_array
 from dgd_jax.synthesis import generative
 from dgd_jax.training import ensemble
 

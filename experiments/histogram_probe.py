@@ -31,7 +31,7 @@ Feeds: RESULTS.md, DGD, "Label propagation, self-training, the noisy histogram",
 A development diagnostic, not a release: it reads the teachers' votes without noise and prints
 nothing a run publishes. For each plan 'eps:Q[:sigma]' (sigma omitted: the least that fits eps
 with Q queries under `rdp`, delta 1e-5) it draws Q of the run's pool samples and the noise
-(seed ``--seed``), trains the run's student (``student_training.train_student``, with
+(seed ``--seed``), trains the run's student (``student_fit.train_student``, with
 ``--self_training`` rounds after it) on targets made from h~, and prints the real test
 accuracy of each round:
 
@@ -91,7 +91,7 @@ _PROPAGATED = flags.DEFINE_enum("propagated", "hard", ["hard", "soft"],
                                 "propagated distribution.")
 _LOSS = flags.DEFINE_enum("loss", "ce", ["ce", "brier"],
                           "The labelled loss: cross-entropy (Eq. 5), or the Brier score "
-                          "(student_training.brier_score), bounded for negative targets.")
+                          "(student_fit.brier_score), bounded for negative targets.")
 _OWN = flags.DEFINE_enum("own", "released", ["released", "propagated"],
                          "With --propagation, the queried samples' targets: their own, or "
                          "those propagated (as the others').")

@@ -19,7 +19,7 @@ from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import memory_plan
 
 # The measured peak (train and predict, 8 teachers, chunk 4) lies within this factor of the
-# estimate either way (on CPU about 1.35-1.4 x at widths 0.5 and 1.0; memory.HEADROOM leaves
+# estimate either way (on CPU about 1.35-1.4 x at widths 0.5 and 1.0; memory_plan.HEADROOM leaves
 # room for that).
 FACTOR = 2.0
 

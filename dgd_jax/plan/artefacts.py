@@ -75,7 +75,7 @@ def generator_settings(block) -> generative.GeneratorSettings:
 
 
 def teacher_memory(config, data, n: int):
-  """The teachers' model, fit config, mesh, the chunk asked for and ``memory.plan``'s plan for
+  """The teachers' model, fit config, mesh, the chunk asked for and ``memory_plan.plan``'s plan for
   n teachers (on abstract values: the teachers per vmapped chunk that fit the device with
   their optimizer and training set)."""
   model = teacher_model(config, data.num_classes)

@@ -24,8 +24,8 @@ the convention is a required, named parameter here:
   the reading under which Theorem 3 is written.
 
 What the code releases (``dgd_jax.synthesis.dpdfd.mechanism``). The student needs one target
-per example (y_s = phi_s(D) - gamma g_tilde, Algorithm 1 line 9), so the code does NOT add one noise vector to
-the sum of the rows, as Algorithm 1 line 8 reads: it keeps the rows as a [B, K] matrix and adds an
+per example (y_s = phi_s(D) - gamma g_tilde, Algorithm 1 line 9), so the code does NOT add one
+noise vector to the sum of the rows, as Algorithm 1 line 8 reads: it keeps the rows as a [B, K] matrix and adds an
 independent N(0, std^2) draw to every entry (with n teachers, to the sum over teachers of each
 row). One step therefore releases G_bar + Z, Z ~ N(0, std^2 I_{BK}): one Gaussian mechanism on a
 B*K vector. Its L2 sensitivity Delta between neighbours gives RDP lam Delta^2 / (2 std^2) per step,

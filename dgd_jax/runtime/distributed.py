@@ -12,7 +12,7 @@ when the environment asks for more than one process:
   metadata server, ...), for environments the variables above miss.
 
 After it, ``jax.devices()`` lists every device of every process, and the teacher mesh
-(``parallel.teacher_mesh``) spans them. Process 0 is the writer: it alone writes
+(``placement.teacher_mesh``) spans them. Process 0 is the writer: it alone writes
 ``config.json``, metrics, stage results, reports and plots. Orbax writes the checkpoint
 shards of every process, so the workdir must be one shared filesystem.
 """

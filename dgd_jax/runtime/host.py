@@ -14,7 +14,7 @@ Set ``DGD_KEEP_FREED_MEMORY=0`` to leave malloc as it is.
 One host device per core (``use_every_core``, applied by the command-line tools to a
 single-process run before the first device use): XLA:CPU exposes one device by default, and
 one teacher's step does not keep two cores busy through intra-op threads alone. With a device
-per core the teacher mesh (``parallel.teacher_mesh``) runs a teacher on every core at once:
+per core the teacher mesh (``placement.teacher_mesh``) runs a teacher on every core at once:
 the teachers train faster (docs/PERFORMANCE.md, "What XLA:CPU needs from the host and from
 the model"), with the same results. Single-model stages stay on one device and are
 unchanged. Set ``DGD_CPU_DEVICES=1`` (or a count of your own) to override."""

@@ -8,12 +8,12 @@ The class-count release (``aggregation.CLASS_COUNTS``) releases one count of eac
 that of the class the synthetic sample was made for (``pool.classes``, fixed before any
 vote): sensitivity 1 instead of sqrt 2, so at the same epsilon the count carries sigma /
 sqrt 2 of noise
-(``student_training.class_count_targets`` makes the student's targets of it).
+(``student_fit.class_count_targets`` makes the student's targets of it).
 
 ``config.queries.refits`` = R > 0 (``gaussian_histogram``, random selection) asks the
 histograms in R + 1 rounds of random pool samples, ``num_queries`` in all at the planned
 sigma. Before each later round a student learns the histograms released so far
-(``student_training.train_student``, as the student stage trains it, Eq. 6 off), and teacher i
+(``student_fit.train_student``, as the student stage trains it, Eq. 6 off), and teacher i
 becomes that student with its last layer refit on teacher i's partition of the private
 training set (``ensemble.refit_heads``): teachers sharing a backbone that already fits the
 pool agree more on it, so the same noise hides less of their votes. The student is

@@ -157,7 +157,7 @@ def run(ctx: Context) -> dict:
       "partition": config.teachers.partition,
       "dropped_examples": len(data.x_train) - sum(len(r) for r in rows),
       "train_seconds": seconds,
-      "chunk": chunk,  # teachers per vmapped chunk (memory.plan); readers predict with it
+      "chunk": chunk,  # teachers per vmapped chunk (memory_plan.plan); readers predict with it
       "eval_size": len(x_eval),  # test images the accuracies below are measured on
       **result,
   }

@@ -14,7 +14,7 @@ plain vmap over all teachers, best on GPU/TPU; on XLA:CPU the batched matmuls of
 vmap run several times slower than small chunks (see ``python -m dgd_jax.bench``), so
 the CPU default is a small chunk. Either way there is no Python loop over teachers and
 one jitted program per ensemble. The program runs under ``jax.shard_map`` over the
-'teachers' mesh (``parallel.py``): each device steps its own teachers, so the result is the
+'teachers' mesh (``placement.py``): each device steps its own teachers, so the result is the
 same on one device, many, or many processes.
 """
 from __future__ import annotations
