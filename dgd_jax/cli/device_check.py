@@ -147,8 +147,8 @@ def stage_times(check: Check, config: str, arg: str, data: str, dry_run: bool) -
   where it was cut and the time extrapolated from its logged steps."""
   cfg = pipeline.run_config(config_of(config, arg, data, dry_run))
   workdir = os.path.join(check.out, f"{config}_{arg}")
-  spec = f"{os.path.dirname(os.path.abspath(__file__))}/configs/{config}.py:" + argument(
-      config, arg, data, dry_run)
+  spec = (importlib.import_module(f"dgd_jax.configs.{config}").__file__ + ":"
+          + argument(config, arg, data, dry_run))
   out = {}
   for stage in methods.plan_stages(cfg):
     left = check.left()
