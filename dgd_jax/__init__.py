@@ -9,6 +9,8 @@ the command-line tools start without it):
                   release's ledger record
   epsilon         the (epsilon, delta) of release records under a named accountant
   plan_queries    the aggregator, noise and query count for a budget, before any vote
+  train_dpsgd     any Flax classifier trained with DP-SGD (jax-privacy) for a budget, with
+                  the steps' ledger record
   run             a whole method from a config, in a workdir
   Teachers, images, labels: the ensemble's type and the array checks the functions use
   privacy         the ledger, release records and accountants (PRIVACY.md)
@@ -20,7 +22,7 @@ from dgd_jax.runtime import host
 host.keep_freed_memory()  # before XLA allocates: faster CPU steps (host.py)
 
 __all__ = ["Teachers", "epsilon", "images", "labels", "noisy_labels", "plan_queries", "privacy",
-           "run", "teacher_votes", "train_teachers"]
+           "run", "teacher_votes", "train_dpsgd", "train_teachers"]
 
 
 def __getattr__(name: str):

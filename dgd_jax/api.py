@@ -7,6 +7,7 @@ accountants, the query planner and whole runs, behind a few functions:
   votes = dgd_jax.teacher_votes(teachers, x_public)           # [Q, K] private histograms
   labels, release = dgd_jax.noisy_labels(votes, "gnmax", 40.0, seed=0)
   dgd_jax.epsilon([release], delta=1e-5)                      # the labels' (epsilon, delta)
+  params, steps = dgd_jax.train_dpsgd(MyCNN(num_classes=10), x_private, y_private, epsilon=3)
 
 Images are numpy arrays [N, H, W] or [N, H, W, C] of pixels 0..255 (uint8 or float); labels
 integers in [0, K). What an epsilon covers: the released labels (or histograms) as functions
@@ -17,7 +18,9 @@ Everything else in the package is reachable but not part of this surface.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
+import tempfile
 from typing import Any, Callable, Sequence
 
 import flax.linen as nn
@@ -33,6 +36,7 @@ from dgd_jax.plan import queries as query_plan
 from dgd_jax.privacy.releases import build_release
 from dgd_jax.run import pipeline
 from dgd_jax.runtime.errors import ConfigError, DatasetError
+from dgd_jax.training import dpsgd
 from dgd_jax.training import ensemble
 from dgd_jax.training import memory_plan
 from dgd_jax.training import placement
@@ -148,6 +152,42 @@ def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *, seed: int,
   release = build_release(mechanism, queries=len(votes), noise_scale=float(noise_scale),
                           sigma2=float(noise_scale), teachers_changed=teachers_changed, **extra)
   return np.asarray(out.labels), release
+
+
+def train_dpsgd(model: nn.Module, x: Any, y: Any, *, epsilon: float, delta: float = 1e-5,
+                epochs: float = 20.0, batch_size: int | None = None, norm_bound: float = 1.0,
+                learning_rate: float = 1e-3, accountant: str = "pld",
+                microbatch_size: int = 32, seed: int = 0) -> tuple[Any, privacy.DpsgdSteps]:
+  """``model`` (any ``flax.linen.Module`` mapping images to logits) trained on (x, y) with
+  DP-SGD on jax-privacy (Abadi et al. 2016): each step a Poisson sample of expected size
+  ``batch_size`` (None: N // 20, a sampling rate of 5%), per-example gradients clipped to
+  ``norm_bound``, Gaussian noise calibrated so that ceil(epochs N / batch_size) steps spend
+  ``epsilon`` at ``delta`` under ``accountant``, Adam on the noisy mean. Labels must lie in
+  [0, K), K the model's number of logits. Returns (the parameters, the steps' ledger record).
+  The epsilon covers the parameters under add/remove-one neighbours, N = len(x) taken as
+  public; not covered: hyper-parameters chosen by looking at the same data. Predict with
+  ``model.apply(params, dgd_jax.images(x))``."""
+  x = images(x)
+  init_key, noise_key, batch_key = jax.random.split(jax.random.key(seed), 3)
+  logits = jax.eval_shape(lambda: model.apply(model.init(init_key, x[:1]), x[:1]))
+  y = labels(y, len(x), logits.shape[-1])
+  n = len(x)
+  batch_size = max(1, n // 20) if batch_size is None else batch_size
+  if not (isinstance(batch_size, numbers.Integral) and 1 <= batch_size <= n):
+    raise ConfigError(f"batch_size={batch_size!r} with {n} examples: the expected Poisson "
+                      f"batch must be between 1 and N (e.g. batch_size={max(1, n // 100)}).")
+  steps = max(1, math.ceil(epochs * n / batch_size))
+  plan = privacy.DpsgdSteps(1.0, int(batch_size), n, steps, norm_bound)
+  sigma = privacy.dpsgd_noise_multiplier(plan, epsilon, delta, accountant)
+  record = dataclasses.replace(plan, noise_multiplier=sigma)
+  fit = train.FitConfig(num_steps=steps, batch_size=int(batch_size),
+                        learning_rate=learning_rate, checkpoint_every=steps,
+                        log_every=steps)
+  state = train.create_train_state(model, train.optimizer(fit), init_key, x.shape[1:])
+  with tempfile.TemporaryDirectory() as checkpoints:
+    state = dpsgd.train_private(state, model, x, y, record, microbatch_size, fit, noise_key,
+                                batch_key, checkpoints, "dpsgd")
+  return state.params, record
 
 
 def epsilon(releases: Sequence[privacy.Release], delta: float = 1e-5,

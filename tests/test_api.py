@@ -18,7 +18,7 @@ from conftest import make_images
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTED = ["Teachers", "epsilon", "images", "labels", "noisy_labels", "plan_queries",
-              "privacy", "run", "teacher_votes", "train_teachers"]
+              "privacy", "run", "teacher_votes", "train_dpsgd", "train_teachers"]
 
 
 class UserMLP(nn.Module):
@@ -101,6 +101,21 @@ def test_plan_queries_fits_the_budget():
   assert plan.epsilon <= 10.0
 
 
+@pytest.mark.integration
+def test_dp_sgd_trains_your_model_within_the_budget():
+  rng = np.random.default_rng(0)
+  x, y = make_images(rng, 1000)
+  x_test, y_test = make_images(rng, 300)
+  params, record = dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=3.0, epochs=3, batch_size=100,
+                                       learning_rate=3e-3)
+  assert isinstance(record, privacy.DpsgdSteps)
+  assert (record.dataset_size, record.batch_size, record.steps) == (1000, 100, 30)
+  assert record.relation == "add_or_remove_one" and record.noise_multiplier > 0
+  assert 2.99 <= dgd_jax.epsilon([record], delta=1e-5).epsilon <= 3.0
+  logits = UserMLP().apply(params, dgd_jax.images(x_test))
+  assert np.mean(np.argmax(logits, -1) == y_test) > 0.5  # chance is 0.1
+
+
 @pytest.mark.parametrize("call, error, match", [
     (lambda x, y: dgd_jax.train_teachers(UserMLP(), x, y, 500), ConfigError, "num_teachers=500"),
     (lambda x, y: dgd_jax.train_teachers(UserMLP(), x * 2.0, y, 4), DatasetError, "0..255"),
@@ -112,6 +127,10 @@ def test_plan_queries_fits_the_budget():
      "mechanism='argmax'"),
     (lambda x, y: dgd_jax.noisy_labels(-np.ones((3, 10)), "gnmax", 1.0, seed=0), DatasetError,
      "counts >= 0"),
+    (lambda x, y: dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=3, batch_size=500), ConfigError,
+     "batch_size=500 with 200 examples"),
+    (lambda x, y: dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=0), ConfigError, "epsilon"),
+    (lambda x, y: dgd_jax.train_dpsgd(UserMLP(), x, y + 10, epsilon=3), DatasetError, "0..9"),
 ])
 def test_bad_input_is_refused_with_the_fix(call, error, match):
   x, y = make_images(np.random.default_rng(0), 200)

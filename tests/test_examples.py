@@ -13,6 +13,7 @@ EXAMPLES = {  # script -> tiny arguments
     "pate_on_your_arrays.py": ["--private=2000", "--teachers=4", "--steps=60", "--queries=300",
                                "--sigma=1"],
     "accountant.py": ["--teachers=50", "--epsilon=3"],
+    "dpsgd_on_your_data.py": ["--private=1000", "--epochs=3", "--batch=100"],
 }
 
 
@@ -34,3 +35,7 @@ def test_example_runs(name):
   if name == "pate_on_your_arrays.py":
     accuracy = float(re.search(r"student test accuracy ([\d.]+)%", run.stdout).group(1))
     assert accuracy > 30.0, run.stdout  # chance is 10%
+  if name == "dpsgd_on_your_data.py":
+    assert re.search(r"epsilon 3\.000 ", run.stdout), run.stdout  # the default budget, spent
+    accuracy = float(re.search(r"test accuracy ([\d.]+)%", run.stdout).group(1))
+    assert accuracy > 30.0, run.stdout

@@ -166,7 +166,7 @@ def step_program(state, model, x, y, record: privacy.DpsgdSteps, microbatch_size
 def train_private(state: train_state.TrainState, model, x: np.ndarray, y: np.ndarray,
                   record: privacy.DpsgdSteps, microbatch_size: int, fit: train.FitConfig,
                   noise_key: jax.Array, batch_key: jax.Array, checkpoint_dir: str, name: str,
-                  log: Callable[[dict], None] | None = None):
+                  log: Callable[[dict], None] = lambda m: None):
   """``record.steps`` DP-SGD steps of ``state`` (``model``'s parameters) on (x, y) with the
   record's batch selection, clip norm and noise (resumable from ``checkpoint_dir``)."""
   step, inputs = private_step(model, record, microbatch_size)
