@@ -86,6 +86,15 @@ def test_pate_plus_least_confident_selection(npz_file, tmp_path):
   assert report["stages"]["queries"]["answered"] <= 40
 
 
+def test_the_public_pool_is_nine_tenths_of_the_test_split_unless_set(npz_file):
+  from dgd_jax.configs import pate as pate_config  # pylint: disable=g-import-not-at-top
+  config = pate_config.get_config(f"npz:{npz_file},cpu")
+  assert config.pool.size == 0
+  assert pipeline.run_config(config).pool.size == 115  # int(0.9 x 128 test images)
+  config.pool.size = 100
+  assert pipeline.run_config(config).pool.size == 100
+
+
 @pytest.mark.integration
 def test_pate_refuses_a_pool_that_leaves_nothing_to_evaluate(npz_file, tmp_path):
   config = tiny_configs.pate(npz_file)

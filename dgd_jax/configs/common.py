@@ -330,8 +330,8 @@ def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
     config.teachers.eval_size = min(config.teachers.eval_size or SMOKE_TEST_SIZE,
                                     SMOKE_TEST_SIZE)
   public = "pool" in config and config.pool.source == "public"
-  if public:  # PATE's public pool, as a synthetic one: every query and unlabelled images
-    config.pool.size = min(config.pool.size, SMOKE_SYNTHETIC)
+  if public:  # PATE's public pool, as a synthetic one (0, its share of the test split, too)
+    config.pool.size = min(config.pool.size or SMOKE_SYNTHETIC, SMOKE_SYNTHETIC)
   with config.unlocked():  # a field only smoke configs have: other fingerprints stay as they were
     config.test_size = SMOKE_TEST_SIZE + (config.pool.size if public else 0)
   return config
@@ -365,7 +365,8 @@ def teachers_config(preset: str) -> ml_collections.ConfigDict:
 
 
 def pool_config(source: str, size: int = 0) -> ml_collections.ConfigDict:
-  """The student's unlabelled pool (``dgd_jax.plan.pool``): 'synthetic' or 'public' (test head)."""
+  """The student's unlabelled pool (``dgd_jax.plan.pool``): 'synthetic' or 'public' (the test
+  split's head: ``size`` examples, 0 for ``pool.PUBLIC_SHARE`` of the split)."""
   return ml_collections.ConfigDict(dict(source=source, size=size))
 
 

@@ -4,8 +4,8 @@ on it: supervised on the labelled part and, optionally, semi-supervised on the w
 with DGD's VAE-triple regulariser (the pool stands in for DGD's synthetic set).
 
 Argument: '<dataset>[,cpu][,plus][,ss][,eps1|eps2|eps3|eps5|eps10][,q100][,ldp1|ldp5]'. Protocol
-of PATE 2017 Sec. 4: the pool is the first 9,000 test examples (labels never read), the last
-1,000 evaluate the student; 1000 queries by default (``q100``: 100). PATE: LNMax, Laplace scale
+of PATE 2017 Sec. 4: the pool is the first 9/10 of the test split (9,000 of 10,000 test
+examples; labels never read), the rest evaluates the student; 1000 queries by default (``q100``: 100). PATE: LNMax, Laplace scale
 1/gamma = 20 (gamma = 0.05); its headline epsilon is the data-independent one (``rdp``: every
 query charged, a DP guarantee), with PATE 2017's data-dependent one (``rdp_data_dependent``, a
 function of the votes, not a DP release) beside it as a diagnostic.
@@ -44,7 +44,7 @@ def get_config(arg: str | None = None):
   config.method = "pate"
   config.num_teachers = 250
   config.teachers = common.teachers_config(preset)
-  config.pool = common.pool_config("public", size=9000)  # PATE 2017 Sec. 4
+  config.pool = common.pool_config("public", size=0)  # 9/10 of the test split: PATE 2017 Sec. 4
   config.vae = common.vae_config(preset == "paper")
   budget = BUDGETS[arg["budget"]] if arg["budget"] else 0.0
   config.privacy = common.privacy_config(max_epsilon=budget, accountant="rdp")

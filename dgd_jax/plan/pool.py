@@ -11,6 +11,8 @@
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from dgd_jax.labels import aggregation
@@ -21,6 +23,19 @@ from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.synthesis import generative
 
 SOURCES = ("synthetic", "public", "train")
+# pool.size = 0: the public pool is this share of the test split's head (PATE 2017 Sec. 4:
+# 9,000 of 10,000), the rest evaluates the student.
+PUBLIC_SHARE = 0.9
+
+
+def with_public_size(config, num_test: int):
+  """``config`` with a public pool's ``size`` = 0 replaced by ``PUBLIC_SHARE`` of the
+  ``num_test`` test examples (public: the test split's size); ``config`` itself otherwise."""
+  if config.get("pool", {}).get("source") != "public" or config.pool.size:
+    return config
+  config = copy.deepcopy(config)
+  config.pool.size = max(1, int(PUBLIC_SHARE * num_test))
+  return config
 
 
 def requires(config) -> tuple[str, ...]:

@@ -78,13 +78,17 @@ def check_config(config: Config) -> None:
 
 def run_config(config: Config) -> Config:
   """The config a run uses: DP-SGD's batch and steps derived from the data's size where 0
-  (``dpsgd_plan.with_schedule``), ``smoke_schedules``, and ``num_teachers = 0`` replaced by
+  (``dpsgd_plan.with_schedule``), a public pool's size 0 replaced by its share of the test
+  split (``pool.with_public_size``), ``smoke_schedules``, and ``num_teachers = 0`` replaced by
   the count chosen for the private set's size (``query_plan.num_teachers_for``), the reason
   kept in ``config.num_teachers_chosen`` (no stage reads it, so fingerprints are those of the
   count).
   N is ``config.private_size`` when set, else the data's size: fixed under replace-one
   neighbours; under add/remove-one it must be the public ``private_size``. Idempotent."""
-  config = smoke_schedules(dpsgd_plan.with_schedule(config))
+  config = dpsgd_plan.with_schedule(config)
+  if config.get("pool", {}).get("source") == "public":  # the test split's size is public
+    config = pool.with_public_size(config, len(load_private(config).x_test))
+  config = smoke_schedules(config)
   if config.get("num_teachers", None) != 0:
     return config
   if not config.private_size and "add_or_remove_one" in config_teachers_changed(config):
