@@ -25,8 +25,15 @@ def test_every_example_is_listed_and_short():
       assert len(f.read().splitlines()) <= 80, name
 
 
+# The DP-SGD example (a minute on a slow host) runs in CI's second tier: the default suite
+# trains the same train_dpsgd in tests/test_api.py.
+SECOND_TIER = ("dpsgd_on_your_data.py",)
+
+
 @pytest.mark.integration
-@pytest.mark.parametrize("name", sorted(EXAMPLES))
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=[pytest.mark.extended, pytest.mark.slow] if n in SECOND_TIER else [])
+    for n in sorted(EXAMPLES)])
 def test_example_runs(name):
   run = subprocess.run([sys.executable, os.path.join("examples", name), *EXAMPLES[name]],
                        cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
