@@ -7,8 +7,7 @@ argmax (at GNMax's data-independent epsilon): the student learns the noisy vote 
 The class-count release (``aggregation.CLASS_COUNTS``) releases one count of each histogram,
 that of the class the synthetic sample was made for (``pool.classes``, fixed before any
 vote): sensitivity 1 instead of sqrt 2, so at the same epsilon the count carries sigma /
-sqrt 2 of noise
-(``student_fit.class_count_targets`` makes the student's targets of it).
+sqrt 2 of noise (``student_fit.class_count_targets`` makes the student's targets of it).
 
 ``config.queries.refits`` = R > 0 (``gaussian_histogram``, random selection) asks the
 histograms in R + 1 rounds of random pool samples, ``num_queries`` in all at the planned
