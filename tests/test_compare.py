@@ -107,3 +107,21 @@ def test_every_row_has_a_frontier_line_and_a_coverage():
   assert not whole["dgd_eps10"] and not whole["dpdfd_ensemble_eps10"]
   assert whole["dgd_private_eps1"] and whole["pate"] and whole["dpdfd_eps10"]
   assert all(whole[n] for n in whole if n.startswith("dpsgd"))
+
+
+def test_the_committed_cells_fill_the_rows_not_finished_here():
+  """docs/measured.csv draws every measured method when no row is finished; a finished row's
+  own report replaces its committed cell; each cell's coverage is its row's."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  cells = compare.read_measured(os.path.join(repo, "docs", "measured.csv"))
+  points, _ = compare.frontier_points(compare.ROWS, {}, cells)
+  assert len(points) == len(cells) and {p["line"] for p in points} >= set(compare.LINES.values())
+  finished = {"dgd_eps10": _fake_report(0.7654, 9.9993)}
+  points, _ = compare.frontier_points(compare.ROWS, finished, cells)
+  assert [round(p["accuracy"], 2) for p in points if p["row"] == "dgd_eps10"] == [76.54]
+  by_name = {r.name: r for r in compare.ROWS}
+  for c in cells:
+    assert c["line"] in compare.LINES.values() or c["line"].startswith("PATE+"), c
+    if c["row"]:
+      assert c["line"] == compare.line_of(by_name[c["row"]])
+      assert c["whole"] == compare.covers_everything(by_name[c["row"]].config()), c["row"]

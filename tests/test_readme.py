@@ -207,3 +207,35 @@ def test_every_test_name_the_documents_cite_exists():
     cited = set(re.findall(r"`(test_\w+)(?:\[[^\]`]*\])?`", text)) - files
     assert cited <= defined, (doc, sorted(cited - defined))
 
+
+
+def _glance_table() -> dict[str, dict[int, str]]:
+  """README's "Results at a glance" table: row label -> {1, 3, 10: the cell's text}."""
+  text = _read(README).split("## Results at a glance", 1)[1].split("\n## ", 1)[0]
+  rows = [line.strip().strip("|").split(" | ") for line in text.splitlines()
+          if line.startswith("| ") and not line.startswith("| method")]
+  return {r[0].strip(): dict(zip((1, 3, 10), (c.strip() for c in r[1:4]))) for r in rows}
+
+
+def test_the_readme_table_and_the_committed_measured_cells_agree():
+  """Every cell of docs/measured.csv (the frontier picture's numbers) stands in its README row
+  and column with its epsilon and accountant, and every README cell's first number is one of
+  them."""
+  from dgd_jax.cli import compare  # pylint: disable=g-import-not-at-top
+  cells = compare.read_measured(os.path.join(ROOT, "docs", "measured.csv"))
+  table = _glance_table()
+  for c in cells:
+    text = table[c["readme_row"]][int(c["column"])]
+    m = re.search(re.escape(c["accuracy_percent"]) + r"%(?: at ([\d.]+))?(?: `(\w+)`)?", text)
+    assert m, (c["readme_row"], c["column"], c["accuracy_percent"], text)
+    if m.group(1):
+      assert float(m.group(1)) == c["epsilon"], (c, text)
+    else:  # the cell names only its row: the epsilon is the column's
+      assert abs(c["epsilon"] - int(c["column"])) <= 0.01 * int(c["column"]), (c, text)
+    assert m.group(2) in (None, c["accountant"]), (c, text)
+  for label, row in table.items():
+    for column, text in row.items():
+      first = re.search(r"(\d+\.\d+)%", text)
+      if first:
+        assert any(c["readme_row"] == label and int(c["column"]) == column
+                   and c["accuracy_percent"] == first.group(1) for c in cells), (label, column)

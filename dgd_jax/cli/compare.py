@@ -5,7 +5,9 @@ rerun only rebuilds the table) and writes ``<root>/comparison.md``, and from the
 privacy-utility picture ``<root>/frontier.png`` (test accuracy against epsilon, one line per
 method, filled markers where the epsilon covers everything the model learnt from the private
 data, hollow where it covers the label answers only, the published numbers as stars) with its
-numbers in ``<root>/frontier.csv``.
+numbers in ``<root>/frontier.csv``. Rows without a finished run are drawn from the committed
+measured cells (``--measured``, docs/measured.csv: each cell's number, accountant, command and
+the commit that recorded it), so the picture shows every measured method.
 
   python -m dgd_jax.compare --root=workdirs/compare [--rows=dgd_eps10,dpsgd_cnn_eps3]
       [--collect_only]
@@ -134,10 +136,22 @@ def covers_everything(config) -> bool:
   return False
 
 
-def frontier_points(rows, reports: dict) -> tuple[list[dict], list[dict]]:
-  """The measured points (each finished row with an epsilon) and the published ones (a row's
-  ``published`` that starts with a percentage, placed at its nominal epsilon)."""
+def read_measured(path: str) -> list[dict]:
+  """The committed measured cells (docs/measured.csv): one dict per cell, with ``accuracy``
+  (%) and ``epsilon`` as floats and ``whole`` True where the epsilon covers everything."""
+  with open(path, newline="") as f:
+    return [{**c, "accuracy": float(c["accuracy_percent"]), "epsilon": float(c["epsilon"]),
+             "whole": c["covers"] == "everything"} for c in csv.DictReader(f)]
+
+
+def frontier_points(rows, reports: dict, measured=()) -> tuple[list[dict], list[dict]]:
+  """The measured points (each finished row with an epsilon, and each committed cell in
+  ``measured`` whose row did not finish here) and the published ones (a row's ``published``
+  that starts with a percentage, placed at its nominal epsilon)."""
   points, published = [], []
+  for c in measured:
+    if c["row"] not in reports:
+      points.append({k: c[k] for k in ("line", "row", "epsilon", "accuracy", "whole")})
   for row in rows:
     report = reports.get(row.name)
     if report is not None and report["privacy"]["epsilon"] is not None:
@@ -152,10 +166,11 @@ def frontier_points(rows, reports: dict) -> tuple[list[dict], list[dict]]:
   return points, published
 
 
-def write_frontier(root: str, rows, reports: dict) -> bool:
-  """``<root>/frontier.png`` and ``<root>/frontier.csv`` from the finished rows' reports and
-  the published numbers; False (and no PNG) without matplotlib."""
-  points, published = frontier_points(rows, reports)
+def write_frontier(root: str, rows, reports: dict, measured=()) -> bool:
+  """``<root>/frontier.png`` and ``<root>/frontier.csv`` from the finished rows' reports, the
+  committed ``measured`` cells of the others and the published numbers; False (and no PNG)
+  without matplotlib."""
+  points, published = frontier_points(rows, reports, measured)
   out = io.StringIO()
   writer = csv.writer(out, lineterminator="\n")
   writer.writerow(["line", "row", "kind", "epsilon", "test_accuracy_percent", "covers"])
@@ -168,13 +183,14 @@ def write_frontier(root: str, rows, reports: dict) -> bool:
                      f"{p['accuracy']:g}", p["source"]])
   write_text(os.path.join(root, "frontier.csv"), out.getvalue())
   return plots.frontier(os.path.join(root, "frontier.png"), points, published,
-                        title=f"Test accuracy against epsilon, delta 1e-5 ({len(points)} of "
-                              f"{len(rows)} rows finished)")
+                        title=f"Test accuracy against epsilon, delta 1e-5 ({len(points)} "
+                              f"measured cells, {len(reports)} of them from finished rows)")
 
 
-def run(root: str, rows=ROWS, collect_only: bool = False, only=None) -> str:
+def run(root: str, rows=ROWS, collect_only: bool = False, only=None, measured=()) -> str:
   """Runs every row (only those named in ``only``, or none with ``collect_only``), then
-  writes and returns the table of all ``rows``, each from its finished run if it has one."""
+  writes and returns the table of all ``rows``, each from its finished run if it has one;
+  the picture adds the committed ``measured`` cells of the rows not finished here."""
   for row in rows:
     if not collect_only and (only is None or row.name in only):
       pipeline.run(row.config(), os.path.join(root, row.name))
@@ -198,7 +214,7 @@ def run(root: str, rows=ROWS, collect_only: bool = False, only=None) -> str:
   if distributed.is_writer():
     os.makedirs(root, exist_ok=True)
     write_text(os.path.join(root, "comparison.md"), text)
-    write_frontier(root, rows, tabled)
+    write_frontier(root, rows, tabled, measured)
   return text
 
 
@@ -206,6 +222,8 @@ _ROOT = flags.DEFINE_string("root", "workdirs/compare", "Folder holding one work
 _ROWS = flags.DEFINE_list("rows", None, "Run only these rows (default: all); the table "
                          "still lists every row.")
 _COLLECT = flags.DEFINE_bool("collect_only", False, "Train nothing; table the finished rows.")
+_MEASURED = flags.DEFINE_string("measured", "docs/measured.csv", "Committed measured cells the "
+                                "picture draws for rows not finished under --root ('' : none).")
 
 
 def main(argv):
@@ -217,7 +235,11 @@ def main(argv):
     unknown = sorted(set(_ROWS.value or ()) - set(by_name))
     if unknown:
       raise ConfigError(f"--rows names unknown rows {unknown}; known: {sorted(by_name)}.")
-    print(run(_ROOT.value, ROWS, _COLLECT.value, _ROWS.value), end="")
+    if _MEASURED.value and not os.path.exists(_MEASURED.value):
+      raise ConfigError(f"--measured={_MEASURED.value} does not exist: run from the repository "
+                        "root, or pass --measured='' to draw the finished rows only.")
+    measured = read_measured(_MEASURED.value) if _MEASURED.value else ()
+    print(run(_ROOT.value, ROWS, _COLLECT.value, _ROWS.value, measured), end="")
   except UserInputError as e:
     sys.exit(f"error: {e}")
 
