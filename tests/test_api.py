@@ -2,6 +2,7 @@
 Flax models and numpy arrays, and the refusals of bad input."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -99,6 +100,67 @@ def test_plan_queries_fits_the_budget():
   plan = dgd_jax.plan_queries(250, 10, 10.0, delta=1e-5, max_queries=4000)
   assert plan.aggregator in ("lnmax", "gnmax") and 1 <= plan.num_queries <= 4000
   assert plan.epsilon <= 10.0
+
+
+USER_MODULE = """
+import flax.linen as nn
+
+
+class UserMLP(nn.Module):
+  num_classes: int = 10
+  features: int = 32
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.relu(nn.Dense(self.features)(x.reshape((x.shape[0], -1))))
+    return nn.Dense(self.num_classes)(x)
+
+
+class UserCNN(nn.Module):
+  num_classes: int = 10
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.relu(nn.Conv(8, (3, 3), strides=2)(x))
+    return nn.Dense(self.num_classes)(x.reshape((x.shape[0], -1)))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name, kwargs", [("UserMLP", '{"features": 16}'), ("UserCNN", "")])
+def test_your_own_model_trains_as_teachers_from_the_command_line(name, kwargs, npz_file,
+                                                                  tmp_path):
+  (tmp_path / "user_models.py").write_text(USER_MODULE)
+  workdir = tmp_path / "w"
+  run = subprocess.run(
+      [sys.executable, "-m", "dgd_jax.main",
+       f"--config=dgd_jax/configs/teachers.py:npz:{npz_file},cpu",
+       f"--config.model.module=user_models:{name}", f"--config.model.kwargs={kwargs}",
+       "--config.num_teachers=4", "--config.teachers.num_steps=30", f"--workdir={workdir}"],
+      cwd=REPO, env={**os.environ, "PYTHONPATH": str(tmp_path), "JAX_PLATFORMS": "cpu"},
+      capture_output=True, text=True, timeout=300, check=False)
+  assert run.returncode == 0, run.stderr[-3000:]
+  teachers = json.loads((workdir / "report.json").read_text())["stages"]["teachers"]
+  assert teachers["num_teachers"] == 4 and teachers["plurality_accuracy"] > 0.3  # chance 0.1
+
+
+def test_a_module_of_your_own_is_refused_where_the_method_needs_the_paper_model(npz_file,
+                                                                                 tmp_path):
+  from dgd_jax.configs import dgd as dgd_config  # pylint: disable=g-import-not-at-top
+  from dgd_jax.configs import teachers as teachers_config  # pylint: disable=g-import-not-at-top
+  from dgd_jax.run import pipeline  # pylint: disable=g-import-not-at-top
+  config = dgd_config.get_config(f"npz:{npz_file},cpu")
+  config.model.module = "flax.linen:Dense"
+  with pytest.raises(ConfigError, match="the dgd method reads the paper classifier"):
+    pipeline.run(config, str(tmp_path / "d"))
+  config = teachers_config.get_config(f"npz:{npz_file},cpu")
+  config.model.module = "no_such_package:Model"
+  with pytest.raises(ConfigError, match="'package.module:Class', importable here"):
+    pipeline.run(config, str(tmp_path / "t"))
+  config.model.update(module="numpy:ndarray")
+  with pytest.raises(ConfigError, match="is not a flax.linen.Module class"):
+    pipeline.run(config, str(tmp_path / "t"))
+  assert not (tmp_path / "d").exists() and not (tmp_path / "t").exists()
 
 
 @pytest.mark.integration

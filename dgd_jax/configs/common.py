@@ -270,6 +270,11 @@ def base_config(dataset: str, preset: str, smoke: bool = False) -> ml_collection
   config.model = ml_collections.ConfigDict()
   config.model.width = 1.0 if preset == "paper" else 0.25  # multiplier of 64/128 channels
   config.model.hidden = (384, 192) if dataset in SVHN_LIKE else ()
+  # Your own flax.linen.Module instead of the paper classifier ('package.module:Class', built
+  # as Class(num_classes=K, **json(kwargs)); width and hidden then unused): the baseline,
+  # teachers and teacher sweep methods (plan/artefacts.USER_MODEL_METHODS).
+  config.model.module = ""
+  config.model.kwargs = ""  # JSON object of the module's keyword arguments, e.g. '{"features": 64}'
 
   config.log_every = 100
   config.checkpoint_every = 500

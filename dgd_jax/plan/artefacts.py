@@ -5,10 +5,13 @@ ensemble, generator, VAE, queried labels). Stages import this module, never each
 from __future__ import annotations
 
 import functools
+import importlib
+import json
 import os
 
 import jax
 import jax.numpy as jnp
+import flax.linen as nn
 import numpy as np
 import optax
 from absl import logging
@@ -42,17 +45,48 @@ VOTES = "votes.npy"  # queries: the teachers' vote histograms: PRIVATE, accounti
 
 # Models and training settings from the config.
 
+# The methods whose every model is a plain image classifier, which a user module can be
+# (``config.model.module``); the others read the paper classifier's features or layers.
+USER_MODEL_METHODS = ("baseline", "teachers", "teacher_sweep")
+
+
+def user_model(config, num_classes: int) -> nn.Module:
+  """``config.model.module`` ('package.module:Class') built as Class(num_classes=K, **kwargs)
+  with ``config.model.kwargs`` (a JSON object); ConfigError naming the fix otherwise."""
+  m = config.model
+  if config.method not in USER_MODEL_METHODS:
+    raise ConfigError(f"config.model.module={m.module!r}: the {config.method} method reads the "
+                      "paper classifier's features or layers (the generator's statistics, the "
+                      "student's feature space); a module of your own runs with the methods "
+                      f"{USER_MODEL_METHODS}, or set --config.model.module=''.")
+  path, _, name = m.module.partition(":")
+  try:
+    cls = getattr(importlib.import_module(path), name)
+    kwargs = json.loads(m.kwargs) if m.kwargs else {}
+  except (ImportError, AttributeError, ValueError) as e:
+    raise ConfigError(f"config.model.module={m.module!r} / kwargs={m.kwargs!r} ({e}): give "
+                      "'package.module:Class', importable here, and kwargs as a JSON object, "
+                      "e.g. --config.model.kwargs='{\"features\": 64}'.") from None
+  if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not isinstance(kwargs, dict):
+    raise ConfigError(f"config.model.module={m.module!r} is not a flax.linen.Module class, or "
+                      f"kwargs={m.kwargs!r} not a JSON object.")
+  return cls(num_classes=num_classes, **kwargs)
+
+
 def classifier(config, num_classes: int, block: str | None = None,
-               lowering: str = "im2col") -> Classifier:
+               lowering: str = "im2col") -> nn.Module:
   """The paper classifier at the config's width (baseline, teachers and students), or at
-  ``config.<block>.width`` where that block sets one (> 0; e.g. a wider student).
-  ``lowering='conv'`` for a model that is never vmapped (models/classifier.py)."""
+  ``config.<block>.width`` where that block sets one (> 0; e.g. a wider student), or the
+  user's module (``config.model.module``, ``user_model``). ``lowering='conv'`` for a model
+  that is never vmapped (models/classifier.py)."""
+  if config.model.module:
+    return user_model(config, num_classes)
   width = (config[block].get("width", 0) if block and block in config else 0)
   return Classifier(num_classes=num_classes, width=width or config.model.width,
                     hidden=tuple(config.model.hidden), lowering=lowering)
 
 
-def teacher_model(config, num_classes: int) -> Classifier:
+def teacher_model(config, num_classes: int) -> nn.Module:
   """The teachers' classifier: ``config.teachers.width`` where set, else the model's."""
   return classifier(config, num_classes, "teachers")
 

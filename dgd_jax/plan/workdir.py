@@ -58,7 +58,8 @@ FORMAT = 2
 ADDED_FIELDS = {("teachers", "mixup"): 0.0, ("teachers", "width"): 0.0,
                 ("generator", "target_mix"): 0.0, ("queries", "ss_order"): 0.0,
                 ("queries", "ss_beta"): 0.0, ("queries", "ss_sigma"): 0.0,
-                ("dpsgd", "sampling_rate"): 0.0, ("dpsgd", "epochs"): 0.0}
+                ("dpsgd", "sampling_rate"): 0.0, ("dpsgd", "epochs"): 0.0,
+                ("model", "module"): "", ("model", "kwargs"): ""}
 REMOVED_FIELDS = {("teachers", "shared_init"): False}
 
 

@@ -18,6 +18,7 @@ from absl import logging
 from dgd_jax.configs.common import smoke_schedules
 from dgd_jax.data import load_private
 from dgd_jax.data.partitions import config_teachers_changed
+from dgd_jax.plan import artefacts
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan import queries as query_plan
@@ -36,6 +37,8 @@ from dgd_jax.synthesis import generative
 def check_config(config: Config) -> None:
   """Raises ConfigError naming the field and the fix for values no stage can use."""
   methods.method(config)  # a known method
+  if config.model.module:  # importable, a flax module, for a method that takes one
+    artefacts.user_model(config, 2)
   if not config.model.width > 0:
     raise ConfigError(f"config.model.width={config.model.width}; it must be > 0.")
   for block in ("baseline", "teachers", "vae", "student", "dpdfd", "ldp"):  # training blocks
