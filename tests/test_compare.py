@@ -82,11 +82,14 @@ def test_collect_only_draws_the_frontier_from_finished_rows(tmp_path):
     write_json(str(root / name / "report.json"), report)
   rows = tuple(by_name[n] for n in ("dgd_eps10", "dgd_eps1", "dgd_private_eps10", "pate",
                                     "dpsgd_scatternet_eps1", "dpsgd_scatternet_eps3"))
-  text = compare.run(str(root), rows, collect_only=True)
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  papers = compare.read_published(os.path.join(repo, "docs", "published.csv"))
+  text = compare.run(str(root), rows, collect_only=True, published=papers)
   assert "76.54%" in text and "| pate | `pate.py" in text and "| not run |" in text
+  assert "| 88.2% (paper preset; DGD Table I) |" in text  # the papers' numbers, from the file
   png = root / "frontier.png"
   assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-  points, published = compare.frontier_points(rows, fake)
+  points, published = compare.frontier_points(rows, fake, published=papers)
   whole = {p["row"]: p["whole"] for p in points}
   assert whole == {"dgd_eps10": False, "dgd_eps1": False, "dgd_private_eps10": True,
                    "dpsgd_scatternet_eps1": True, "dpsgd_scatternet_eps3": True}

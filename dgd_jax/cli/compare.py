@@ -7,7 +7,8 @@ method, filled markers where the epsilon covers everything the model learnt from
 data, hollow where it covers the label answers only, the published numbers as stars) with its
 numbers in ``<root>/frontier.csv``. Rows without a finished run are drawn from the committed
 measured cells (``--measured``, docs/measured.csv: each cell's number, accountant, command and
-the commit that recorded it), so the picture shows every measured method.
+the commit that recorded it), so the picture shows every measured method; the papers' numbers
+come from ``--published`` (docs/published.csv).
 
   python -m dgd_jax.compare --root=workdirs/compare [--rows=dgd_eps10,dpsgd_cnn_eps3]
       [--collect_only]
@@ -46,7 +47,6 @@ from dgd_jax.runtime.files import read_json, write_text
 class Row:
   name: str  # the workdir under --root
   spec: str  # '<config file in dgd_jax/configs>:<argument>'
-  published: str = "—"  # the published number at this epsilon, with its source
   overrides: tuple[tuple[str, object], ...] = ()  # ('block.field', value) pairs
 
   def config(self):
@@ -55,27 +55,24 @@ class Row:
         f"dgd_jax.configs.{module.removesuffix('.py')}").get_config(arg), self.overrides)
 
 
-TB = "Tramer & Boneh 2021, Table 1"
 ROWS = (
-    Row("dgd_eps10", "dgd.py:fashion_mnist,cpu", "88.2% (paper preset; DGD Table I)"),
+    Row("dgd_eps10", "dgd.py:fashion_mnist,cpu"),
     Row("dgd_eps3", "dgd.py:fashion_mnist,cpu,eps3"),
-    Row("dgd_eps1", "dgd.py:fashion_mnist,cpu,eps1", "64.9% (paper preset; DGD Table I)"),
+    Row("dgd_eps1", "dgd.py:fashion_mnist,cpu,eps1"),
     Row("dgd_private_eps10", "dgd.py:fashion_mnist,cpu,private_baseline"),
     Row("dgd_private_eps3", "dgd.py:fashion_mnist,cpu,eps3,private_baseline"),
     Row("dgd_private_eps1", "dgd.py:fashion_mnist,cpu,eps1,private_baseline"),
-    Row("pate", "pate.py:fashion_mnist,cpu", "— (PATE 2017 reports MNIST and SVHN)"),
-    Row("pate_plus", "pate.py:fashion_mnist,cpu,plus", "— (PATE 2018: MNIST, SVHN)"),
-    Row("dpdfd_eps10", "dpdfd.py:fashion_mnist,cpu",
-        "89.88% (DPDFD Table 1, under the paper's accounting)"),
-    Row("dpdfd_eps1", "dpdfd.py:fashion_mnist,cpu,eps1",
-        "83.86% (DPDFD Table 1, under the paper's accounting)"),
+    Row("pate", "pate.py:fashion_mnist,cpu"),
+    Row("pate_plus", "pate.py:fashion_mnist,cpu,plus"),
+    Row("dpdfd_eps10", "dpdfd.py:fashion_mnist,cpu"),
+    Row("dpdfd_eps1", "dpdfd.py:fashion_mnist,cpu,eps1"),
     Row("dpdfd_ensemble_eps10", "dpdfd.py:fashion_mnist,cpu,ensemble,eps10"),
     Row("dpdfd_ensemble_eps1", "dpdfd.py:fashion_mnist,cpu,ensemble,eps1"),
     Row("dpsgd_scatternet_eps1", "dpsgd.py:fashion_mnist,eps1"),
-    Row("dpsgd_scatternet_eps3", "dpsgd.py:fashion_mnist,eps3", f"89.7% ({TB})"),
+    Row("dpsgd_scatternet_eps3", "dpsgd.py:fashion_mnist,eps3"),
     Row("dpsgd_scatternet_eps10", "dpsgd.py:fashion_mnist,eps10"),
     Row("dpsgd_cnn_eps1", "dpsgd.py:fashion_mnist,eps1,cnn"),
-    Row("dpsgd_cnn_eps3", "dpsgd.py:fashion_mnist,eps3,cnn", f"86.0% ({TB})"),
+    Row("dpsgd_cnn_eps3", "dpsgd.py:fashion_mnist,eps3,cnn"),
     Row("dpsgd_cnn_eps10", "dpsgd.py:fashion_mnist,eps10,cnn"),
 )
 # One line of the frontier per row-name stem (the name without its ``_eps<N>`` suffix).
@@ -97,10 +94,12 @@ HEADER = ("| row | command (`python -m dgd_jax.main --config=dgd_jax/configs/...
 STALE = "made by another config (move its workdir away to rerun)"
 
 
-def table_row(row: Row, report: dict | None, missing: str = "not run") -> str:
-  """One Markdown line from a finished run's report.json (None: ``missing``)."""
+def table_row(row: Row, report: dict | None, missing: str = "not run",
+              published: str = "—") -> str:
+  """One Markdown line from a finished run's report.json (None: ``missing``), with the
+  ``published`` number at the row's epsilon."""
   if report is None:
-    return f"| {row.name} | `{row.spec}` | {missing} | | | | {row.published} |"
+    return f"| {row.name} | `{row.spec}` | {missing} | | | | {published} |"
   p = report["privacy"]
   epsilon = ("∞ (no DP release)" if p["epsilon"] is None else
              f"{p['epsilon']:.5g} (`{p['accountant']}`"
@@ -109,7 +108,7 @@ def table_row(row: Row, report: dict | None, missing: str = "not run") -> str:
   covered = (report.get("covers") or {}).get("covered", "—")
   minutes, seconds = divmod(round(report["wall_seconds"]), 60)
   return (f"| {row.name} | `{row.spec}` | {100 * report['test_accuracy']:.2f}% | {epsilon} | "
-          f"{covered} | {minutes} min {seconds:02d} s | {row.published} |")
+          f"{covered} | {minutes} min {seconds:02d} s | {published} |")
 
 
 def line_of(row: Row) -> str:
@@ -136,6 +135,13 @@ def covers_everything(config) -> bool:
   return False
 
 
+def read_published(path: str) -> dict[str, str]:
+  """The papers' numbers (docs/published.csv): row -> the published accuracy at the row's
+  epsilon, with its source."""
+  with open(path, newline="") as f:
+    return {r["row"]: r["published"] for r in csv.DictReader(f)}
+
+
 def read_measured(path: str) -> list[dict]:
   """The committed measured cells (docs/measured.csv): one dict per cell, with ``accuracy``
   (%) and ``epsilon`` as floats and ``whole`` True where the epsilon covers everything."""
@@ -144,10 +150,12 @@ def read_measured(path: str) -> list[dict]:
              "whole": c["covers"] == "everything"} for c in csv.DictReader(f)]
 
 
-def frontier_points(rows, reports: dict, measured=()) -> tuple[list[dict], list[dict]]:
+def frontier_points(rows, reports: dict, measured=(), published=None
+                    ) -> tuple[list[dict], list[dict]]:
   """The measured points (each finished row with an epsilon, and each committed cell in
-  ``measured`` whose row did not finish here) and the published ones (a row's ``published``
-  that starts with a percentage, placed at its nominal epsilon)."""
+  ``measured`` whose row did not finish here) and the published ones (a row's text in
+  ``published`` that starts with a percentage, placed at its nominal epsilon)."""
+  published_text = published or {}
   points, published = [], []
   for c in measured:
     if c["row"] not in reports:
@@ -159,18 +167,19 @@ def frontier_points(rows, reports: dict, measured=()) -> tuple[list[dict], list[
                      "epsilon": float(report["privacy"]["epsilon"]),
                      "accuracy": 100 * report["test_accuracy"],
                      "whole": covers_everything(row.config())})
-    m = re.match(r"\s*(\d+(?:\.\d+)?)%", row.published)
+    text = published_text.get(row.name, "—")
+    m = re.match(r"\s*(\d+(?:\.\d+)?)%", text)
     if m and nominal_epsilon(row) is not None:
       published.append({"line": line_of(row), "row": row.name, "epsilon": nominal_epsilon(row),
-                        "accuracy": float(m.group(1)), "source": row.published})
+                        "accuracy": float(m.group(1)), "source": text})
   return points, published
 
 
-def write_frontier(root: str, rows, reports: dict, measured=()) -> bool:
+def write_frontier(root: str, rows, reports: dict, measured=(), published=None) -> bool:
   """``<root>/frontier.png`` and ``<root>/frontier.csv`` from the finished rows' reports, the
   committed ``measured`` cells of the others and the published numbers; False (and no PNG)
   without matplotlib."""
-  points, published = frontier_points(rows, reports, measured)
+  points, published = frontier_points(rows, reports, measured, published)
   out = io.StringIO()
   writer = csv.writer(out, lineterminator="\n")
   writer.writerow(["line", "row", "kind", "epsilon", "test_accuracy_percent", "covers"])
@@ -187,10 +196,13 @@ def write_frontier(root: str, rows, reports: dict, measured=()) -> bool:
                               f"measured cells, {len(reports)} of them from finished rows)")
 
 
-def run(root: str, rows=ROWS, collect_only: bool = False, only=None, measured=()) -> str:
+def run(root: str, rows=ROWS, collect_only: bool = False, only=None, measured=(),
+        published=None) -> str:
   """Runs every row (only those named in ``only``, or none with ``collect_only``), then
   writes and returns the table of all ``rows``, each from its finished run if it has one;
-  the picture adds the committed ``measured`` cells of the rows not finished here."""
+  the picture adds the committed ``measured`` cells of the rows not finished here, and
+  both the ``published`` numbers (row -> text, ``read_published``)."""
+  published = published or {}
   for row in rows:
     if not collect_only and (only is None or row.name in only):
       pipeline.run(row.config(), os.path.join(root, row.name))
@@ -205,16 +217,17 @@ def run(root: str, rows=ROWS, collect_only: bool = False, only=None, measured=()
         pipeline.check_workdir(row.config(), os.path.join(root, row.name))
       except WorkdirConflictError as e:
         logging.warning("%s: %s", row.name, e)
-        lines.append(table_row(row, None, STALE))
+        lines.append(table_row(row, None, STALE, published.get(row.name, "—")))
         continue
     if finished:
       tabled[row.name] = report
-    lines.append(table_row(row, report if finished else None))
+    lines.append(table_row(row, report if finished else None,
+                           published=published.get(row.name, "—")))
   text = "\n".join(lines) + "\n"
   if distributed.is_writer():
     os.makedirs(root, exist_ok=True)
     write_text(os.path.join(root, "comparison.md"), text)
-    write_frontier(root, rows, tabled, measured)
+    write_frontier(root, rows, tabled, measured, published)
   return text
 
 
@@ -224,6 +237,8 @@ _ROWS = flags.DEFINE_list("rows", None, "Run only these rows (default: all); the
 _COLLECT = flags.DEFINE_bool("collect_only", False, "Train nothing; table the finished rows.")
 _MEASURED = flags.DEFINE_string("measured", "docs/measured.csv", "Committed measured cells the "
                                 "picture draws for rows not finished under --root ('' : none).")
+_PUBLISHED = flags.DEFINE_string("published", "docs/published.csv", "The papers' numbers, "
+                                 "per row, for the table and the stars ('' : none).")
 
 
 def main(argv):
@@ -235,11 +250,13 @@ def main(argv):
     unknown = sorted(set(_ROWS.value or ()) - set(by_name))
     if unknown:
       raise ConfigError(f"--rows names unknown rows {unknown}; known: {sorted(by_name)}.")
-    if _MEASURED.value and not os.path.exists(_MEASURED.value):
-      raise ConfigError(f"--measured={_MEASURED.value} does not exist: run from the repository "
-                        "root, or pass --measured='' to draw the finished rows only.")
+    for name, path in (("measured", _MEASURED.value), ("published", _PUBLISHED.value)):
+      if path and not os.path.exists(path):
+        raise ConfigError(f"--{name}={path} does not exist: run from the repository root, "
+                          f"or pass --{name}='' to leave those numbers out.")
     measured = read_measured(_MEASURED.value) if _MEASURED.value else ()
-    print(run(_ROOT.value, ROWS, _COLLECT.value, _ROWS.value, measured), end="")
+    published = read_published(_PUBLISHED.value) if _PUBLISHED.value else {}
+    print(run(_ROOT.value, ROWS, _COLLECT.value, _ROWS.value, measured, published), end="")
   except UserInputError as e:
     sys.exit(f"error: {e}")
 
