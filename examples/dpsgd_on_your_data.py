@@ -9,12 +9,12 @@ The data here is Fashion-MNIST's IDX files (Debian package dataset-fashion-mnist
 numpy arrays: put your own arrays in their place.
 """
 import argparse
-import gzip
 
 import flax.linen as nn
 import numpy as np
 
 import dgd_jax
+from dgd_jax.data import idx
 
 
 class MyCNN(nn.Module):  # any flax.linen.Module mapping images to logits
@@ -24,9 +24,10 @@ class MyCNN(nn.Module):  # any flax.linen.Module mapping images to logits
     return nn.Dense(10)(nn.tanh(nn.Dense(64)(x.reshape((x.shape[0], -1)))))
 
 
-def idx(name, offset, folder="/usr/share/datasets/fashion-mnist"):
-  with gzip.open(f"{folder}/{name}.gz") as f:
-    return np.frombuffer(f.read(), np.uint8, offset=offset)
+def fashion_mnist(split, folder="/usr/share/datasets/fashion-mnist"):
+  """(images [N, 28, 28, 1] uint8, labels [N]) read by the package's IDX reader."""
+  return idx.read_split(*(f"{folder}/{idx.FILES[f'{split}_{part}']}"
+                          for part in ("images", "labels")))
 
 
 def main():
@@ -36,10 +37,8 @@ def main():
   p.add_argument("--epochs", type=float, default=20.0)
   p.add_argument("--batch", type=int, default=0, help="expected batch (0: N // 20)")
   args = p.parse_args()
-  x = idx("train-images-idx3-ubyte", 16).reshape(-1, 28, 28)[:args.private]
-  y = idx("train-labels-idx1-ubyte", 8)[:args.private]
-  x_test = idx("t10k-images-idx3-ubyte", 16).reshape(-1, 28, 28)
-  y_test = idx("t10k-labels-idx1-ubyte", 8)
+  x, y = (a[:args.private] for a in fashion_mnist("train"))
+  x_test, y_test = fashion_mnist("test")
 
   params, steps = dgd_jax.train_dpsgd(MyCNN(), x, y, epsilon=args.epsilon, delta=1e-5,
                                       epochs=args.epochs, batch_size=args.batch or None,

@@ -9,7 +9,6 @@ The data here is Fashion-MNIST's IDX files (Debian package dataset-fashion-mnist
 numpy arrays: put your own arrays in their place.
 """
 import argparse
-import gzip
 
 import flax.linen as nn
 import jax
@@ -18,6 +17,7 @@ import numpy as np
 import optax
 
 import dgd_jax
+from dgd_jax.data import idx
 
 
 class MyCNN(nn.Module):  # any flax.linen.Module mapping images to logits
@@ -27,9 +27,10 @@ class MyCNN(nn.Module):  # any flax.linen.Module mapping images to logits
     return nn.Dense(10)(nn.relu(nn.Dense(64)(x.reshape((x.shape[0], -1)))))
 
 
-def idx(name, offset, folder="/usr/share/datasets/fashion-mnist"):
-  with gzip.open(f"{folder}/{name}.gz") as f:
-    return np.frombuffer(f.read(), np.uint8, offset=offset)
+def fashion_mnist(split, folder="/usr/share/datasets/fashion-mnist"):
+  """(images [N, 28, 28, 1] uint8, labels [N]) read by the package's IDX reader."""
+  return idx.read_split(*(f"{folder}/{idx.FILES[f'{split}_{part}']}"
+                          for part in ("images", "labels")))
 
 
 def main():
@@ -40,10 +41,8 @@ def main():
   p.add_argument("--queries", type=int, default=500, help="public images labelled")
   p.add_argument("--sigma", type=float, default=20.0, help="GNMax noise std")
   args = p.parse_args()
-  x = idx("train-images-idx3-ubyte", 16).reshape(-1, 28, 28)
-  y = idx("train-labels-idx1-ubyte", 8)
-  x_test = idx("t10k-images-idx3-ubyte", 16).reshape(-1, 28, 28)
-  y_test = idx("t10k-labels-idx1-ubyte", 8)
+  x, y = fashion_mnist("train")
+  x_test, y_test = fashion_mnist("test")
   public, test = slice(0, args.queries), slice(5000, 7000)  # the test split's halves
 
   teachers = dgd_jax.train_teachers(MyCNN(), x[:args.private], y[:args.private], args.teachers,
