@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 
-import flax.linen as nn
 import numpy as np
 import pytest
 
@@ -16,29 +15,11 @@ from dgd_jax import privacy
 from dgd_jax.runtime.errors import ConfigError, DatasetError
 
 from conftest import make_images
+from user_models import UserCNN, UserMLP
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTED = ["Teachers", "epsilon", "images", "labels", "noisy_labels", "plan_queries",
               "privacy", "run", "teacher_votes", "train_dpsgd", "train_teachers"]
-
-
-class UserMLP(nn.Module):
-  """A researcher's own model: not the package's classifier."""
-  num_classes: int = 10
-
-  @nn.compact
-  def __call__(self, x):
-    x = nn.relu(nn.Dense(32)(x.reshape((x.shape[0], -1))))
-    return nn.Dense(self.num_classes)(x)
-
-
-class UserCNN(nn.Module):
-  num_classes: int = 10
-
-  @nn.compact
-  def __call__(self, x):
-    x = nn.relu(nn.Conv(8, (3, 3), strides=2)(x))
-    return nn.Dense(self.num_classes)(x.reshape((x.shape[0], -1)))
 
 
 def test_the_public_names_are_exactly_the_documented_ones():
@@ -102,42 +83,18 @@ def test_plan_queries_fits_the_budget():
   assert plan.epsilon <= 10.0
 
 
-USER_MODULE = """
-import flax.linen as nn
-
-
-class UserMLP(nn.Module):
-  num_classes: int = 10
-  features: int = 32
-
-  @nn.compact
-  def __call__(self, x):
-    x = nn.relu(nn.Dense(self.features)(x.reshape((x.shape[0], -1))))
-    return nn.Dense(self.num_classes)(x)
-
-
-class UserCNN(nn.Module):
-  num_classes: int = 10
-
-  @nn.compact
-  def __call__(self, x):
-    x = nn.relu(nn.Conv(8, (3, 3), strides=2)(x))
-    return nn.Dense(self.num_classes)(x.reshape((x.shape[0], -1)))
-"""
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize("name, kwargs", [("UserMLP", '{"features": 16}'), ("UserCNN", "")])
 def test_your_own_model_trains_as_teachers_from_the_command_line(name, kwargs, npz_file,
                                                                   tmp_path):
-  (tmp_path / "user_models.py").write_text(USER_MODULE)
   workdir = tmp_path / "w"
   run = subprocess.run(
       [sys.executable, "-m", "dgd_jax.main",
        f"--config=dgd_jax/configs/teachers.py:npz:{npz_file},cpu",
        f"--config.model.module=user_models:{name}", f"--config.model.kwargs={kwargs}",
        "--config.num_teachers=4", "--config.teachers.num_steps=30", f"--workdir={workdir}"],
-      cwd=REPO, env={**os.environ, "PYTHONPATH": str(tmp_path), "JAX_PLATFORMS": "cpu"},
+      cwd=REPO, env={**os.environ, "PYTHONPATH": os.path.join(REPO, "tests"),
+                     "JAX_PLATFORMS": "cpu"},
       capture_output=True, text=True, timeout=300, check=False)
   assert run.returncode == 0, run.stderr[-3000:]
   teachers = json.loads((workdir / "report.json").read_text())["stages"]["teachers"]
