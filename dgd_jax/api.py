@@ -104,10 +104,8 @@ def train_teachers(model: nn.Module, x: Any, y: Any, num_teachers: int, *,
   cfg = train.FitConfig(num_steps=num_steps, batch_size=batch_size, learning_rate=learning_rate)
   tx = train.optimizer(cfg)
   mesh = placement.teacher_mesh(num_teachers)
-  fixed, member = memory_plan.estimate(
-      model, tx, x.shape[1:], teachers_per_device=-(-num_teachers // mesh.size),
-      examples_per_device=len(x), batch_size=batch_size, query_chunk=ensemble.QUERY_CHUNK)
-  chunk = memory_plan.plan(fixed, member, ensemble.auto_chunk(chunk, num_teachers)).chunk
+  chunk = memory_plan.for_teachers(model, tx, x.shape[1:], mesh, num_teachers, len(x),
+                                   batch_size, chunk)[1].chunk
   init_key, train_key = jax.random.split(jax.random.key(seed))
   state = ensemble.init_teachers(model, tx, init_key, num_teachers, x.shape[1:], mesh)
   examples = ensemble.place_examples(mesh, ensemble.Partitions.stack(list(shards)), x, y)

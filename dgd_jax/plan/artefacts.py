@@ -109,19 +109,16 @@ def generator_settings(block) -> generative.GeneratorSettings:
 
 
 def teacher_memory(config, data, n: int):
-  """The teachers' model, fit config, mesh, the chunk asked for and ``memory_plan.plan``'s plan for
+  """The teachers' model, fit config, mesh, the chunk asked for and its memory plan for
   n teachers (on abstract values: the teachers per vmapped chunk that fit the device with
   their optimizer and training set)."""
   model = teacher_model(config, data.num_classes)
   cfg = fit_config(config, "teachers")
   mesh = placement.teacher_mesh(n)
-  fixed, member = memory_plan.estimate(  # every device may hold the whole training set
-      model, train.optimizer(cfg), data.image_shape, teachers_per_device=-(-n // mesh.size),
-      examples_per_device=len(data.x_train), batch_size=cfg.batch_size,
-      query_chunk=ensemble.QUERY_CHUNK)
-  wanted = ensemble.auto_chunk(config.teachers.chunk, n)
   try:
-    planned = memory_plan.plan(fixed, member, wanted)
+    wanted, planned = memory_plan.for_teachers(
+        model, train.optimizer(cfg), data.image_shape, mesh, n, len(data.x_train),
+        cfg.batch_size, config.teachers.chunk)
   except ConfigError as e:  # the flags that set what the plan names
     raise ConfigError(f"{e} Flags: --config.num_teachers, --config.model.width, "
                       "--config.teachers.batch_size.") from None

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import optax
 
 from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.training import ensemble
 from dgd_jax.training import train
 
 DEFAULT_DEVICE_BYTES = 8 * 2**30  # when neither the backend nor the OS reports free memory
@@ -122,6 +123,20 @@ def estimate(model: nn.Module, tx: optax.GradientTransformation, image_shape, *,
                        jax.ShapeDtypeStruct((batch_size,), jnp.int32))
   predict = program_bytes(model.apply, state.params, image(query_chunk))
   return fixed, max(step, predict)
+
+
+def for_teachers(model: nn.Module, tx: optax.GradientTransformation, image_shape,
+                 mesh, num_teachers: int, num_examples: int, batch_size: int, chunk: int = 0
+                 ) -> tuple[int, "Plan"]:
+  """(the teachers per chunk asked for, ``ensemble.auto_chunk(chunk, n)``; the ``plan`` that
+  fits it) for n teachers of ``model`` over ``mesh``, every device holding the whole training
+  set of ``num_examples`` (an ensemble's programs: ``estimate``)."""
+  fixed, member = estimate(model, tx, image_shape,
+                           teachers_per_device=-(-num_teachers // mesh.size),
+                           examples_per_device=num_examples, batch_size=batch_size,
+                           query_chunk=ensemble.QUERY_CHUNK)
+  wanted = ensemble.auto_chunk(chunk, num_teachers)
+  return wanted, plan(fixed, member, wanted)
 
 
 def plan(fixed: int, member: int, chunk: int, free: int | None = None,
