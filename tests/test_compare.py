@@ -23,13 +23,14 @@ def test_every_row_is_a_preset_of_a_known_method():
 @pytest.mark.integration
 def test_tiny_table_runs_then_rebuilds_from_the_finished_runs(npz_file, tmp_path):
   rows = (
-      compare.Row("baseline", f"baseline.py:npz:{npz_file},cpu", "91.0% (a paper)",
-                  (("baseline.num_steps", 5),)),
+      compare.Row("baseline", f"baseline.py:npz:{npz_file},cpu",
+                  overrides=(("baseline.num_steps", 5),)),
       compare.Row("dpsgd", f"dpsgd.py:npz:{npz_file},eps3",
                   overrides=(("dpsgd.batch_size", 128), ("dpsgd.num_steps", 3))),
   )
   root = str(tmp_path / "compare")
-  text = compare.run(root, rows)
+  papers = {"baseline": "91.0% (a paper)"}
+  text = compare.run(root, rows, published=papers)
   lines = text.splitlines()
   assert len(lines) == 2 + len(rows) and lines[0].startswith("| row |")
   assert lines[2].startswith("| baseline | `baseline.py:") and "∞ (no DP release)" in lines[2]
@@ -39,7 +40,7 @@ def test_tiny_table_runs_then_rebuilds_from_the_finished_runs(npz_file, tmp_path
     assert f.read() == text
   metrics = os.path.join(root, "dpsgd", "metrics.jsonl")
   before = os.path.getsize(metrics)
-  assert compare.run(root, rows) == text  # reused: nothing trained again
+  assert compare.run(root, rows, published=papers) == text  # reused: nothing trained again
   assert os.path.getsize(metrics) == before
   missing = compare.Row("missing", f"baseline.py:npz:{npz_file},cpu")
   last = compare.run(root, rows + (missing,), collect_only=True).splitlines()[-1]
