@@ -101,15 +101,73 @@ def test_your_own_model_trains_as_teachers_from_the_command_line(name, kwargs, n
   assert teachers["num_teachers"] == 4 and teachers["plurality_accuracy"] > 0.3  # chance 0.1
 
 
-def test_a_module_of_your_own_is_refused_where_the_method_needs_the_paper_model(npz_file,
-                                                                                 tmp_path):
-  from dgd_jax.configs import dgd as dgd_config  # pylint: disable=g-import-not-at-top
+def test_your_own_model_reads_as_the_paper_classifier_does():
+  """WithFeatures: the module's own parameter tree and logits; its features are the input of
+  its last Dense (Eq. 2's and Eq. 6's f(.)), and DeepInversion sees its nn.Conv outputs."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from dgd_jax.models import WithFeatures  # pylint: disable=g-import-not-at-top
+  from dgd_jax.synthesis import generative  # pylint: disable=g-import-not-at-top
+  x = dgd_jax.images(make_images(np.random.default_rng(0), 8)[0])
+  for module, conv_layers in ((UserMLP(num_classes=10, features=16), 0), (UserCNN(), 1)):
+    own = module.init(jax.random.key(0), x)
+    wrapped = WithFeatures(module)
+    assert (jax.tree.map(np.shape, wrapped.init(jax.random.key(0), x))
+            == jax.tree.map(np.shape, own))
+    logits, features = wrapped.apply(own, x, with_features=True)
+    np.testing.assert_allclose(logits, module.apply(own, x), rtol=1e-6)
+    head = own["params"]["Dense_1" if isinstance(module, UserMLP) else "Dense_0"]
+    np.testing.assert_allclose(features @ head["kernel"] + head["bias"], logits, rtol=1e-5,
+                               atol=1e-5)
+    if isinstance(module, UserMLP):  # the hidden layer's activations
+      hidden = own["params"]["Dense_0"]
+      np.testing.assert_allclose(
+          features, np.maximum(x.reshape(8, -1) @ hidden["kernel"] + hidden["bias"], 0),
+          rtol=1e-5, atol=1e-5)
+    stats = generative.baseline_forward(wrapped.apply, own, x)[2]
+    assert len(stats) == conv_layers
+    assert wrapped.num_classes == 10
+
+
+@pytest.mark.integration
+def test_your_own_model_is_every_classifier_of_dgd_and_pate(npz_file, tmp_path):
+  """config.model.module in DGD (baseline, DeepInversion on its convolutions, teachers, the
+  student's features in Eq. 6) and in PATE (teachers, student); the teachers' and student's
+  checkpoints hold the module's parameters."""
+  import tiny_configs  # pylint: disable=g-import-not-at-top
+  from dgd_jax.run import pipeline  # pylint: disable=g-import-not-at-top
+  from dgd_jax.stages import student as student_stage  # pylint: disable=g-import-not-at-top
+  config = tiny_configs.dgd_inversion(str(npz_file))
+  config.num_teachers, config.teachers.num_steps = 4, 20
+  config.queries.update(plan="fixed", aggregator="lnmax", noise_scale=40.0, num_queries=50)
+  config.student.update(num_steps=30, batch_size=16, w_normal=0.1, w_tangent=0.1)
+  config.model.module = "user_models:UserCNN"
+  assert student_stage.uses_vae(config.student)  # Eq. 6 reads the module's features
+  report = pipeline.run(config, str(tmp_path / "dgd"))
+  assert report["stages"]["baseline"]["test_accuracy"] > 0.3  # chance 0.1
+  assert report["stages"]["generator"]["num_synthetic"] == 96
+  assert 0 <= report["test_accuracy"] <= 1 and report["epsilon"] > 0
+  config = tiny_configs.pate(str(npz_file))
+  config.model.update(module="user_models:UserMLP", kwargs='{"features": 16}')
+  report = pipeline.run(config, str(tmp_path / "pate"))
+  assert 0 <= report["test_accuracy"] <= 1 and report["epsilon"] > 0
+  config_json = json.loads((tmp_path / "pate" / "config.json").read_text())
+  assert config_json["model"]["module"] == "user_models:UserMLP"
+
+
+def test_a_module_of_your_own_is_refused_where_it_cannot_serve(npz_file, tmp_path):
+  import tiny_configs  # pylint: disable=g-import-not-at-top
+  from dgd_jax.configs import dpsgd as dpsgd_config  # pylint: disable=g-import-not-at-top
   from dgd_jax.configs import teachers as teachers_config  # pylint: disable=g-import-not-at-top
   from dgd_jax.run import pipeline  # pylint: disable=g-import-not-at-top
-  config = dgd_config.get_config(f"npz:{npz_file},cpu")
-  config.model.module = "flax.linen:Dense"
-  with pytest.raises(ConfigError, match="the dgd method reads the paper classifier"):
+  config = dpsgd_config.get_config(f"npz:{npz_file},cpu")
+  config.model.module = "user_models:UserMLP"
+  with pytest.raises(ConfigError, match="the dpsgd method trains its own models"):
     pipeline.run(config, str(tmp_path / "d"))
+  config = tiny_configs.dgd(str(npz_file))
+  config.model.module = "user_models:UserMLP"
+  config.queries.refits = 1
+  with pytest.raises(ConfigError, match="refits the paper classifier's head"):
+    pipeline.run(config, str(tmp_path / "r"))
   config = teachers_config.get_config(f"npz:{npz_file},cpu")
   config.model.module = "no_such_package:Model"
   with pytest.raises(ConfigError, match="'package.module:Class', importable here"):
@@ -117,7 +175,21 @@ def test_a_module_of_your_own_is_refused_where_the_method_needs_the_paper_model(
   config.model.update(module="numpy:ndarray")
   with pytest.raises(ConfigError, match="is not a flax.linen.Module class"):
     pipeline.run(config, str(tmp_path / "t"))
-  assert not (tmp_path / "d").exists() and not (tmp_path / "t").exists()
+  for name in "drt":
+    assert not (tmp_path / name).exists()
+
+
+@pytest.mark.integration
+def test_statistics_matching_refuses_a_model_without_convolutions(npz_file, tmp_path):
+  """DeepInversion's statistics need an nn.Conv; the baseline trained before it is kept."""
+  import tiny_configs  # pylint: disable=g-import-not-at-top
+  from dgd_jax.run import pipeline  # pylint: disable=g-import-not-at-top
+  config = tiny_configs.dgd_inversion(str(npz_file))
+  config.model.module = "user_models:UserMLP"
+  assert config.generator.w_stats > 0
+  with pytest.raises(ConfigError, match="has no nn.Conv layer: set --config.generator.w_stats=0"):
+    pipeline.run(config, str(tmp_path / "w"))
+  assert json.loads((tmp_path / "w" / "baseline" / "result.json").read_text())["test_accuracy"]
 
 
 @pytest.mark.integration

@@ -1,6 +1,7 @@
 """examples/: each standalone script runs as a user runs it, at tiny sizes."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -14,6 +15,7 @@ EXAMPLES = {  # script -> tiny arguments
                                "--sigma=1"],
     "accountant.py": ["--teachers=50", "--epsilon=3"],
     "dpsgd_on_your_data.py": ["--private=1000", "--epochs=3", "--batch=100"],
+    "dgd_from_python.py": ["--private=1500", "--smoke", "--own_model"],
 }
 
 
@@ -25,17 +27,19 @@ def test_every_example_is_listed_and_short():
       assert len(f.read().splitlines()) <= 80, name
 
 
-# The DP-SGD example (a minute on a slow host) runs in CI's second tier: the default suite
-# trains the same train_dpsgd in tests/test_api.py.
-SECOND_TIER = ("dpsgd_on_your_data.py",)
+# The DP-SGD and DGD examples (a minute or more each on a slow host) run in CI's second tier:
+# the default suite trains the same train_dpsgd and runs the same pipeline in tests/test_api.py.
+SECOND_TIER = ("dgd_from_python.py", "dpsgd_on_your_data.py")
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=[pytest.mark.extended, pytest.mark.slow] if n in SECOND_TIER else [])
     for n in sorted(EXAMPLES)])
-def test_example_runs(name):
-  run = subprocess.run([sys.executable, os.path.join("examples", name), *EXAMPLES[name]],
+def test_example_runs(name, tmp_path):
+  workdir = [f"--workdir={tmp_path}"] if name == "dgd_from_python.py" else []
+  run = subprocess.run([sys.executable, os.path.join("examples", name), *EXAMPLES[name],
+                        *workdir],
                        cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
   assert run.returncode == 0, run.stderr[-3000:]
   assert re.search(r"epsilon \d+\.\d{3}", run.stdout), run.stdout
@@ -46,3 +50,8 @@ def test_example_runs(name):
     assert re.search(r"epsilon 3\.000 ", run.stdout), run.stdout  # the default budget, spent
     accuracy = float(re.search(r"test accuracy ([\d.]+)%", run.stdout).group(1))
     assert accuracy > 30.0, run.stdout
+  if name == "dgd_from_python.py":  # one step each: the run and its report, not an accuracy
+    assert re.search(r"epsilon 10\.000 .*\(pld\)", run.stdout), run.stdout
+    assert re.search(r"\(18 teachers;", run.stdout), run.stdout  # N // 80 of 1,500
+    config = json.loads((tmp_path / "own_model_smoke" / "config.json").read_text())
+    assert config["model"]["module"] == "__main__:MyCNN"

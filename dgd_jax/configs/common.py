@@ -271,8 +271,8 @@ def base_config(dataset: str, preset: str, smoke: bool = False) -> ml_collection
   config.model.width = 1.0 if preset == "paper" else 0.25  # multiplier of 64/128 channels
   config.model.hidden = (384, 192) if dataset in SVHN_LIKE else ()
   # Your own flax.linen.Module instead of the paper classifier ('package.module:Class', built
-  # as Class(num_classes=K, **json(kwargs)); width and hidden then unused): the baseline,
-  # teachers and teacher sweep methods (plan/artefacts.USER_MODEL_METHODS).
+  # as Class(num_classes=K, **json(kwargs)); the widths and hidden then unused): every
+  # classifier of a run (baseline, teachers, student) in every method but dpsgd.
   config.model.module = ""
   config.model.kwargs = ""  # JSON object of the module's keyword arguments, e.g. '{"features": 64}'
 

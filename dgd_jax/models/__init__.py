@@ -1,6 +1,8 @@
-"""Models (flax linen): the paper classifier, the DAFL generator, the convolutional VAE."""
+"""Models (flax linen): the paper classifier (or one of yours, ``WithFeatures``), the DAFL
+generator, the convolutional VAE."""
+from dgd_jax.models.adapter import WithFeatures
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.models.generator import Generator
 from dgd_jax.models.vae import VAE
 
-__all__ = ["VAE", "Classifier", "Generator"]
+__all__ = ["VAE", "Classifier", "Generator", "WithFeatures"]

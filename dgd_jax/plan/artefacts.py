@@ -17,6 +17,7 @@ import optax
 from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from dgd_jax.models.adapter import WithFeatures
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.models.generator import Generator
 from dgd_jax.models.vae import VAE
@@ -45,20 +46,15 @@ VOTES = "votes.npy"  # queries: the teachers' vote histograms: PRIVATE, accounti
 
 # Models and training settings from the config.
 
-# The methods whose every model is a plain image classifier, which a user module can be
-# (``config.model.module``); the others read the paper classifier's features or layers.
-USER_MODEL_METHODS = ("baseline", "teachers", "teacher_sweep")
-
-
 def user_model(config, num_classes: int) -> nn.Module:
   """``config.model.module`` ('package.module:Class') built as Class(num_classes=K, **kwargs)
-  with ``config.model.kwargs`` (a JSON object); ConfigError naming the fix otherwise."""
+  with ``config.model.kwargs`` (a JSON object), with the paper classifier's interface
+  (``WithFeatures``); ConfigError naming the fix otherwise."""
   m = config.model
-  if config.method not in USER_MODEL_METHODS:
-    raise ConfigError(f"config.model.module={m.module!r}: the {config.method} method reads the "
-                      "paper classifier's features or layers (the generator's statistics, the "
-                      "student's feature space); a module of your own runs with the methods "
-                      f"{USER_MODEL_METHODS}, or set --config.model.module=''.")
+  if config.method == "dpsgd":
+    raise ConfigError(f"config.model.module={m.module!r}: the dpsgd method trains its own "
+                      "models (config.dpsgd.model); train a module of yours with DP-SGD from "
+                      "Python (dgd_jax.train_dpsgd), or set --config.model.module=''.")
   path, _, name = m.module.partition(":")
   try:
     cls = getattr(importlib.import_module(path), name)
@@ -70,15 +66,16 @@ def user_model(config, num_classes: int) -> nn.Module:
   if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not isinstance(kwargs, dict):
     raise ConfigError(f"config.model.module={m.module!r} is not a flax.linen.Module class, or "
                       f"kwargs={m.kwargs!r} not a JSON object.")
-  return cls(num_classes=num_classes, **kwargs)
+  return WithFeatures(cls(num_classes=num_classes, **kwargs))
 
 
 def classifier(config, num_classes: int, block: str | None = None,
                lowering: str = "im2col") -> nn.Module:
   """The paper classifier at the config's width (baseline, teachers and students), or at
   ``config.<block>.width`` where that block sets one (> 0; e.g. a wider student), or the
-  user's module (``config.model.module``, ``user_model``). ``lowering='conv'`` for a model
-  that is never vmapped (models/classifier.py)."""
+  user's module (``config.model.module``, ``user_model``: every classifier of the run, at
+  its own size). ``lowering='conv'`` for a paper classifier that is never vmapped
+  (models/classifier.py)."""
   if config.model.module:
     return user_model(config, num_classes)
   width = (config[block].get("width", 0) if block and block in config else 0)

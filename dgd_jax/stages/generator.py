@@ -24,6 +24,7 @@ from dgd_jax.plan.artefacts import (SYNTHETIC, SYNTHETIC_LABELS, classifier, fit
                                      generator_settings, load_classifier, new_generator)
 from dgd_jax.plan.context import Context, Program, abstract, abstract_key
 from dgd_jax.runtime import plots
+from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.runtime.files import save_array
 from dgd_jax.synthesis import generative
 from dgd_jax.training import augment
@@ -101,6 +102,15 @@ def synthetic_student_accuracy(ctx: Context, x_syn: np.ndarray, labels: np.ndarr
   return train.accuracy(student.apply, state.params, data.x_test, data.y_test)
 
 
+def check_layers(config, targets: list) -> None:
+  """Refuses statistics matching for a baseline with no convolution to match."""
+  if not targets:
+    raise ConfigError(f"config.generator.w_stats={config.generator.w_stats} matches the "
+                      "statistics of the baseline's convolution outputs, and "
+                      f"config.model.module={config.model.module!r} has no nn.Conv layer: set "
+                      "--config.generator.w_stats=0, or use a convolutional model.")
+
+
 def programs(config, data) -> dict[str, Program]:
   """The generator stage's programs at the config's shapes: the private set's layer
   statistics (one chunk, where statistics matching is on), the generator's step or
@@ -116,6 +126,7 @@ def programs(config, data) -> dict[str, Program]:
     moments = lambda p, xb: generative.layer_moments(baseline.apply, p, xb)
     out["layer_statistics"] = Program(moments, (params, chunk))
     targets = jax.eval_shape(moments, params, chunk)  # shaped as (mu_l, var_l) per layer
+    check_layers(config, targets)
   if g.synthesis == "inversion":
     batch = abstract((g.inversion_batch_size,) + shape)
     tx = optax.adam(g.inversion_learning_rate)
@@ -151,6 +162,7 @@ def run(ctx: Context) -> dict:
   targets = None
   if g.w_stats > 0:  # private-set statistics: the generator path, not covered by epsilon
     targets = generative.layer_statistics(baseline.apply, baseline_params, data.x_train)
+    check_layers(config, targets)
   num = g.num_synthetic or len(data.x_train)  # DGD IV-A: as many as the private set
   t0 = time.perf_counter()
   x_syn = synthesise(ctx, baseline, baseline_params, targets, int(num * g.oversample),

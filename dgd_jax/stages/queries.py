@@ -96,6 +96,10 @@ def check(config) -> None:
   if isinstance(refits, bool) or not isinstance(refits, int) or refits < 0:
     raise ConfigError(f"config.queries.refits={refits!r}: it must be a whole number of at least "
                       "0 (--config.queries.refits=0: one round of the run's teachers).")
+  if refits and config.model.module:
+    raise ConfigError(f"config.queries.refits={refits} refits the paper classifier's head "
+                      f"layer; config.model.module={config.model.module!r} has no head of that "
+                      "name: set --config.queries.refits=0.")
   q = settings(config)
   synthetic = (config.pool.source == "synthetic"
                and config.get("generator", {}).get("num_synthetic", 0))

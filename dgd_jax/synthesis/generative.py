@@ -45,9 +45,10 @@ import numpy as np
 import optax
 from flax import linen as nn
 from flax import struct
+from flax import traverse_util
 from flax.training import train_state
 
-from dgd_jax.models.classifier import Conv3x3
+from dgd_jax.models.adapter import is_convolution
 from dgd_jax.models.vae import VAE, elbo_terms
 from dgd_jax.training import augment
 from dgd_jax.training import train
@@ -111,19 +112,16 @@ def generator_loss(logits: jnp.ndarray, features: jnp.ndarray, alpha: float = 5.
   return loss, {**t, "loss": loss, "batch_entropy": -t["neg_entropy"]}
 
 
-def _is_conv(module, method_name: str) -> bool:
-  return isinstance(module, Conv3x3) and method_name == "__call__"
-
-
 def baseline_forward(baseline_apply: Callable, baseline_params: Any, x: jnp.ndarray):
   """The baseline's logits, backbone features and per-layer (mean, variance) of its
-  convolution outputs over batch and space: [(mu_l [C_l], var_l [C_l]), ...]."""
+  convolution outputs over batch and space: [(mu_l [C_l], var_l [C_l]), ...], the layers in
+  the order of their parameter paths (none for a model without convolutions)."""
   (logits, features), captured = baseline_apply(
-      baseline_params, x, with_features=True, capture_intermediates=_is_conv,
+      baseline_params, x, with_features=True, capture_intermediates=is_convolution,
       mutable=["intermediates"])
-  layers = captured["intermediates"]
+  layers = traverse_util.flatten_dict(captured.get("intermediates", {}))
   stats = [(a.mean(axis=(0, 1, 2)), a.var(axis=(0, 1, 2)))
-           for a in (layers[name]["__call__"][0] for name in sorted(layers))]
+           for a in (layers[path][0] for path in sorted(layers))]
   return logits, features, stats
 
 
