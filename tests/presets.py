@@ -29,3 +29,37 @@ PRESETS = [
     ("dpsgd", "fashion_mnist,eps10,scatternet_cnn", ()),
 ]
 IDS = [f"{m}:{a}" + "".join(f"+{e}" for e in extra) for m, a, extra in PRESETS]
+
+# The CPU presets (and DP-SGD's default), which derive their counts and schedules from the
+# data they are given: compiled on 1,500 and 8,000 mock images in CI's second tier
+# (tests/test_compile.py) and run there through every stage in the smoke tier
+# (tests/test_smoke.py).
+CPU_PRESETS = [("baseline", "cpu"), ("teachers", "cpu"), ("dgd", "cpu"), ("dgd", "cpu,eps1"),
+               ("pate", "cpu"), ("dpdfd", "cpu"), ("dpdfd", "cpu,ensemble"),
+               ("dpdfd", "cpu,direct"), ("ldp", "cpu"), ("dpsgd", "eps3")]
+MOCK_SIZES = (1500, 8000)  # private training images
+MOCK_TEST_SIZE = 2000
+
+
+def write_mock_data(folder, size: int) -> str:
+  """``size`` learnable mock training images and MOCK_TEST_SIZE test images as an npz."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from conftest import make_images  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  x, y = make_images(rng, size)
+  x_test, y_test = make_images(rng, MOCK_TEST_SIZE)
+  path = str(folder / f"mock_{size}.npz")
+  np.savez(path, x_train=x, y_train=y, x_test=x_test, y_test=y_test)
+  return path
+
+
+def check_counts_for_the_data(config, size: int) -> None:
+  """The counts a CPU preset derives from the data: the teachers for N, DP-SGD's batch at
+  most N, PATE's pool of 9/10 of the test split."""
+  from dgd_jax.plan import queries as query_plan  # pylint: disable=g-import-not-at-top
+  if config.get("num_teachers_chosen"):
+    assert config.num_teachers == query_plan.num_teachers_for(size), config.method
+  if "dpsgd" in config:
+    assert 1 <= config.dpsgd.batch_size <= size and config.dpsgd.num_steps >= 1
+  if config.get("pool", {}).get("source") == "public":
+    assert config.pool.size == MOCK_TEST_SIZE * 9 // 10 > config.queries.num_queries

@@ -134,7 +134,7 @@ def test_your_own_model_is_every_classifier_of_dgd_and_pate(npz_file, tmp_path):
   student's features in Eq. 6) and in PATE (teachers, student); the teachers' and student's
   checkpoints hold the module's parameters."""
   import tiny_configs  # pylint: disable=g-import-not-at-top
-  from dgd_jax.run import pipeline  # pylint: disable=g-import-not-at-top
+  from dgd_jax.run import methods, pipeline  # pylint: disable=g-import-not-at-top
   from dgd_jax.stages import student as student_stage  # pylint: disable=g-import-not-at-top
   config = tiny_configs.dgd_inversion(str(npz_file))
   config.num_teachers, config.teachers.num_steps = 4, 20
@@ -142,6 +142,8 @@ def test_your_own_model_is_every_classifier_of_dgd_and_pate(npz_file, tmp_path):
   config.student.update(num_steps=30, batch_size=16, w_normal=0.1, w_tangent=0.1)
   config.model.module = "user_models:UserCNN"
   assert student_stage.uses_vae(config.student)  # Eq. 6 reads the module's features
+  compiled = pipeline.compile_programs(config)  # every program, within its memory plan
+  assert list(compiled) == list(methods.plan_stages(pipeline.run_config(config)))
   report = pipeline.run(config, str(tmp_path / "dgd"))
   assert report["stages"]["baseline"]["test_accuracy"] > 0.3  # chance 0.1
   assert report["stages"]["generator"]["num_synthetic"] == 96

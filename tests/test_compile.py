@@ -18,17 +18,15 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from dgd_jax.data import idx
-from dgd_jax.plan import queries as query_plan
 from dgd_jax.run import methods
 from dgd_jax.run import pipeline
 from dgd_jax.training import memory_plan
 import tiny_configs
-from conftest import make_images
-from presets import IDS, PRESETS
+from presets import (CPU_PRESETS, IDS, MOCK_SIZES, PRESETS, check_counts_for_the_data,
+                     write_mock_data)
 
 FASHION = "/usr/share/datasets/fashion-mnist"
 # Stages with no program list: the audit (an optional stage, its attack's programs run in the
@@ -69,31 +67,17 @@ def test_every_program_compiles_at_the_presets_full_shapes(module, arg, extra):
 # Each method's CPU preset on a private set of another size than Fashion-MNIST's 60,000, with
 # 2,000 test images: the counts a preset derives from the data (teachers, DP-SGD's batch and
 # steps, a public pool's share of the test split) and every program at those shapes.
-CPU_PRESETS = [("baseline", "cpu"), ("teachers", "cpu"), ("dgd", "cpu"), ("dgd", "cpu,eps1"),
-               ("pate", "cpu"), ("dpdfd", "cpu"), ("dpdfd", "cpu,ensemble"),
-               ("dpdfd", "cpu,direct"), ("ldp", "cpu"), ("dpsgd", "eps3")]
-
-
 @pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
 @pytest.mark.slow
 @pytest.mark.integration
-@pytest.mark.parametrize("size", [1500, 8000])
+@pytest.mark.parametrize("size", MOCK_SIZES)
 def test_every_cpu_preset_plans_and_compiles_for_its_data(size, tmp_path):
-  rng = np.random.default_rng(0)
-  x, y = make_images(rng, size)
-  x_test, y_test = make_images(rng, 2000)
-  path = str(tmp_path / "data.npz")
-  np.savez(path, x_train=x, y_train=y, x_test=x_test, y_test=y_test)
+  path = write_mock_data(tmp_path, size)
   for module, arg in CPU_PRESETS:
     config = importlib.import_module(f"dgd_jax.configs.{module}").get_config(f"npz:{path},{arg}")
     run = pipeline.run_config(config)
     assert list(pipeline.compile_programs(config)) == list(methods.plan_stages(run)), arg
-    if config.get("num_teachers") == 0:  # chosen for N
-      assert run.num_teachers == query_plan.num_teachers_for(size), (module, arg)
-    if "dpsgd" in run:  # q N and epochs N / batch
-      assert 1 <= run.dpsgd.batch_size <= size and run.dpsgd.num_steps >= 1, (module, arg)
-    if run.get("pool", {}).get("source") == "public":  # PATE's pool: 9/10 of the test split
-      assert run.pool.size == 1800 > run.queries.num_queries, (module, arg)
+    check_counts_for_the_data(run, size)
 
 
 @pytest.mark.integration

@@ -33,7 +33,8 @@ from dgd_jax.run import methods
 from dgd_jax.run import pipeline
 from dgd_jax.runtime.files import fingerprint, plain
 from dgd_jax.training import ensemble
-from presets import IDS, PRESETS
+from presets import (CPU_PRESETS, IDS, MOCK_SIZES, PRESETS, check_counts_for_the_data,
+                     write_mock_data)
 
 # Methods whose presets share the paper teachers' config slice run in one process (xdist_group)
 # so the 250 teachers are trained once for all of them; every other method is its own group.
@@ -186,6 +187,32 @@ def test_smoke_run_through_every_stage(module, arg, extra, tmp_path, shared_stag
     assert report["privacy"]["epsilon"] <= config.privacy.max_epsilon or not (
         config.privacy.max_epsilon)
   assert "SMOKE RUN" in (tmp_path / "report.md").read_text()
+
+
+@pytest.fixture(scope="session")
+def mock_data(tmp_path_factory):
+  """The mock npz of each size in MOCK_SIZES, written once per process."""
+  folder = tmp_path_factory.mktemp("mock_data")
+  return {size: write_mock_data(folder, size) for size in MOCK_SIZES}
+
+
+@pytest.mark.parametrize("size", MOCK_SIZES)
+@pytest.mark.parametrize("module,arg", [
+    pytest.param(*p, marks=[pytest.mark.smoke, pytest.mark.slow, pytest.mark.integration])
+    for p in CPU_PRESETS], ids=[f"{m}:{a}" for m, a in CPU_PRESETS])
+def test_every_cpu_preset_runs_on_data_of_its_size(module, arg, size, mock_data, tmp_path):
+  """Each CPU preset through every stage of its method on 1,500 and on 8,000 images, with
+  the counts and schedules it derives from them (CI compiles the same programs at the same
+  shapes: tests/test_compile.py)."""
+  config = smoke_config(module, f"npz:{mock_data[size]},{arg}")
+  report = pipeline.run(config, str(tmp_path / "run"))
+  check_counts_for_the_data(pipeline.run_config(config), size)
+  accuracy = report["test_accuracy"]
+  assert accuracy is None and module == "teachers" or 0.0 <= accuracy <= 1.0, accuracy
+  for name in methods.plan_stages(pipeline.run_config(config)):
+    assert os.path.exists(tmp_path / "run" / name / "result.json"), name
+  if methods.method(config).privacy_stage:
+    assert report["privacy"]["epsilon"] <= config.privacy.max_epsilon
 
 
 @pytest.mark.integration

@@ -41,8 +41,8 @@ def check_config(config: Config) -> None:
     artefacts.user_model(config, 2)
     widths = [f"{b}.width" for b in ("teachers", "student") if config.get(b, {}).get("width")]
     if widths:
-      logging.warning("config.model.module=%s is every classifier of the run; %s scale the "
-                      "paper classifier only and are not used.", config.model.module,
+      logging.warning("config.model.module=%s is every classifier of the run; the paper "
+                      "classifier's widths (%s) are not used.", config.model.module,
                       ", ".join(widths))
   if not config.model.width > 0:
     raise ConfigError(f"config.model.width={config.model.width}; it must be > 0.")
