@@ -132,3 +132,16 @@ def test_pate_student_reads_only_the_pool_images_and_noisy_labels(npz_file, tmp_
   stage.begin()
   result = student.run(Context(config, wd, stage, PublicOnly, {}))
   assert result["num_evaluated"] == 128 - POOL and 0 <= result["test_accuracy"] <= 1
+
+
+def test_a_confident_threshold_above_the_ensemble_is_refused_with_the_fix(npz_file, tmp_path):
+  """PATE 2018's T = 200 asks for 200 agreeing teachers: with 4 the noise alone would pick
+  the answered queries."""
+  config = tiny_configs.pate(npz_file, ",plus")
+  assert config.queries.threshold == 200.0 and config.num_teachers == 4
+  with pytest.raises(ConfigError, match=r"threshold=200 is above the 4 teachers' largest vote "
+                     r"count.*--config.queries.threshold=3.2 --config.queries.sigma1=2.4"):
+    pipeline.run(config, str(tmp_path / "p"))
+  assert not (tmp_path / "p").exists()
+  config.queries.update(threshold=3.0, sigma1=2.0)
+  queries.check(pipeline.run_config(config))  # within the ensemble: accepted

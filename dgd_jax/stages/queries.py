@@ -101,6 +101,13 @@ def check(config) -> None:
                       f"layer; config.model.module={config.model.module!r} has no head of that "
                       "name: set --config.queries.refits=0.")
   q = settings(config)
+  if q.aggregator == "confident_gnmax" and q.threshold > config.num_teachers:
+    raise ConfigError(  # the top vote count is at most n: only the noise could pass T
+        f"config.queries.threshold={q.threshold:g} is above the {config.num_teachers} "
+        "teachers' largest vote count, so the noise alone would decide which queries are "
+        "answered: scale T and sigma1 with the ensemble (PATE 2018 Table 2's 200 and 150 are "
+        f"for 250 teachers: --config.queries.threshold={0.8 * config.num_teachers:g} "
+        f"--config.queries.sigma1={0.6 * config.num_teachers:g}), or keep 250 teachers.")
   synthetic = (config.pool.source == "synthetic"
                and config.get("generator", {}).get("num_synthetic", 0))
   counted = config.queries.plan == "fixed" or q.aggregator in query_plan.COUNT_RELEASES
