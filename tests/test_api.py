@@ -15,7 +15,7 @@ from dgd_jax import privacy
 from dgd_jax.runtime.errors import ConfigError, DatasetError
 
 from conftest import make_images
-from user_models import UserCNN, UserMLP
+from user_models import UserBatchNormMLP, UserCNN, UserMLP
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTED = ["Teachers", "epsilon", "images", "labels", "noisy_labels", "plan_queries",
@@ -126,6 +126,9 @@ def test_your_own_model_reads_as_the_paper_classifier_does():
     stats = generative.baseline_forward(wrapped.apply, own, x)[2]
     assert len(stats) == conv_layers
     assert wrapped.num_classes == 10
+  with pytest.raises(ValueError, match=r"keeps variables besides its parameters "
+                     r"\(\['batch_stats'\].*use nn.LayerNorm"):
+    WithFeatures(UserBatchNormMLP()).init(jax.random.key(0), x)
 
 
 @pytest.mark.integration

@@ -20,3 +20,13 @@ class UserCNN(nn.Module):
   def __call__(self, x):
     x = nn.relu(nn.Conv(8, (3, 3), strides=2)(x))
     return nn.Dense(self.num_classes)(x.reshape((x.shape[0], -1)))
+
+
+class UserBatchNormMLP(nn.Module):
+  """Keeps BatchNorm's running statistics, which the train steps would not update."""
+  num_classes: int = 10
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.BatchNorm(use_running_average=False)(x.reshape((x.shape[0], -1)))
+    return nn.Dense(self.num_classes)(x)

@@ -6,7 +6,9 @@ statistics DeepInversion matches (``is_convolution``). ``WithFeatures`` gives an
 ``flax.linen.Module`` that maps images to logits the first: its features are the input of
 the last ``nn.Dense`` layer it calls (the layer before the logits in an MLP or a CNN with a
 dense head), or its logits where it calls none. Its parameters are the module's own, in the
-same tree (``nn.share_scope``), so a checkpoint of the module loads either way.
+same tree (``nn.share_scope``), so a checkpoint of the module loads either way. The module
+keeps no other variables (no BatchNorm running statistics): the train steps update parameters
+only.
 """
 from __future__ import annotations
 
@@ -37,7 +39,15 @@ class WithFeatures(nn.Module):
 
   def __call__(self, x: jnp.ndarray, with_features: bool = False):
     if not with_features:
-      return self.module(x)
+      logits = self.module(x)
+      state = set(self.variables) - {"params"}
+      if self.is_initializing() and state:  # the train steps update parameters only
+        raise ValueError(
+            f"{type(self.module).__name__} keeps variables besides its parameters "
+            f"({sorted(state)}, e.g. BatchNorm's running statistics), which dgd_jax's train "
+            "steps do not update: use nn.LayerNorm or nn.GroupNorm, or "
+            "nn.BatchNorm(use_running_average=True).")
+      return logits
     dense_inputs = []
 
     def record(next_fun, args, kwargs, context):
