@@ -57,6 +57,7 @@ def check_counts_for_the_data(config, size: int) -> None:
   """The counts a CPU preset derives from the data: the teachers for N, DP-SGD's batch at
   most N, PATE's pool of 9/10 of the test split."""
   from dgd_jax.plan import queries as query_plan  # pylint: disable=g-import-not-at-top
+  assert config.get("num_teachers", 1) != 0, "num_teachers=0 left unchosen"
   if config.get("num_teachers_chosen"):
     assert config.num_teachers == query_plan.num_teachers_for(size), config.method
   if "dpsgd" in config:

@@ -2,7 +2,8 @@
 compilation (widths, batch sizes, teacher counts, latent sizes, the query chunk), every
 schedule cut to ``SMOKE_STEPS`` steps and every count (queries, synthetic samples, test
 images, audit splits) to what runs each shape once by the ``,smoke`` modifier, through every
-stage of their method on real Fashion-MNIST. A crash on a shape or a config path shows up
+stage of their method on real Fashion-MNIST; and each CPU preset on 1,500 and on 8,000 mock
+images, with the counts it derives from them. A crash on a shape or a config path shows up
 here, not on a user's GPU.
 
 The runs are marked ``smoke`` (and ``slow``, so the default test command leaves them out), a
