@@ -32,9 +32,7 @@ class MyCNN(nn.Module):  # built as MyCNN(num_classes=K, **config.model.kwargs)
 
 def write_npz(path, private, folder="/usr/share/datasets/fashion-mnist"):
   """Fashion-MNIST's IDX files (Debian package dataset-fashion-mnist) as an npz."""
-  split = lambda s: idx.read_split(*(f"{folder}/{idx.FILES[f'{s}_{part}']}"
-                                     for part in ("images", "labels")))
-  (x, y), (x_test, y_test) = split("train"), split("test")
+  (x, y), (x_test, y_test) = idx.read_folder(folder)
   np.savez(path, x_train=x[:private], y_train=y[:private], x_test=x_test, y_test=y_test)
 
 

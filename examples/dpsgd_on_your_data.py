@@ -24,10 +24,7 @@ class MyCNN(nn.Module):  # any flax.linen.Module mapping images to logits
     return nn.Dense(10)(nn.tanh(nn.Dense(64)(x.reshape((x.shape[0], -1)))))
 
 
-def fashion_mnist(split, folder="/usr/share/datasets/fashion-mnist"):
-  """(images [N, 28, 28, 1] uint8, labels [N]) read by the package's IDX reader."""
-  return idx.read_split(*(f"{folder}/{idx.FILES[f'{split}_{part}']}"
-                          for part in ("images", "labels")))
+FASHION = "/usr/share/datasets/fashion-mnist"  # uint8 [N, 28, 28, 1], int labels
 
 
 def main():
@@ -37,8 +34,8 @@ def main():
   p.add_argument("--epochs", type=float, default=20.0)
   p.add_argument("--batch", type=int, default=0, help="expected batch (0: N // 20)")
   args = p.parse_args()
-  x, y = (a[:args.private] for a in fashion_mnist("train"))
-  x_test, y_test = fashion_mnist("test")
+  (x, y), (x_test, y_test) = idx.read_folder(FASHION)
+  x, y = x[:args.private], y[:args.private]
 
   params, steps = dgd_jax.train_dpsgd(MyCNN(), x, y, epsilon=args.epsilon, delta=1e-5,
                                       epochs=args.epochs, batch_size=args.batch or None,

@@ -27,10 +27,7 @@ class MyCNN(nn.Module):  # any flax.linen.Module mapping images to logits
     return nn.Dense(10)(nn.relu(nn.Dense(64)(x.reshape((x.shape[0], -1)))))
 
 
-def fashion_mnist(split, folder="/usr/share/datasets/fashion-mnist"):
-  """(images [N, 28, 28, 1] uint8, labels [N]) read by the package's IDX reader."""
-  return idx.read_split(*(f"{folder}/{idx.FILES[f'{split}_{part}']}"
-                          for part in ("images", "labels")))
+FASHION = "/usr/share/datasets/fashion-mnist"  # uint8 [N, 28, 28, 1], int labels
 
 
 def main():
@@ -41,8 +38,7 @@ def main():
   p.add_argument("--queries", type=int, default=500, help="public images labelled")
   p.add_argument("--sigma", type=float, default=20.0, help="GNMax noise std")
   args = p.parse_args()
-  x, y = fashion_mnist("train")
-  x_test, y_test = fashion_mnist("test")
+  (x, y), (x_test, y_test) = idx.read_folder(FASHION)
   public, test = slice(0, args.queries), slice(5000, 7000)  # the test split's halves
 
   teachers = dgd_jax.train_teachers(MyCNN(), x[:args.private], y[:args.private], args.teachers,

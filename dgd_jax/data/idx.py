@@ -74,6 +74,15 @@ def read_split(images_path: str, labels_path: str) -> tuple[np.ndarray, np.ndarr
   return images[..., None], labels.astype(np.int32)
 
 
+def read_folder(directory: str) -> tuple[tuple[np.ndarray, np.ndarray],
+                                         tuple[np.ndarray, np.ndarray]]:
+  """((x_train, y_train), (x_test, y_test)) from the four standard IDX files (``FILES``) in
+  ``directory``, as ``read_split`` returns them: uint8 images, int32 labels."""
+  paths = {k: os.path.join(directory, n) for k, n in FILES.items()}
+  return tuple(read_split(paths[f"{split}_images"], paths[f"{split}_labels"])
+               for split in ("train", "test"))
+
+
 def missing_files(directory: str) -> list[str]:
   """Names of the four standard IDX files that are absent from ``directory``."""
   return [n for n in FILES.values() if not os.path.isfile(os.path.join(directory, n))]

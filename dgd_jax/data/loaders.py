@@ -142,9 +142,7 @@ def _load_idx_dir(directory: str) -> Dataset:
   if missing:
     raise DatasetError(f"idx:{directory} lacks {', '.join(missing)}; the folder needs the "
                        f"four standard IDX files {', '.join(idx.FILES.values())}.")
-  p = {k: os.path.join(directory, n) for k, n in idx.FILES.items()}
-  x_train, y_train = idx.read_split(p["train_images"], p["train_labels"])
-  x_test, y_test = idx.read_split(p["test_images"], p["test_labels"])
+  (x_train, y_train), (x_test, y_test) = idx.read_folder(directory)
   return _make(f"idx:{directory}", x_train, y_train, x_test, y_test)
 
 
