@@ -18,7 +18,6 @@ Everything else in the package is reachable but not part of this surface.
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 import tempfile
 from typing import Any, Callable, Sequence
@@ -174,7 +173,7 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, *, epsilon: float, delta: floa
   if not (isinstance(batch_size, numbers.Integral) and 1 <= batch_size <= n):
     raise ConfigError(f"batch_size={batch_size!r} with {n} examples: the expected Poisson "
                       f"batch must be between 1 and N (e.g. batch_size={max(1, n // 100)}).")
-  steps = max(1, math.ceil(epochs * n / batch_size))
+  steps = dpsgd.steps_for_epochs(epochs, n, batch_size)
   plan = privacy.DpsgdSteps(1.0, int(batch_size), n, steps, norm_bound)
   sigma = privacy.dpsgd_noise_multiplier(plan, epsilon, delta, accountant)
   record = dataclasses.replace(plan, noise_multiplier=sigma)

@@ -211,18 +211,18 @@ def run(root: str, rows=ROWS, collect_only: bool = False, only=None, measured=()
   for row in rows:
     path = os.path.join(root, row.name, "report.json")
     report = read_json(path) if os.path.exists(path) else None
+    paper = published.get(row.name, "—")  # the published number at the row's epsilon
     finished = report is not None and report.get("test_accuracy") is not None
     if finished:  # a report made by another config must not stand in this row
       try:
         pipeline.check_workdir(row.config(), os.path.join(root, row.name))
       except WorkdirConflictError as e:
         logging.warning("%s: %s", row.name, e)
-        lines.append(table_row(row, None, STALE, published.get(row.name, "—")))
+        lines.append(table_row(row, None, STALE, paper))
         continue
     if finished:
       tabled[row.name] = report
-    lines.append(table_row(row, report if finished else None,
-                           published=published.get(row.name, "—")))
+    lines.append(table_row(row, report if finished else None, published=paper))
   text = "\n".join(lines) + "\n"
   if distributed.is_writer():
     os.makedirs(root, exist_ok=True)

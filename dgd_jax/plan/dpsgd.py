@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import math
 
 import numpy as np
 
@@ -19,6 +18,7 @@ from dgd_jax.models import scattering
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan.context import planned_noise, private_size
 from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.training import dpsgd as dpsgd_training
 
 
 def check(config) -> None:
@@ -69,7 +69,7 @@ def schedule(config, size: int) -> tuple[int, int, str]:
     raise ConfigError(f"config.dpsgd.num_steps=0 takes the steps from epochs x N / batch, but "
                       f"epochs={d.epochs}: set epochs > 0, or set num_steps.")
   batch = d.batch_size or max(1, round(d.sampling_rate * size))
-  steps = d.num_steps or max(1, math.ceil(d.epochs * size / batch))
+  steps = d.num_steps or dpsgd_training.steps_for_epochs(d.epochs, size, batch)
   why = (f"batch {batch}" + (f" = round({d.sampling_rate:.6g} x {size})" if not d.batch_size
                              else " (set)")
          + f", {steps} steps" + (f" = ceil({d.epochs:g} epochs x {size} / {batch})"

@@ -15,6 +15,7 @@ import copy
 
 import numpy as np
 
+from dgd_jax.data import load_private
 from dgd_jax.labels import aggregation
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import queries as query_plan
@@ -28,11 +29,12 @@ SOURCES = ("synthetic", "public", "train")
 PUBLIC_SHARE = 0.9
 
 
-def with_public_size(config, num_test: int):
-  """``config`` with a public pool's ``size`` = 0 replaced by ``PUBLIC_SHARE`` of the
-  ``num_test`` test examples (public: the test split's size); ``config`` itself otherwise."""
+def with_public_size(config):
+  """``config`` with a public pool's ``size`` = 0 replaced by ``PUBLIC_SHARE`` of the test
+  split (public: its size, read from the data only here); ``config`` itself otherwise."""
   if config.get("pool", {}).get("source") != "public" or config.pool.size:
     return config
+  num_test = len(load_private(config).x_test)
   config = copy.deepcopy(config)
   config.pool.size = max(1, int(PUBLIC_SHARE * num_test))
   return config

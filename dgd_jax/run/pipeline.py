@@ -93,10 +93,7 @@ def run_config(config: Config) -> Config:
   count).
   N is ``config.private_size`` when set, else the data's size: fixed under replace-one
   neighbours; under add/remove-one it must be the public ``private_size``. Idempotent."""
-  config = dpsgd_plan.with_schedule(config)
-  if config.get("pool", {}).get("source") == "public":  # the test split's size is public
-    config = pool.with_public_size(config, len(load_private(config).x_test))
-  config = smoke_schedules(config)
+  config = smoke_schedules(pool.with_public_size(dpsgd_plan.with_schedule(config)))
   if config.get("num_teachers", None) != 0:
     return config
   if not config.private_size and "add_or_remove_one" in config_teachers_changed(config):

@@ -16,6 +16,7 @@ features (``models.scattering``) are a fixed transform of each image, so they co
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -29,6 +30,12 @@ from dgd_jax import privacy
 from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import train
+
+def steps_for_epochs(epochs: float, size: int, batch_size: int) -> int:
+  """ceil(epochs N / B), at least 1: the steps at expected batch B that visit each of N
+  examples ``epochs`` times in expectation."""
+  return max(1, math.ceil(epochs * size / batch_size))
+
 
 def dpsgd_step(state: train_state.TrainState, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray,
                idx: jnp.ndarray, *, grad_fn, noise_std: float, expected_batch: float):
