@@ -93,12 +93,14 @@ def idx_dir(tmp_path):
   return str(tmp_path)
 
 
-def write_npz(folder) -> str:
-  """An npz dataset of learnable synthetic images: 512 train and 128 test."""
-  rng = np.random.default_rng(1)
-  x_train, y_train = make_images(rng, 512)
-  x_test, y_test = make_images(rng, 128)
-  path = os.path.join(folder, "data.npz")
+def write_npz(folder, num_train: int = 512, num_test: int = 128, seed: int = 1,
+              name: str = "data.npz") -> str:
+  """An npz dataset of learnable synthetic images (``make_images``), ``num_train`` train and
+  ``num_test`` test."""
+  rng = np.random.default_rng(seed)
+  x_train, y_train = make_images(rng, num_train)
+  x_test, y_test = make_images(rng, num_test)
+  path = os.path.join(folder, name)
   np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
   return path
 

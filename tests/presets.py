@@ -43,14 +43,8 @@ MOCK_TEST_SIZE = 2000
 
 def write_mock_data(folder, size: int) -> str:
   """``size`` learnable mock training images and MOCK_TEST_SIZE test images as an npz."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from conftest import make_images  # pylint: disable=g-import-not-at-top
-  rng = np.random.default_rng(0)
-  x, y = make_images(rng, size)
-  x_test, y_test = make_images(rng, MOCK_TEST_SIZE)
-  path = str(folder / f"mock_{size}.npz")
-  np.savez(path, x_train=x, y_train=y, x_test=x_test, y_test=y_test)
-  return path
+  from conftest import write_npz  # pylint: disable=g-import-not-at-top
+  return write_npz(folder, size, MOCK_TEST_SIZE, seed=0, name=f"mock_{size}.npz")
 
 
 def check_counts_for_the_data(config, size: int) -> None:
