@@ -40,8 +40,8 @@ class WithFeatures(nn.Module):
   def __call__(self, x: jnp.ndarray, with_features: bool = False):
     if not with_features:
       logits = self.module(x)
-      state = set(self.variables) - {"params"}
-      if self.is_initializing() and state:  # the train steps update parameters only
+      state = set(self.variables) - {"params"} if self.is_initializing() else set()
+      if state:  # the train steps update parameters only
         raise ValueError(
             f"{type(self.module).__name__} keeps variables besides its parameters "
             f"({sorted(state)}, e.g. BatchNorm's running statistics), which dgd_jax's train "
