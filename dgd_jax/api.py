@@ -32,6 +32,8 @@ from dgd_jax.data.loaders import check_labels, check_pixels, to_float
 from dgd_jax.data.partitions import partition_indices
 from dgd_jax.labels import aggregation
 from dgd_jax.plan import queries as query_plan
+from dgd_jax.privacy import checks
+from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.privacy.releases import build_release
 from dgd_jax.run import pipeline
 from dgd_jax.runtime.errors import ConfigError, DatasetError
@@ -127,8 +129,8 @@ def teacher_votes(teachers: Teachers, queries: Any) -> np.ndarray:
 _MECHANISMS = tuple(n for n, a in aggregation.AGGREGATORS.items() if a.released != "counts")
 
 
-def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *, seed: int,
-                 threshold: float = 0.0, sigma1: float = 0.0, teachers_changed: int = 1
+def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *,
+                 noise_seed: int | None = None, threshold: float = 0.0, sigma1: float = 0.0, teachers_changed: int = 1
                  ) -> tuple[np.ndarray, privacy.Release]:
   """(labels [Q], the release's ledger record) of one aggregator on vote histograms [Q, K]:
   'lnmax' (Laplace scale ``noise_scale``, PATE 2017), 'gnmax' (Gaussian std, PATE 2018),
@@ -136,7 +138,10 @@ def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *, seed: int,
   'confident_gnmax' (``threshold`` checked at std ``sigma1``, then GNMax at ``noise_scale``;
   unanswered queries get -1, and the record charges every query). ``teachers_changed``: how
   many teachers' shards one neighbouring change moves (1 for disjoint shards under
-  replace-one). The record is data-independent: pass it to ``epsilon``."""
+  replace-one). The record is data-independent: pass it to ``epsilon``. The noise comes from
+  the operating system's entropy; ``noise_seed`` (an int >= 0) makes it reproducible, for
+  tests only: labels so drawn are NOT a private release (anyone with the seed removes the
+  noise)."""
   if mechanism not in _MECHANISMS:
     raise ConfigError(f"mechanism={mechanism!r}; use one of {_MECHANISMS}.")
   votes = np.asarray(votes)
@@ -144,7 +149,8 @@ def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *, seed: int,
     raise DatasetError(f"votes has shape {votes.shape} and dtype {votes.dtype}; pass vote "
                        "histograms [Q, K] of counts >= 0 (teacher_votes).")
   extra = dict(threshold=threshold, sigma1=sigma1) if mechanism == "confident_gnmax" else {}
-  out = aggregation.AGGREGATORS[mechanism](jax.random.key(seed), jnp.asarray(votes),
+  key = NoiseSource.of(noise_seed).key("noisy_labels")
+  out = aggregation.AGGREGATORS[mechanism](key, jnp.asarray(votes),
                                            float(noise_scale), **extra)
   release = build_release(mechanism, queries=len(votes), noise_scale=float(noise_scale),
                           sigma2=float(noise_scale), teachers_changed=teachers_changed, **extra)
@@ -154,7 +160,8 @@ def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *, seed: int,
 def train_dpsgd(model: nn.Module, x: Any, y: Any, *, epsilon: float, delta: float = 1e-5,
                 epochs: float = 20.0, batch_size: int | None = None, norm_bound: float = 1.0,
                 learning_rate: float = 1e-3, accountant: str = "pld",
-                microbatch_size: int = 32, seed: int = 0) -> tuple[Any, privacy.DpsgdSteps]:
+                microbatch_size: int = 32, seed: int = 0, noise_seed: int | None = None
+                ) -> tuple[Any, privacy.DpsgdSteps]:
   """``model`` (any ``flax.linen.Module`` mapping images to logits) trained on (x, y) with
   DP-SGD on jax-privacy (Abadi et al. 2016): each step a Poisson sample of expected size
   ``batch_size`` (None: N // 20, a sampling rate of 5%), per-example gradients clipped to
@@ -163,12 +170,18 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, *, epsilon: float, delta: floa
   [0, K), K the model's number of logits. Returns (the parameters, the steps' ledger record).
   The epsilon covers the parameters under add/remove-one neighbours, N = len(x) taken as
   public; not covered: hyper-parameters chosen by looking at the same data. Predict with
-  ``model.apply(params, dgd_jax.images(x))``."""
+  ``model.apply(params, dgd_jax.images(x))``. ``seed`` (public) draws the initialisation; the
+  noise and the Poisson batches come from the operating system's entropy, or from
+  ``noise_seed`` (an int >= 0) for a reproducible run that is NOT a private release. A delta
+  of 1/N or more is refused: it allows releasing an example outright."""
   x = images(x)
-  init_key, noise_key, batch_key = jax.random.split(jax.random.key(seed), 3)
+  init_key = jax.random.key(seed)
+  source = NoiseSource.of(noise_seed)
+  noise_key, batch_rng = source.key("dpsgd"), source.rng("dpsgd_batches")
   logits = jax.eval_shape(lambda: model.apply(model.init(init_key, x[:1]), x[:1]))
   y = labels(y, len(x), logits.shape[-1])
   n = len(x)
+  checks.delta_for_size(delta, n)
   batch_size = max(1, n // 20) if batch_size is None else batch_size
   if not (isinstance(batch_size, numbers.Integral) and 1 <= batch_size <= n):
     raise ConfigError(f"batch_size={batch_size!r} with {n} examples: the expected Poisson "
@@ -183,7 +196,7 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, *, epsilon: float, delta: floa
   state = train.create_train_state(model, train.optimizer(fit), init_key, x.shape[1:])
   with tempfile.TemporaryDirectory() as checkpoints:
     state = dpsgd.train_private(state, model, x, y, record, microbatch_size, fit, noise_key,
-                                batch_key, checkpoints, "dpsgd")
+                                batch_rng, checkpoints, "dpsgd")
   return state.params, record
 
 

@@ -44,7 +44,7 @@ def main():
   teachers = dgd_jax.train_teachers(MyCNN(), x[:args.private], y[:args.private], args.teachers,
                                     num_steps=args.steps, learning_rate=3e-3)
   votes = dgd_jax.teacher_votes(teachers, x_test[public])  # private: never publish these
-  labels, release = dgd_jax.noisy_labels(votes, "gnmax", args.sigma, seed=0)
+  labels, release = dgd_jax.noisy_labels(votes, "gnmax", args.sigma)  # secret noise
   print(f"GNMax labels agree with the truth on {np.mean(labels == y_test[public]):.1%}")
 
   # The student sees only public images and the noisy labels (post-processing of the release).

@@ -8,6 +8,7 @@ import struct
 
 import jax
 import numpy as np
+from flax import serialization
 from tensorboardX.proto import event_pb2
 
 from dgd_jax.run import methods
@@ -73,7 +74,82 @@ def assert_noiseless_named(workdir: str) -> dict:
   assert report["software"]["backend"] == jax.default_backend(), report["software"]
   assert f"jax {jax.__version__}" in md, "report.md does not say which jax ran"
   assert_tensorboard(workdir, report)
+  assert_release(workdir, report)
   return report
+
+
+def _files(folder: str) -> list[str]:
+  return [os.path.join(root, name) for root, _, names in os.walk(folder) for name in names]
+
+
+def assert_secret_kept(workdir: str, report: dict) -> None:
+  """A run with a secret noise key keeps it in noise.key alone (owner-only): neither its bytes
+  nor their hex appear in any other file of the workdir (reports, config, metrics,
+  TensorBoard events, checkpoints) or in a file name."""
+  path = os.path.join(workdir, "noise.key")
+  if report["noise"]["reproducible"]:
+    assert not os.path.exists(path), "a reproducible run wrote a noise key"
+    return
+  assert report["noise"] == {"source": "secret_key", "reproducible": False,
+                             "private_release": True}, report["noise"]
+  assert os.stat(path).st_mode & 0o777 == 0o600, oct(os.stat(path).st_mode)
+  with open(path, "rb") as f:
+    secret = f.read()
+  assert len(secret) == 32
+  forms = (secret, secret.hex().encode(), secret.hex().upper().encode())
+  for name in _files(workdir):
+    if name == path:
+      continue
+    assert not any(f.decode("latin-1") in name for f in forms[1:]), name
+    with open(name, "rb") as f:
+      data = f.read()
+    assert not any(form in data for form in forms), f"{name} holds the noise key"
+
+
+def _keys(value):
+  """Every key below ``value`` that holds something (not None or empty)."""
+  if isinstance(value, dict):
+    for k, v in value.items():
+      if v not in (None, {}, []):
+        yield k
+      yield from _keys(v)
+
+
+def assert_release(workdir: str, report: dict) -> None:
+  """``<workdir>/release/`` holds report.json, report.md, the released model (where the method
+  has one) and pictures only: no noise key, votes, teachers, baseline, synthetic inputs or
+  checkpoints; its report holds no noiseless statistic (each is named under ``withheld``) and
+  no non-private stage's result."""
+  assert_secret_kept(workdir, report)
+  folder = os.path.join(workdir, "release")
+  names = sorted(os.path.relpath(p, folder) for p in _files(folder))
+  method = methods.METHODS[report["method"]]
+  has_model = bool(method.released_model) and method.headline_stage in report["stages"]
+  assert "report.json" in names and "report.md" in names, names
+  assert ("model.msgpack" in names) == has_model, names
+  others = [n for n in names if n not in ("report.json", "report.md", "model.msgpack")]
+  assert all(n.endswith(".png") for n in others), others  # no .npy, .npz, .key, checkpoint
+  for n in others:
+    assert n.split(os.sep)[0] not in methods.NONPRIVATE_STAGES, n  # e.g. generator samples
+  with open(os.path.join(folder, "report.json")) as f:
+    public = json.load(f)
+  assert public["noiseless"] == {} and public["noise"] == report["noise"]
+  assert set(public["stages"]) == set(report["stages"]) - set(methods.NONPRIVATE_STAGES)
+  for key in _keys({k: v for k, v in public.items() if k not in ("config", "withheld")}):
+    assert key not in methods.NOISELESS_FIELDS or key == "smooth_sensitivity", key
+  assert not {"audit", "audit_check", "stage_seconds", "wall_seconds"} & set(public)
+  withheld = " ".join(public["withheld"])
+  assert all(path in withheld for path in report["noiseless"]), public["withheld"]
+  with open(os.path.join(folder, "report.md")) as f:
+    md = f.read()
+  assert "Diagnostic (not released)" not in md and "noiseless diagnostics" not in md.lower()
+  if report["noiseless"]:
+    assert "## Withheld from this release" in md
+  if has_model:
+    with open(os.path.join(folder, "model.msgpack"), "rb") as f:
+      params = serialization.msgpack_restore(f.read())  # no workdir, no template
+    assert jax.tree.leaves(params) and all(
+        isinstance(x, np.ndarray) for x in jax.tree.leaves(params))
 
 
 def events(folder: str) -> dict[str, dict[int, float]]:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from dgd_jax.labels import aggregation
+from dgd_jax.privacy import noise
 from dgd_jax.runtime.errors import ConfigError
 
 rng = np.random.default_rng(0)
@@ -90,7 +91,7 @@ def test_gaussian_class_count_releases_one_noisy_count_per_query():
   agg = aggregation.gaussian_class_count(jax.random.key(3), VOTES, classes, 20.0)
   counts = np.asarray(VOTES)[np.arange(len(classes)), classes]
   assert agg.released.shape == (VOTES.shape[0],)
-  expected = counts + 20.0 * np.asarray(jax.random.normal(jax.random.key(3), counts.shape))
+  expected = counts + 20.0 * np.asarray(noise.normal(jax.random.key(3), counts.shape))
   np.testing.assert_allclose(agg.released, expected, rtol=1e-6)
   np.testing.assert_array_equal(agg.labels, classes)
   assert bool(agg.answered.all()) and agg.votes is VOTES

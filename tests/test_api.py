@@ -55,7 +55,7 @@ def test_your_own_model_trains_as_teachers_and_labels_with_an_epsilon(model):
   votes = dgd_jax.teacher_votes(teachers, queries.astype(np.float32))  # float pixels too
   assert votes.shape == (100, 10) and (votes.sum(axis=1) == 4).all()
   assert np.mean(votes.argmax(axis=1) == truth) > 0.5  # chance is 0.1
-  labels, release = dgd_jax.noisy_labels(votes, "gnmax", 1.0, seed=0)
+  labels, release = dgd_jax.noisy_labels(votes, "gnmax", 1.0, noise_seed=0)
   assert labels.shape == (100,) and isinstance(release, privacy.GNMaxQueries)
   assert release.queries == 100 and release.sigma == 1.0
   report = dgd_jax.epsilon([release], delta=1e-5, accountant="rdp")
@@ -68,9 +68,9 @@ def test_each_mechanism_returns_its_labels_and_record():
   votes = np.tile([[30, 2, 0, 0]], (20, 1))
   for mechanism, kind in (("lnmax", privacy.LNMaxQueries), ("gnmax", privacy.GNMaxQueries),
                           ("gaussian_histogram", privacy.HistogramQueries)):
-    labels, release = dgd_jax.noisy_labels(votes, mechanism, 2.0, seed=1)
+    labels, release = dgd_jax.noisy_labels(votes, mechanism, 2.0, noise_seed=1)
     assert type(release) is kind and (labels == 0).all(), mechanism
-  labels, release = dgd_jax.noisy_labels(votes, "confident_gnmax", 2.0, seed=1, threshold=100,
+  labels, release = dgd_jax.noisy_labels(votes, "confident_gnmax", 2.0, noise_seed=1, threshold=100,
                                          sigma1=1.0, teachers_changed=2)
   assert (labels == -1).all()  # no query passes a threshold above its votes
   assert isinstance(release, privacy.ConfidentGNMaxQueries) and release.teachers_changed == 2
@@ -219,9 +219,9 @@ def test_dp_sgd_trains_your_model_within_the_budget():
     (lambda x, y: dgd_jax.train_teachers(UserMLP(), x, y + 10, 4, num_classes=10), DatasetError,
      "0..9"),
     (lambda x, y: dgd_jax.train_teachers(UserMLP(), x[0], y, 4), DatasetError, "shape"),
-    (lambda x, y: dgd_jax.noisy_labels(np.ones((3, 10)), "argmax", 1.0, seed=0), ConfigError,
+    (lambda x, y: dgd_jax.noisy_labels(np.ones((3, 10)), "argmax", 1.0, noise_seed=0), ConfigError,
      "mechanism='argmax'"),
-    (lambda x, y: dgd_jax.noisy_labels(-np.ones((3, 10)), "gnmax", 1.0, seed=0), DatasetError,
+    (lambda x, y: dgd_jax.noisy_labels(-np.ones((3, 10)), "gnmax", 1.0, noise_seed=0), DatasetError,
      "counts >= 0"),
     (lambda x, y: dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=3, batch_size=500), ConfigError,
      "batch_size=500 with 200 examples"),

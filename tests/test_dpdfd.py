@@ -209,7 +209,8 @@ def test_dpdfd_never_reads_private_training_data(npz_file, tmp_path):
     wd = Workdir(str(tmp_path / "d"))
     s = wd.stage("dpdfd", config, methods.config_keys("dpdfd", config))
     s.begin()
-    result = stage.run(Context(config, wd, s, TestSetOnly, baseline["stages"]))
+    result = stage.run(Context(config, wd, s, TestSetOnly, baseline["stages"],
+                               wd.noise_source(config.noise_seed, [])))  # the run's key
   finally:
     os.rename(f"{npz_file}.away", npz_file)
   assert result["num_steps"] == ordinary["num_steps"] == config.dpdfd.num_steps

@@ -55,7 +55,7 @@ def test_batch_selection_is_the_sampling_the_accountant_composes():
   assert event.event.event == dp_accounting.GaussianDpEvent(2.0)
   # What the trainer draws (dpsgd.batches) is that strategy: every example in each
   # step with probability q, independently.
-  drawn = dpsgd.batches(record, 1000, seed=0, multiple=64)
+  drawn = dpsgd.batches(record, 1000, np.random.default_rng(0), multiple=64)
   assert len(drawn) == record.steps
   counts = np.zeros(1000)
   sizes = []

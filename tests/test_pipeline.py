@@ -316,7 +316,7 @@ def test_dgd_end_to_end_report_on_real_fashion_mnist(fashion_mnist_subset, tmp_p
 @pytest.mark.integration
 def test_dgd_resumes_after_an_interrupted_stage(finished_dgd, tmp_path, monkeypatch):
   from dgd_jax.plan import student_fit
-  npz_file, _, uninterrupted = finished_dgd  # the same config but for checkpoint_every
+  npz_file, finished, uninterrupted = finished_dgd  # the same config but checkpoint_every
   config = tiny_configs.dgd(npz_file)
   config.checkpoint_every = 10  # not in any stage's config slice: the same artefacts
 
@@ -338,6 +338,8 @@ def test_dgd_resumes_after_an_interrupted_stage(finished_dgd, tmp_path, monkeypa
 
   monkeypatch.setattr(student_fit, "make_step", crash_after_25_steps)
   workdir = tmp_path / "b"
+  workdir.mkdir()  # the finished run's secret noise key: the same noisy answers
+  shutil.copy(os.path.join(finished, "noise.key"), workdir / "noise.key")
   with pytest.raises(Interrupt):
     pipeline.run(config, str(workdir))
   assert not (workdir / "student" / "result.json").exists()

@@ -24,7 +24,8 @@ or the public plan), composed with the queries (the ``smooth_sensitivity`` accou
 prints PATE 2018's vote-chosen release beside it as a diagnostic; and
 ``--filter_epsilon`` runs a Renyi filter over the queries in order (Feldman & Zrnic 2021); both
 read the threshold bits of ``--answered_mask`` or, without it, draw them as Confident-GNMax
-would (``--seed``). Parses flags and calls the library; the library never
+would, from a secret key (``--noise_seed`` makes those draws reproducible: not a private
+release). Parses flags and calls the library; the library never
 reads FLAGS.
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy as np
 from absl import app, flags
 
 from dgd_jax.runtime.errors import ConfigError, UserInputError
-from dgd_jax.privacy import (calibrate, checks, conversion, dpdfd, ledger, releases,
+from dgd_jax.privacy import (calibrate, checks, conversion, dpdfd, ledger, noise, releases,
                              renyi_filter, smooth_sensitivity)
 
 _MECHANISM = flags.DEFINE_string(
@@ -143,9 +144,10 @@ _FILTER = flags.DEFINE_float(
 _FILTER_ORDER = flags.DEFINE_float(
     "filter_order", None, "--filter_epsilon: the Renyi order of the budget (default: the order "
     "admitting the most queries, from public parameters only).")
-_SEED = flags.DEFINE_integer(
-    "seed", 0, "Seed of the simulated threshold noise (no --answered_mask) and of the "
-    "smooth-sensitivity release's noise.")
+_NOISE_SEED = flags.DEFINE_integer(
+    "noise_seed", -1, "The simulated threshold noise (no --answered_mask) and the "
+    "smooth-sensitivity release's noise come from the operating system's entropy (-1); N >= 0 "
+    "makes them reproducible from N, for tests: then the released value is NOT private.")
 _JSON = flags.DEFINE_bool("json", False, "Print one JSON object instead of the table.")
 
 
@@ -312,8 +314,8 @@ def _pate2018(release: releases.Release, delta: float
   if _FILTER.value is not None and _ANSWERED.value is not None:
     raise ConfigError("--filter_epsilon reads which queries passed the threshold: pass "
                       "--answered_mask (or neither, to draw them), not --answered.")
-  rng = np.random.default_rng(_SEED.value)
-  bits = _threshold_bits(release, rng)
+  source = noise.NoiseSource.of(_NOISE_SEED.value)
+  bits = _threshold_bits(release, source.rng("threshold"))
   confident = isinstance(release, releases.ConfidentGNMaxQueries)
   sigma2 = release.sigma2 if confident else release.sigma
   sigma1 = release.sigma1 if confident else None
@@ -339,12 +341,14 @@ def _pate2018(release: releases.Release, delta: float
     plan = _ss_plan(votes, threshold, sigma1, sigma2, delta)
     answered = bits if _SS_CHARGE.value == "answered" else None
     terms = (votes, threshold, sigma1, sigma2, delta)
-    ss = smooth_sensitivity.release_confident_gnmax(*terms, plan, answered=answered, rng=rng,
-                                                    teachers_changed=k)
+    ss = smooth_sensitivity.release_confident_gnmax(
+        *terms, plan, answered=answered, rng=source.rng("smooth_sensitivity"),
+        teachers_changed=k)
     chosen = smooth_sensitivity.choose_from_votes(*terms, answered=answered)
-    diagnostic = smooth_sensitivity.release_confident_gnmax(
-        *terms, chosen, answered=answered, rng=np.random.default_rng(_SEED.value))
-    out["smooth_sensitivity"] = {**ss.to_json(), "diagnostic": diagnostic.to_json()}
+    diagnostic = smooth_sensitivity.release_confident_gnmax(  # the same draw, other parameters
+        *terms, chosen, answered=answered, rng=source.rng("smooth_sensitivity"))
+    out["smooth_sensitivity"] = {**ss.to_json(), "diagnostic": diagnostic.to_json(),
+                                 "noise": source.describe()}
     cost = releases.SmoothSensitivityCost(plan.order, plan.beta, plan.sigma_ss, plan.source,
                                           neighbours=release.neighbours)
     return release, out, [cost]
@@ -387,6 +391,9 @@ def _pate2018_lines(extra: dict) -> list[str]:
                     f"sigma_ss {r['sigma_ss']:.6g}; epsilon {r['epsilon_before']:.6f} before, "
                     f"{r['epsilon']:.6f} +- {r['std']:.6f} after (released draw: "
                     f"{r['released']:.6f})"]
+    if s["noise"]["reproducible"]:
+      lines += [f"NOT A PRIVATE RELEASE: its noise follows from --noise_seed="
+                f"{s['noise']['noise_seed']}; leave the flag unset for a secret draw."]
   return lines
 
 

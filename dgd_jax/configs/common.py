@@ -264,7 +264,11 @@ def base_config(dataset: str, preset: str, smoke: bool = False) -> ml_collection
   config.data_dir = ""  # TFDS data dir; "" = TFDS's default (~/tensorflow_datasets)
   config.manual_dir = ""  # IDX files of a built-in dataset; "" = the dataset's default
   config.download = True  # may a built-in dataset be downloaded when no IDX files exist
-  config.seed = 0
+  config.seed = 0  # public: initialisation, partitions, synthesis, minibatches, evaluation
+  # The DP noise (and DP-SGD's batches): -1 draws it from a secret key kept in the workdir
+  # (privacy.noise); N >= 0 makes it reproducible from N, for tests and papers: NOT a private
+  # release (report.md says so).
+  config.noise_seed = -1
   config.private_size = 0  # the first N training examples are the private set; 0 = all
 
   config.model = ml_collections.ConfigDict()
@@ -431,6 +435,8 @@ def privacy_config(max_epsilon: float, accountant: str = "rdp") -> ml_collection
       delta=1e-5,
       accountant=accountant,  # the headline's accountant (dp-accounting RDP by default)
       max_epsilon=max_epsilon,  # budget guard on the data-independent plan; 0 disables it
+      # delta >= 1/N (N the private set's size) is refused unless this is set (report.md warns)
+      allow_large_delta=False,
   ))
 
 

@@ -2,7 +2,8 @@
 histogram (GNMax's noisy histogram released whole) and the Gaussian class count (one count
 of each histogram, its class fixed before the query).
 
-All functions are pure, keyed and jittable. They take vote histograms ``votes`` [Q, K]
+All functions are pure, keyed and jittable; the key must be secret (``privacy.noise``), and
+the Gaussian noise is ``noise.normal``'s hardened sampler. They take vote histograms ``votes`` [Q, K]
 (``ensemble.vote_histograms``: how many teachers chose each of K classes for each of Q
 queries) and return an ``Aggregate`` with the released labels, which queries were
 answered, and the histograms the privacy accountant needs (data-dependent analyses use
@@ -16,6 +17,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from dgd_jax.privacy import noise
 from dgd_jax.privacy import releases
 from dgd_jax.runtime.errors import ConfigError
 
@@ -57,7 +59,7 @@ def lnmax(key: jax.Array, votes: jnp.ndarray, scale: float) -> Aggregate:
   scale = 2 / eps0). ``scale`` = b = 1 / gamma."""
   _require_positive("scale", scale)
   _require_histograms(votes)
-  noisy = votes + scale * jax.random.laplace(key, votes.shape)
+  noisy = votes + scale * noise.laplace(key, votes.shape)  # only the argmax leaves
   return plurality(noisy)._replace(votes=votes)
 
 
@@ -67,7 +69,7 @@ def gaussian_histogram(key: jax.Array, votes: jnp.ndarray, sigma: float) -> Aggr
   GNMax answer costs; its entries, unbiased for the vote counts, are the student's targets."""
   _require_positive("sigma", sigma)
   _require_histograms(votes)
-  noisy = votes + sigma * jax.random.normal(key, votes.shape)
+  noisy = votes + sigma * noise.normal(key, votes.shape)
   return plurality(noisy)._replace(votes=votes, released=noisy)
 
 
@@ -81,7 +83,7 @@ def gaussian_class_count(key: jax.Array, votes: jnp.ndarray, classes: jnp.ndarra
   _require_histograms(votes)
   classes = jnp.asarray(classes, jnp.int32)
   count = jnp.take_along_axis(votes, classes[:, None], axis=-1)[:, 0]
-  noisy = count + sigma * jax.random.normal(key, count.shape)
+  noisy = count + sigma * noise.normal(key, count.shape)
   return Aggregate(classes, jnp.ones(classes.shape, bool), votes, noisy)
 
 
@@ -99,7 +101,7 @@ def confident_gnmax(key: jax.Array, votes: jnp.ndarray, threshold: float, sigma1
   _require_positive("sigma2", sigma2)
   _require_histograms(votes)
   check_key, label_key = jax.random.split(key)
-  noisy_max = votes.max(axis=-1) + sigma1 * jax.random.normal(check_key, votes.shape[:-1])
+  noisy_max = votes.max(axis=-1) + sigma1 * noise.normal(check_key, votes.shape[:-1])
   answered = noisy_max >= threshold
   labels = gnmax(label_key, votes, sigma2).labels
   return Aggregate(jnp.where(answered, labels, -1), answered, votes)

@@ -13,31 +13,55 @@ import ml_collections
 
 from dgd_jax.data import Dataset, load_private
 from dgd_jax.plan.workdir import Stage, Workdir
+from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.runtime.errors import ConfigError
 
 Config = ml_collections.ConfigDict
 # Config fields every stage's artefacts depend on (the data, the seed, the classifier).
 BASE_KEYS = ("seed", "dataset", "private_size", "test_size", "model")  # test_size: smoke only
+# The config field of the secret noise (privacy.noise): in the keys of every stage that draws
+# noise (its own ``config_keys``), so a workdir's releases belong to one noise source.
+NOISE_KEY = "noise_seed"
 
 
 @dataclasses.dataclass
 class Context:
-  """What a stage gets: the config, its folder, the data (loaded on first use), keys."""
+  """What a stage gets: the config, its folder, the data (loaded on first use), keys: public
+  ones (``key``, from ``config.seed``) and secret ones (``noise_key``, ``noise_rng``, from the
+  run's ``NoiseSource``)."""
 
   config: Config
   workdir: Workdir
   stage: Stage
   load_dataset: Callable[[], Dataset]
   results: dict[str, dict]  # results of the stages run or reused before this one
+  noise: NoiseSource | None = None  # the run's secret noise (None: a read-only context)
 
   @property
   def dataset(self) -> Dataset:
     return self.load_dataset()
 
   def key(self, purpose: str) -> jax.Array:
-    """A key for one purpose, derived from the root key ``config.seed`` by ``fold_in``."""
+    """A public key for one purpose, derived from the root key ``config.seed`` by ``fold_in``:
+    initialisation, partitions, synthesis, minibatches, evaluation. Never for noise a DP
+    guarantee assumes secret (``noise_key``)."""
     return jax.random.fold_in(jax.random.key(self.config.seed),
                               zlib.crc32(purpose.encode()) & 0x7FFFFFFF)
+
+  def _noise(self) -> NoiseSource:
+    if self.noise is None:
+      raise RuntimeError(f"stage {self.stage.name} asked for secret noise in a read-only "
+                         "context (pipeline.open_run): only a run draws noise.")
+    return self.noise
+
+  def noise_key(self, purpose: str) -> jax.Array:
+    """A secret key for one purpose (``privacy.noise.NoiseSource.key``): the noise, sampling
+    and other draws a DP guarantee assumes secret."""
+    return self._noise().key(purpose)
+
+  def noise_rng(self, purpose: str):
+    """A secret NumPy generator for one purpose (``NoiseSource.rng``)."""
+    return self._noise().rng(purpose)
 
   @property
   def writer(self) -> bool:
@@ -142,6 +166,9 @@ class Method:
   headline_stage: str | None = None
   # The stage whose result holds the method's privacy ledger (None: no DP release).
   privacy_stage: str | None = None
+  # The parameters of the model the epsilon covers (the headline stage's), read from a run's
+  # context: what ``<workdir>/release/`` publishes (None: no model to publish).
+  released_model: Callable[[Context], Any] | None = None
   # The planned releases (``privacy.Release``) stated under a neighbouring relation: the budget
   # guard and ``sweep --accounting_only`` account these before anything is trained.
   releases: Callable[[Config, str], list] | None = None

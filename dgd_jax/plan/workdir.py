@@ -10,6 +10,10 @@ Layout::
   <workdir>/<stage>/result.json   the stage's outputs; its presence marks the stage done
   <workdir>/report.json, report.md
   <workdir>/lock.json          the writing run's pid, host and start time, while it runs
+  <workdir>/noise.key          the secret the run's DP noise is drawn from (owner-only; never
+                               publish it, ``noise_source``)
+  <workdir>/release/           what the run's epsilon lets a user publish (``run.release``);
+                               everything else in the workdir is private
 
 A stage whose folder holds another config slice is refused (``WorkdirConflictError``),
 never overwritten: artefacts already written are not lost. A slice written before a field was
@@ -37,13 +41,17 @@ from typing import Any, Iterator
 import ml_collections
 from absl import logging
 
+from dgd_jax.privacy.noise import SECRET_BYTES, NoiseSource
+from dgd_jax.runtime import distributed
 from dgd_jax.runtime import tensorboard
 from dgd_jax.runtime.errors import WorkdirConflictError, WorkdirLockedError
-from dgd_jax.runtime.files import (append_line, damaged, fingerprint, is_temporary, makedirs,
-                                   plain, read_artefact_json, read_json, write_json)
+from dgd_jax.runtime.files import (append_line, atomic_write, damaged, fingerprint,
+                                   is_temporary, makedirs, plain, read_artefact_json, read_json,
+                                   write_json)
 
 LOCK = "lock.json"
 CONFIG = "config.json"
+NOISE_KEY_FILE = "noise.key"
 # The workdir format this code writes and reads (config.json's "format"). Format 2: the
 # config holds every field the code reads (no reader falls back to a default for an absent
 # one), and the teachers' result records the chunk they were planned with. A workdir of
@@ -59,7 +67,8 @@ ADDED_FIELDS = {("teachers", "mixup"): 0.0, ("teachers", "width"): 0.0,
                 ("generator", "target_mix"): 0.0, ("queries", "ss_order"): 0.0,
                 ("queries", "ss_beta"): 0.0, ("queries", "ss_sigma"): 0.0,
                 ("dpsgd", "sampling_rate"): 0.0, ("dpsgd", "epochs"): 0.0,
-                ("model", "module"): "", ("model", "kwargs"): ""}
+                ("model", "module"): "", ("model", "kwargs"): "",
+                ("privacy", "allow_large_delta"): False}
 REMOVED_FIELDS = {("teachers", "shared_init"): False}
 
 
@@ -149,6 +158,11 @@ class Stage:
   @property
   def result_path(self) -> str:
     return os.path.join(self.path, "result.json")
+
+  @property
+  def meta_path(self) -> str:
+    """stage.json: written when the stage begins."""
+    return os.path.join(self.path, "stage.json")
 
   def check(self) -> None:
     """Refuses a folder that holds another config's artefacts."""
@@ -282,6 +296,50 @@ class Workdir:
                       "finished stages are reused, interrupted ones resume.", self.path,
                       _describe_holder(holder))
     os.unlink(aside)
+
+  @property
+  def noise_key_path(self) -> str:
+    return os.path.join(self.path, NOISE_KEY_FILE)
+
+  def noise_source(self, noise_seed: int, drawn: list[str]) -> NoiseSource:
+    """The run's noise (``privacy.noise``): reproducible from ``noise_seed`` >= 0, else the
+    secret in ``noise.key``, drawn from the operating system's entropy at the workdir's first
+    run and read back on every later one, so a resumed run releases the same answers.
+    Process 0 reads or draws it and sends it to the others. ``drawn``: the stages already
+    begun here that drew noise; without the key their releases cannot be resumed, so a missing
+    key is then refused."""
+    if noise_seed != -1:
+      return NoiseSource.reproducible(noise_seed)
+    secret = bytes(SECRET_BYTES)
+    if self.writer:
+      secret = self._read_or_draw_key(drawn)
+    return NoiseSource(distributed.from_process_zero(secret))
+
+  def _read_or_draw_key(self, drawn: list[str]) -> bytes:
+    path = self.noise_key_path
+    if not os.path.exists(path):
+      if drawn:
+        raise WorkdirConflictError(
+            f"{path} is missing, but stages {drawn} of this workdir drew noise from it: they "
+            "cannot be resumed with other noise, and a second draw from their data would "
+            "spend the budget again. Nothing was changed. Use a new --workdir, or restore "
+            "that file.")
+      makedirs(self.path)
+      secret = NoiseSource.fresh().secret
+      with contextlib.suppress(FileExistsError):  # exclusive: never replace a key
+        atomic_write(path, lambda f: f.write(secret), binary=True, exclusive=True)
+      os.chmod(path, 0o600)
+    mode = os.stat(path).st_mode
+    if mode & 0o077:
+      raise WorkdirConflictError(
+          f"{path} can be read by other users (mode {oct(mode & 0o777)}): whoever read it can "
+          "remove the noise from this run's releases. If nobody did, `chmod 600 "
+          f"{path}` and re-run; else use a new --workdir.")
+    with open(path, "rb") as f:
+      secret = f.read()
+    if len(secret) != SECRET_BYTES:
+      raise damaged(path, ValueError(f"{len(secret)} bytes, not {SECRET_BYTES}"))
+    return secret
 
   def stage(self, name: str, config: ml_collections.ConfigDict, keys: tuple[str, ...]
             ) -> Stage:

@@ -55,6 +55,20 @@ def delta(value: float) -> float:
   return value
 
 
+def delta_for_size(value: float, size: int, allowed: bool = False) -> float:
+  """``delta`` checked against N = ``size``, the private set's size (public or a public
+  bound): delta >= 1/N allows a mechanism that publishes one example in the clear and is
+  still (0, delta)-DP, so it is refused unless ``allowed`` (the caller then warns)."""
+  value = delta(value)
+  if size > 0 and value >= 1.0 / size and not allowed:
+    raise ConfigError(
+        f"delta={value:g} is at least 1/N = 1/{size}: a guarantee with delta >= 1/N allows "
+        "publishing one private example outright. Pass a delta below 1/N (e.g. "
+        f"{10 ** math.floor(math.log10(0.1 / size)):g}), or, knowingly, "
+        "--config.privacy.allow_large_delta=True (report.md then warns).")
+  return value
+
+
 def orders(name: str, values, minimum: float) -> np.ndarray:
   """A non-empty 1-D array of finite orders, each > minimum."""
   arr = np.atleast_1d(np.asarray(values, dtype=np.float64))

@@ -5,11 +5,12 @@ pipeline, the report, the sweep and the budget guard read it; adding a method is
 from __future__ import annotations
 
 from dgd_jax import privacy
+from dgd_jax.plan import artefacts
 from dgd_jax.plan import dgd as dgd_plan
 from dgd_jax.plan import dpdfd as dpdfd_plan
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
-from dgd_jax.plan.context import BASE_KEYS, Config, Method, StageSpec
+from dgd_jax.plan.context import BASE_KEYS, NOISE_KEY, Config, Method, StageSpec
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.stages import (audit, baseline, dpdfd, dpsgd, generator, ldp, queries, student,
                             teachers, vae)
@@ -112,6 +113,8 @@ NOISELESS_FIELDS = {
     "top_vote_share_by_round": "the teachers' mean top vote share in each round of queries",
     "epsilons_data_dependent": "the epsilons of the data-dependent accountants",
     "teacher_accuracy": "the sensitive model's test accuracy (trained without noise)",
+    "noiseless_student": "the diagnostic student trained on the teachers' noiseless labels: "
+                         "its checkpoints and its training curves (metrics.jsonl, TensorBoard)",
     "smooth_sensitivity": "beside its released value: the exact data-dependent epsilon "
                           "(rdp, epsilon_before, epsilon), its smooth sensitivity and std, and "
                           "the diagnostic release at parameters chosen from the votes",
@@ -170,6 +173,11 @@ def _uncovered_inputs(config: Config, results: dict) -> list[str]:
              else []))
 
 
+def _student(ctx) -> dict:
+  """The released student's parameters (DGD, PATE)."""
+  return artefacts.load_classifier(ctx, "student")[1]
+
+
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("baseline", ("baseline",), headline_stage="baseline", privacy_note=(
         "Trained on the private training set without noise: no differential-privacy "
@@ -178,14 +186,14 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("teacher_sweep", ("teacher_sweep",), privacy_note=_TEACHERS_NOTE),
     Method("dgd", ("baseline", "teachers", "generator", "vae", "queries", "student"),
            headline_stage="student", privacy_stage="queries", releases=dgd_plan.releases,
-           uncovered=_uncovered_inputs,
+           uncovered=_uncovered_inputs, released_model=_student,
            neighbours=dgd_plan.neighbours, covers=QUERIES_COVER, privacy_note=lambda c: (
                _DGD_PRIVATE_BASELINE_NOTE if "dpsgd" in c.baseline else _DGD_NOTE),
            # baseline.check refuses every private-baseline setting that bypasses the noise
            audited=lambda c: ("baseline", "student") if "dpsgd" in c.baseline else ()),
     Method("pate", ("teachers", "vae", "queries", "student"), headline_stage="student",
            privacy_stage="queries", releases=dgd_plan.releases, neighbours=dgd_plan.neighbours,
-           uncovered=_uncovered_inputs,
+           uncovered=_uncovered_inputs, released_model=_student,
            covers=QUERIES_COVER,
            privacy_note=(
                "The epsilon covers the teachers' noisy answers to the student's label "
@@ -195,6 +203,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("dpdfd", ("baseline", "teachers", "generator", "dpdfd", "dpdfd_samples"),
            headline_stage="dpdfd", privacy_stage="dpdfd", releases=dpdfd_plan.releases,
            uncovered=_uncovered_inputs,
+           released_model=lambda ctx: artefacts.load_dpdfd(
+               ctx, ctx.config.dpdfd.self_training)[1],
            neighbours=dpdfd_plan.neighbours,
            covers="{num_steps} DPDFD steps (A_{{C,sigma}} releases)",
            default_stages=lambda c: (("dpdfd",) if c.dpdfd.teacher == "private_data"
@@ -206,7 +216,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
         "(Algorithm 1). BASE and the robust teacher are trained on the private data without "
         "noise: no differential-privacy guarantee for the teacher side.")),
     Method("dpsgd", ("dpsgd",), headline_stage="dpsgd", privacy_stage="dpsgd",
-           releases=dpsgd_plan.releases, neighbours=dpsgd_plan.neighbours, privacy_note=(
+           releases=dpsgd_plan.releases, neighbours=dpsgd_plan.neighbours,
+           released_model=lambda ctx: artefacts.load_dpsgd(ctx)[1], privacy_note=(
                "The epsilon covers the released model: DP-SGD's every step (a noisy sum of "
                "clipped per-example gradients on a Poisson sample) is accounted, and the model "
                "is their post-processing. Not covered: hyper-parameter tuning on the same "
@@ -234,6 +245,12 @@ def config_keys(name: str, config: Config) -> tuple[str, ...]:
     keys += config_keys(required, config)
   own = STAGES[name].config_keys
   return tuple(dict.fromkeys(keys + list(own(config) if callable(own) else own)))
+
+
+def draws_noise(name: str, config: Config) -> bool:
+  """Whether stage ``name`` itself draws secret noise (``NOISE_KEY`` among its own keys)."""
+  own = STAGES[name].config_keys
+  return NOISE_KEY in (own(config) if callable(own) else own)
 
 
 def plan_stages(config: Config, stages: tuple[str, ...] | None = None) -> tuple[str, ...]:

@@ -1,14 +1,16 @@
 """Runs a method's stages in a workdir, reusing finished stages, and writes the report.
 
 A method is a sequence of stages (``methods.METHODS``); each stage is a pure-ish function of
-its config slice (``methods.config_keys``), the dataset and a key derived from
-``config.seed``. Its outputs are cached under ``<workdir>/<stage>/`` and reused by any later
+its config slice (``methods.config_keys``), the dataset, a public key derived from
+``config.seed`` and, where it releases under DP, the run's secret noise
+(``Workdir.noise_source``). Its outputs are cached under ``<workdir>/<stage>/`` and reused by any later
 run whose slice matches; a mismatching slice is refused before anything is written.
 """
 from __future__ import annotations
 
 import copy
 import functools
+import os
 import time
 from typing import Callable
 
@@ -24,7 +26,10 @@ from dgd_jax.plan import pool
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan.context import Config, Context, private_size
 from dgd_jax.plan.workdir import Stage, Workdir
+from dgd_jax.privacy import checks as privacy_checks
+from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.run import methods
+from dgd_jax.run import release as release_lib
 from dgd_jax.run import report as report_lib
 from dgd_jax.run.methods import STAGES
 from dgd_jax.runtime import distributed
@@ -136,10 +141,27 @@ def checked_plan(config: Config, stages: tuple[str, ...] | None = None
   return config, names
 
 
+def large_delta(config: Config) -> str | None:
+  """None, or report.md's warning for a run whose delta is at least 1/N (N: the private set's
+  size, ``config.private_size`` where set), which ``privacy.allow_large_delta`` accepts and
+  otherwise a ConfigError refuses. Only methods with a DP release are checked."""
+  if methods.method(config).privacy_stage is None:
+    return None
+  p = config.privacy
+  size = config.private_size or private_size(config)
+  privacy_checks.delta_for_size(p.delta, size, allowed=p.allow_large_delta)
+  if p.delta < 1.0 / size:
+    return None
+  return (f"delta = {p.delta:g} is at least 1/N = 1/{size} (allowed by "
+          "config.privacy.allow_large_delta): such a guarantee permits publishing a private "
+          "example outright.")
+
+
 def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> dict:
   """Runs ``stages`` (default: the method's default stages) and every stage they need, and
   returns the report dict."""
   config, names = checked_plan(config, stages)
+  warning = large_delta(config)
   wd = Workdir(workdir, writer=distributed.is_writer())
   wd.check_format()
   planned = _planned_stages(config, wd, names)
@@ -149,7 +171,10 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
       stage.check()
       if stage.done():
         stage.result()  # a damaged result.json is refused before anything is written
-    return _run_stages(config, wd, planned)
+    begun = [s.name for s in planned
+             if methods.draws_noise(s.name, config) and os.path.exists(s.meta_path)]
+    noise = wd.noise_source(config.noise_seed, begun)
+    return _run_stages(config, wd, planned, noise, [warning] if warning else [])
 
 
 def compile_programs(config: Config, stages: tuple[str, ...] | None = None,
@@ -219,8 +244,10 @@ def open_run(workdir: str, stage: str) -> Context:
   return Context(config, wd, target, functools.cache(lambda: load_private(config)), results)
 
 
-def _run_stages(config: Config, wd: Workdir, planned: list[Stage]) -> dict:
-  """Runs the planned stages, reusing finished ones, and writes the report (under the lock)."""
+def _run_stages(config: Config, wd: Workdir, planned: list[Stage], noise: NoiseSource,
+                warnings: list[str]) -> dict:
+  """Runs the planned stages, reusing finished ones, with secret draws from ``noise``, and
+  writes the report and the release (under the lock)."""
   wd.record_config(config)
   dataset = functools.cache(lambda: load_private(config))  # loaded by the first stage to run
   results = {}
@@ -231,17 +258,20 @@ def _run_stages(config: Config, wd: Workdir, planned: list[Stage]) -> dict:
       stage.begin()
       t0 = time.perf_counter()
       try:
-        result = STAGES[stage.name].run(Context(config, wd, stage, dataset, dict(results)))
+        result = STAGES[stage.name].run(Context(config, wd, stage, dataset, dict(results),
+                                                noise))
       except UserInputError:
         stage.abandon_if_empty()  # e.g. too many teachers: let a fixed config use the dir
         raise
       stage.finish({**result, "stage_seconds": time.perf_counter() - t0})
       distributed.barrier(f"{stage.name} finished")  # its result.json is written
     results[stage.name] = stage.result()
-  report = report_lib.build(config, results)
+  report = report_lib.build(config, results, noise.describe(), warnings)
   if wd.writer:
     report_lib.write(wd.path, report)
     tensorboard.summary(wd.path, report)
+    release_lib.write(config, wd, report,
+                      Context(config, wd, planned[-1], dataset, dict(results), noise))
   failed = {n: c for n, c in report["audit_check"].items() if not c["passed"]}
   if failed:  # written first: report.md says it too
     raise PrivacyAuditError(

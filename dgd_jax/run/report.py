@@ -70,7 +70,10 @@ def _privacy(config, results: dict) -> dict:
   }
 
 
-def build(config, results: dict) -> dict:
+def build(config, results: dict, noise: dict | None = None, warnings: list[str] = ()) -> dict:
+  """report.json's content from the stage ``results``; ``noise``: where the run's DP noise
+  came from (``NoiseSource.describe``); ``warnings``: report.md prints them under the
+  headline (e.g. ``pipeline.large_delta``)."""
   method = methods.method(config)
   headline = results.get(method.headline_stage, {})
   report = {
@@ -94,6 +97,9 @@ def build(config, results: dict) -> dict:
       # DP-SGD's batch and steps and how they came from the data's size (pipeline.run_config).
       **({"dpsgd_schedule_chosen": config.dpsgd_schedule_chosen}
          if config.get("dpsgd_schedule_chosen") else {}),
+      # where the DP noise came from: a secret key, or a public noise_seed (not private)
+      "noise": noise,
+      "warnings": list(warnings),
       "stage_seconds": {k: r.get("stage_seconds") for k, r in results.items()},
       "wall_seconds": sum(r.get("stage_seconds") or 0.0 for r in results.values()),
       "stages": results,
@@ -213,6 +219,13 @@ def _headline(report: dict) -> list[str]:
   """Accuracy, epsilon (delta, accountant, count), what the epsilon covers and for which
   neighbouring datasets."""
   lines = []
+  noise = report.get("noise") or {}
+  if noise.get("reproducible") and report["privacy"]["epsilon"] is not None:
+    lines.append(f"**NOT A PRIVATE RELEASE: the noise was drawn from the public "
+                 f"config.noise_seed={noise['noise_seed']}**, so anyone holding it can remove "
+                 "the noise; the epsilon below holds only for noise nobody can regenerate "
+                 "(leave noise_seed unset for a secret key).")
+  lines += [f"**WARNING: {w}**" for w in report.get("warnings", [])]
   if report["test_accuracy"] is not None:
     baseline = report.get("baseline_accuracy")
     lines.append(f"**Test accuracy: {100 * report['test_accuracy']:.2f}%**"
@@ -254,18 +267,20 @@ def _pate2018_lines(report: dict) -> list[str]:
                     if diagnostics else "") + ".")
   if "smooth_sensitivity" in stage:
     s = stage["smooth_sensitivity"]
-    d = s["diagnostic"]
-    lines.append(
-        f"Smooth-sensitivity release of the data-dependent epsilon (PATE 2018 Sec. 4, GNMax "
-        f"charged on {s['charged']} queries): {s['released']:.4g}, a DP release: order "
-        f"{s['order']:g}, beta {s['beta']:.4g} and sigma_ss {s['sigma_ss']:.4g} were fixed "
-        f"before any vote (from the {s['source']}), and its (lambda, c)-RDP cost c = "
-        f"{s['gnss_rdp']:.4g} (Thm. 23) is composed into the headline. The exact values beside "
-        f"it are diagnostics, not DP releases (not covered): expected {s['epsilon']:.4g} +- "
-        f"{s['std']:.3g}, {s['epsilon_before']:.4g} before the release. DIAGNOSTIC, not a DP "
-        f"release: PATE 2018's analysis choosing them from the votes (order {d['order']:g}, "
-        f"beta {d['beta']:.4g}, sigma_ss {d['sigma_ss']:.4g}) would have released "
-        f"{d['released']:.4g} (expected {d['epsilon']:.4g}).")
+    line = (f"Smooth-sensitivity release of the data-dependent epsilon (PATE 2018 Sec. 4, GNMax "
+            f"charged on {s['charged']} queries): {s['released']:.4g}, a DP release: order "
+            f"{s['order']:g}, beta {s['beta']:.4g} and sigma_ss {s['sigma_ss']:.4g} were fixed "
+            f"before any vote (from the {s['source']}), and its (lambda, c)-RDP cost c = "
+            f"{s['gnss_rdp']:.4g} (Thm. 23) is composed into the headline.")
+    if "diagnostic" in s:  # the private report (release/ withholds these)
+      d = s["diagnostic"]
+      line += (
+          f" The exact values beside it are diagnostics, not DP releases (not covered): "
+          f"expected {s['epsilon']:.4g} +- {s['std']:.3g}, {s['epsilon_before']:.4g} before the "
+          f"release. DIAGNOSTIC, not a DP release: PATE 2018's analysis choosing them from the "
+          f"votes (order {d['order']:g}, beta {d['beta']:.4g}, sigma_ss {d['sigma_ss']:.4g}) "
+          f"would have released {d['released']:.4g} (expected {d['epsilon']:.4g}).")
+    lines.append(line)
   return lines
 
 
@@ -282,7 +297,9 @@ def _pictures(workdir: str, stages: dict) -> list[str]:
   return lines
 
 
-def write(workdir: str, report: dict) -> None:
+def write(workdir: str, report: dict, extra: list[str] = ()) -> None:
+  """report.json and report.md in ``workdir``; ``extra``: lines report.md adds before its
+  stage table."""
   write_json(os.path.join(workdir, "report.json"), report)
   lines = [f"# dgd_jax report: {report['method']} on {report['dataset']} "
            f"({report['preset']} preset)", ""]
@@ -329,6 +346,7 @@ def write(workdir: str, report: dict) -> None:
                 "are in report.json as diagnostics: functions of the private votes, not "
                 "guarantees."]
     lines += [""]
+  lines += list(extra)
   lines += ["## Stages", "", "| stage | result |", "|---|---|"]
   for name, result in report["stages"].items():
     shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"

@@ -156,6 +156,16 @@ def barrier(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
+def from_process_zero(data: bytes) -> bytes:
+  """Process 0's ``data`` on every process (itself for one process): e.g. the run's secret
+  noise key, which process 0 alone reads or draws. Every process passes bytes of one length."""
+  if not is_multiprocess():
+    return data
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  sent = multihost_utils.broadcast_one_to_all(np.frombuffer(data, np.uint8))
+  return np.asarray(sent, np.uint8).tobytes()
+
+
 def agree_min(value: int) -> int:
   """The smallest ``value`` over all processes (itself for one process): e.g. the teachers'
   chunk, which each process plans from its own free memory, so every process compiles the

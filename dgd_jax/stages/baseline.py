@@ -11,7 +11,7 @@ import jax
 
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan.artefacts import classifier, fit_config
-from dgd_jax.plan.context import Context, Program, abstract, abstract_key
+from dgd_jax.plan.context import NOISE_KEY, Context, Program, abstract, abstract_key
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import dpsgd
 from dgd_jax.training import train
@@ -25,8 +25,8 @@ def config_keys(config) -> tuple[str, ...]:
   if "dpsgd" in b and not b.dpsgd.noise:
     # A 'stable' partition adds add/remove-one to the relations the noise must fit.
     stable = config.get("teachers", {}).get("partition") == "stable"
-    return ("baseline", "privacy", "queries") + (("teachers",) if stable else ())
-  return ("baseline",)
+    return ("baseline", "privacy", "queries", NOISE_KEY) + (("teachers",) if stable else ())
+  return ("baseline", NOISE_KEY) if "dpsgd" in b else ("baseline",)
 
 
 # What reads the private data without noise and would reach a private baseline's student.
@@ -104,13 +104,13 @@ def run_private(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   [record] = dpsgd_plan.baseline_releases(config, dataset_size=len(data.x_train))
   model = classifier(config, data.num_classes)
-  init_key, train_key = jax.random.split(ctx.key("baseline"))
-  noise_key, batch_key = jax.random.split(train_key)
+  init_key, _ = jax.random.split(ctx.key("baseline"))  # public: the initialisation
+  noise_key, batches = ctx.noise_key("baseline"), ctx.noise_rng("baseline_batches")  # secret
   cfg = fit_config(config, "baseline")
   state = train.create_train_state(model, train.optimizer(cfg), init_key, data.image_shape)
   t0 = time.perf_counter()
   state = dpsgd.train_private(state, model, data.x_train, data.y_train, record,
-                              config.baseline.dpsgd.microbatch_size, cfg, noise_key, batch_key,
+                              config.baseline.dpsgd.microbatch_size, cfg, noise_key, batches,
                               ctx.stage.checkpoint_dir, "baseline", ctx.log)
   return {
       "test_accuracy": train.accuracy(model.apply, state.params, data.x_test, data.y_test),

@@ -23,7 +23,8 @@ from dgd_jax import privacy
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import dpdfd as dpdfd_plan
 from dgd_jax.plan.artefacts import SYNTHETIC, classifier
-from dgd_jax.plan.context import Context, Program, abstract, abstract_key
+from dgd_jax.plan.context import NOISE_KEY, Context, Program, abstract, abstract_key
+from dgd_jax.privacy import noise
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.runtime.files import save_array
@@ -33,7 +34,7 @@ from dgd_jax.training import ensemble
 from dgd_jax.training import train
 
 # The steps' accounting reads the teacher partition (num_teachers) whichever model is taught.
-CONFIG_KEYS = ("baseline", "num_teachers", "teachers", "dpdfd", "privacy")
+CONFIG_KEYS = ("baseline", "num_teachers", "teachers", "dpdfd", "privacy", NOISE_KEY)
 
 
 def requires(config) -> tuple[str, ...]:
@@ -96,7 +97,7 @@ def programs(config, data) -> dict[str, Program]:
   cfg = dpdfd_plan.step_settings(d, dpdfd_plan.noise_multiplier(config, size))
   student = classifier(config, k)
   state = jax.eval_shape(lambda: new_state(config, k, shape, jax.random.key(0)))
-  key, rows = abstract_key(), d.batch_size * d.num_steps
+  key, rows = noise.abstract_key(), d.batch_size * d.num_steps  # run_steps' secret key
   if d.teacher == "private_data":
     out = {"direct_step": Program(
         lambda s, key, x, y: dpdfd.direct_step(s, key, x, y, student.apply, cfg),
@@ -124,12 +125,12 @@ def programs(config, data) -> dict[str, Program]:
     fresh = jax.eval_shape(lambda p: train_state.TrainState.create(  # as _replay's
         apply_fn=student.apply, params=p, tx=optax.adam(d.learning_rate)), state.params)
     replay = lambda s, key, x, y: dpdfd.replay_step(s, key, x, y, d.batch_size, d.mixup)
-    out["replay_step"] = Program(replay, (fresh, key, abstract((rows,) + shape),
+    out["replay_step"] = Program(replay, (fresh, abstract_key(), abstract((rows,) + shape),
                                           abstract((rows, k))))
     if d.self_training:
       num = ((config.generator.num_synthetic or len(data.x_train))
              if dpdfd_plan.uses_synthetic(config) else rows)  # the synthetic set, or the rows
-      out["self_training_step"] = Program(replay, (fresh, key, abstract((num,) + shape),
+      out["self_training_step"] = Program(replay, (fresh, abstract_key(), abstract((num,) + shape),
                                                    abstract((num, k))))
   return out
 
@@ -210,7 +211,8 @@ def run(ctx: Context) -> dict:
   step, state, self_training_inputs = _step(ctx, student, state, cfg, teacher_logits)
   fit = train.FitConfig(num_steps=d.num_steps, batch_size=cfg.batch_size,
                         checkpoint_every=config.checkpoint_every, log_every=config.log_every)
-  state = train.run_steps(state, step, ctx.key("dpdfd"), fit, ctx.stage.checkpoint_dir,
+  # secret: each step's key draws A_{C,sigma}'s noise (and the step's latent codes)
+  state = train.run_steps(state, step, ctx.noise_key("dpdfd"), fit, ctx.stage.checkpoint_dir,
                           "dpdfd", ctx.log)
   ledgers = {r: privacy.PrivacyLedger([dpdfd_plan.release(config, sigma, size, r)])
              for r in dpdfd_plan.neighbours(config)}

@@ -14,11 +14,11 @@ from flax.training import train_state
 from dgd_jax import privacy
 from dgd_jax.models import dpsgd as dpsgd_models, scattering
 from dgd_jax.plan import dpsgd as dpsgd_plan
-from dgd_jax.plan.context import Context, Program, abstract
+from dgd_jax.plan.context import NOISE_KEY, Context, Program, abstract
 from dgd_jax.training import dpsgd
 from dgd_jax.training import train
 
-CONFIG_KEYS = ("dpsgd", "privacy")
+CONFIG_KEYS = ("dpsgd", "privacy", NOISE_KEY)
 
 
 def check(config) -> None:
@@ -71,14 +71,15 @@ def run(ctx: Context) -> dict:
   feature_seconds = time.perf_counter() - t0
 
   model = dpsgd_plan.model_of(config, data.num_classes)
-  init_key, noise_key, batch_key = jax.random.split(ctx.key("dpsgd"), 3)
+  init_key = ctx.key("dpsgd")  # public: the initialisation
+  noise_key, batches = ctx.noise_key("dpsgd"), ctx.noise_rng("dpsgd_batches")  # secret
   state, ema = _state(config, model, x_train.shape[1:], init_key), d.ema
   fit = train.FitConfig(num_steps=d.num_steps, batch_size=d.batch_size,
                         learning_rate=d.learning_rate, checkpoint_every=config.checkpoint_every,
                         log_every=config.log_every)
   t0 = time.perf_counter()
   state = dpsgd.train_private(state, model, x_train, data.y_train, record, d.microbatch_size,
-                              fit, noise_key, batch_key, ctx.stage.checkpoint_dir, "dpsgd",
+                              fit, noise_key, batches, ctx.stage.checkpoint_dir, "dpsgd",
                               ctx.log)
   train_seconds = time.perf_counter() - t0
   final = state.opt_state[1].average if ema else state.params  # the released parameters

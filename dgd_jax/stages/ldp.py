@@ -14,12 +14,13 @@ import numpy as np
 from dgd_jax import privacy
 from dgd_jax.plan import ldp as ldp_plan
 from dgd_jax.plan.artefacts import classifier, fit_config, load_classifier
-from dgd_jax.plan.context import Context, Program, abstract, abstract_key
+from dgd_jax.privacy import noise
+from dgd_jax.plan.context import NOISE_KEY, Context, Program, abstract, abstract_key
 from dgd_jax.runtime import plots
 from dgd_jax.training import ldp
 from dgd_jax.training import train
 
-CONFIG_KEYS = ("ldp",)
+CONFIG_KEYS = ("ldp", NOISE_KEY)
 CHUNK = 1000  # test images the client transforms at a time
 
 
@@ -44,7 +45,8 @@ def programs(config, data) -> dict[str, Program]:
                              (state, abstract_key(), abstract(data.x_train),
                               abstract(data.y_train))),
       "client_transform": Program(lambda k, xb: ldp.transform(k, xb, c.sigma, c.mu, c.bound),
-                                  (abstract_key(), abstract((CHUNK,) + data.image_shape))),
+                                  (noise.abstract_key(),
+                                   abstract((CHUNK,) + data.image_shape))),
   }
 
 
@@ -54,7 +56,9 @@ def run(ctx: Context) -> dict:
   base, base_params = load_classifier(ctx, "baseline")
   model = classifier(config, data.num_classes)
   cfg = fit_config(config, "ldp")
-  init_key, train_key, test_key, picture_key = jax.random.split(ctx.key("ldp"), 4)
+  init_key, train_key, _, _ = jax.random.split(ctx.key("ldp"), 4)  # public
+  # the client's own noise (Algorithm 1), secret: its test queries and the pictured samples
+  test_key, picture_key = ctx.noise_key("ldp_client"), ctx.noise_key("ldp_client_picture")
   state = train.create_train_state(model, train.optimizer(cfg), init_key, data.image_shape)
   x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
   step_cfg = ldp_plan.robust_settings(c)

@@ -55,7 +55,7 @@ from dgd_jax.plan import pool
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan import student_fit
 from dgd_jax.plan.artefacts import QUERIES, VOTES, classifier, fit_config
-from dgd_jax.plan.context import Context
+from dgd_jax.plan.context import NOISE_KEY, Context
 from dgd_jax.plan.queries import release, settings
 from dgd_jax.privacy import smooth_sensitivity
 from dgd_jax.runtime.errors import ConfigError
@@ -64,7 +64,7 @@ from dgd_jax.training import ensemble
 from dgd_jax.training import ldp
 from dgd_jax.training import train
 
-CONFIG_KEYS = ("pool", "queries", "privacy")
+CONFIG_KEYS = ("pool", "queries", "privacy", NOISE_KEY)
 SELECTIONS = ("random", "least_confident", "representative")
 # The table's aggregators, and 'auto_counts' (plan 'auto'): the class counts or the
 # histograms, as query_plan.CLASS_COUNT_NOISE_PER_VOTE chooses
@@ -236,22 +236,24 @@ def apply_filter(config, plans: dict, indices, votes, labels, answered):
                          "relation": binding, "epsilon": config.privacy.max_epsilon}
 
 
-def release_smooth_sensitivity(config, key: jax.Array, votes, answered) -> dict:
+def release_smooth_sensitivity(config, rng: np.random.Generator, votes, answered) -> dict:
   """PATE 2018 Sec. 4: the answered queries' data-dependent epsilon released with noise scaled
   to its smooth sensitivity (``privacy.smooth_sensitivity``) at the parameters ``ss_plan``
-  fixed before the votes (the release the headline composes), the noise drawn from ``key``;
+  fixed before the votes (the release the headline composes), the noise drawn from ``rng``
+  (secret);
   and, under ``diagnostic``, PATE 2018's own analysis choosing them from the votes (not a DP
   release)."""
   q = settings(config)
   confident = q.aggregator == "confident_gnmax"
   terms = (votes, q.threshold if confident else None, q.sigma1 if confident else None,
            q.noise_scale, config.privacy.delta)
-  seed = int(jax.random.randint(key, (), 0, 2 ** 31 - 1))
+  state = rng.bit_generator.state  # the diagnostic draws the release's own z
   released = smooth_sensitivity.release_confident_gnmax(
-      *terms, dgd_plan.ss_plan(config), answered=answered, rng=np.random.default_rng(seed))
+      *terms, dgd_plan.ss_plan(config), answered=answered, rng=rng)
   chosen = smooth_sensitivity.choose_from_votes(*terms, answered=answered)
+  rng.bit_generator.state = state
   diagnostic = smooth_sensitivity.release_confident_gnmax(
-      *terms, chosen, answered=answered, rng=np.random.default_rng(seed))
+      *terms, chosen, answered=answered, rng=rng)
   return {**released.to_json(), "diagnostic": diagnostic.to_json()}
 
 
@@ -311,9 +313,10 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
   config = ctx.config
   q = settings(config)
   num = q.num_queries
-  select_key, noise_key = jax.random.split(ctx.key("queries"))
+  select_key = ctx.key("queries")  # public: which pool samples are asked
+  noise_key = ctx.noise_key("queries")  # secret: the aggregator's noise
   params, predict, _ = artefacts.load_teachers(ctx)
-  client_key = ctx.key("ldp_client")
+  client_key = ctx.noise_key("ldp_client")  # the client's own (secret) noise
   classes = (pool.classes(config, len(x_pool), ctx.dataset.num_classes)
              if aggregation.AGGREGATORS[q.aggregator].released == "counts" else None)
 
@@ -422,7 +425,7 @@ def run(ctx: Context) -> dict:
              for r in plans}
   if config.queries.smooth_sensitivity:
     pate2018["smooth_sensitivity"] = release_smooth_sensitivity(
-        config, ctx.key("smooth_sensitivity"), votes, answered)
+        config, ctx.noise_rng("smooth_sensitivity"), votes, answered)
   plurality = np.argmax(votes, -1)
   # how often the released label (class counts: the class asked about) is the plurality
   agreement = ("asked_class_is_plurality" if released_as == "counts"

@@ -140,6 +140,8 @@ def run(ctx: Context) -> dict:
                                 os.path.join(ctx.stage.path, "noiseless_checkpoints"), features,
                                 brier, k)
     diagnostic["student_accuracy_noiseless_labels"] = accuracy(clean[-1])
+    diagnostic["noiseless_student"] = ("student/noiseless_checkpoints*; the student_noiseless* "
+                                       "curves of metrics.jsonl and TensorBoard")
   curve = ctx.workdir.read_metrics("student")
   terms = [k for k in ("loss", "ce", "consistency", "normal", "tangent", "entropy")
            if curve and k in curve[0]]

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import optax
 from flax.training import train_state
 
+from dgd_jax.privacy import noise as dp_noise
 from dgd_jax.synthesis import generative
 from dgd_jax.training import augment
 from dgd_jax.training import train
@@ -108,7 +109,7 @@ def mechanism(key: jax.Array, g_bar: jnp.ndarray, noise_multiplier: float,
     g_bar = jnp.sum(g_bar, axis=0)
   else:
     n = 1
-  noise = noise_multiplier * norm_bound * jax.random.normal(key, g_bar.shape)
+  noise = noise_multiplier * norm_bound * dp_noise.normal(key, g_bar.shape)  # secret key
   return (g_bar + noise) / (n * g_bar.shape[0])
 
 

@@ -27,6 +27,7 @@ from flax.training import train_state
 from jax_privacy import batch_selection, clipped_grad, clipping, noise_addition
 
 from dgd_jax import privacy
+from dgd_jax.privacy import noise
 from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import train
@@ -44,9 +45,13 @@ def dpsgd_step(state: train_state.TrainState, key: jax.Array, x: jnp.ndarray, y:
   safe = jnp.maximum(idx, 0)
   # Abadi Alg. 1 lines 4-6: per-example gradients, clipped to C, summed (jax-privacy).
   clipped_sum, aux = grad_fn(state.params, x[safe], y[safe], is_padding_example=padding)
-  # Line 7: + N(0, sigma^2 C^2 I) (jax-privacy's privatizer, a fresh key per step).
-  privatizer = noise_addition.gaussian_privatizer(stddev=noise_std, prng_key=key)
-  noisy_sum, _ = privatizer.update(clipped_sum, privatizer.init(clipped_sum))
+  # Line 7: + N(0, sigma^2 C^2 I), as GAUSSIAN_DRAWS jax-privacy privatizers of std
+  # sigma C / sqrt(GAUSSIAN_DRAWS) each (privacy.noise.normal's hardening), a fresh key per step.
+  noisy_sum = clipped_sum
+  for draw in range(noise.GAUSSIAN_DRAWS):
+    privatizer = noise_addition.gaussian_privatizer(
+        stddev=noise_std / math.sqrt(noise.GAUSSIAN_DRAWS), prng_key=jax.random.fold_in(key, draw))
+    noisy_sum, _ = privatizer.update(noisy_sum, privatizer.init(noisy_sum))
   # Divided by the public expected batch size q N (never the realised, private one).
   grads = jax.tree.map(lambda g: g / expected_batch, noisy_sum)
   real = jnp.maximum(jnp.sum(~padding), 1)
@@ -135,13 +140,14 @@ def clipped_grad_of(model, norm_bound: float, microbatch_size: int) -> ClippedGr
                      lambda x: x)
 
 
-def batches(record: privacy.DpsgdSteps, num_examples: int, seed: int, multiple: int
-            ) -> list[np.ndarray]:
-  """Every step's example indices from the record's jax-privacy batch selection, padded with
-  -1 to a multiple of ``multiple`` (a few shapes, so a few traces)."""
+def batches(record: privacy.DpsgdSteps, num_examples: int, rng: np.random.Generator,
+            multiple: int) -> list[np.ndarray]:
+  """Every step's example indices from the record's jax-privacy batch selection, drawn from
+  ``rng`` (secret: amplification by subsampling assumes nobody knows the batches), padded
+  with -1 to a multiple of ``multiple`` (a few shapes, so a few traces)."""
   strategy = record.batch_selection()
   return [batch_selection.pad_to_multiple_of(np.asarray(b), multiple)
-          for b in strategy.batch_iterator(num_examples, rng=np.random.default_rng(seed))]
+          for b in strategy.batch_iterator(num_examples, rng=rng)]
 
 
 def private_step(model, record: privacy.DpsgdSteps, microbatch_size: int):
@@ -165,20 +171,21 @@ def step_program(state, model, x, y, record: privacy.DpsgdSteps, microbatch_size
   ``(fn, args)`` for a stage's ``Program``; ``x``, ``y`` abstract."""
   step, inputs = private_step(model, record, microbatch_size)
   size = -(-record.batch_size // microbatch_size) * microbatch_size
-  key = jax.eval_shape(lambda: jax.random.key(0))
-  return step, (state, key, jax.eval_shape(inputs, x), y,
+  return step, (state, noise.abstract_key(), jax.eval_shape(inputs, x), y,
                 jax.ShapeDtypeStruct((size,), jnp.int32))
 
 
 def train_private(state: train_state.TrainState, model, x: np.ndarray, y: np.ndarray,
                   record: privacy.DpsgdSteps, microbatch_size: int, fit: train.FitConfig,
-                  noise_key: jax.Array, batch_key: jax.Array, checkpoint_dir: str, name: str,
-                  log: Callable[[dict], None] = lambda m: None):
+                  noise_key: jax.Array, batch_rng: np.random.Generator, checkpoint_dir: str,
+                  name: str, log: Callable[[dict], None] = lambda m: None):
   """``record.steps`` DP-SGD steps of ``state`` (``model``'s parameters) on (x, y) with the
-  record's batch selection, clip norm and noise (resumable from ``checkpoint_dir``)."""
+  record's batch selection, clip norm and noise (resumable from ``checkpoint_dir``). The
+  noise (``noise_key``) and the batches (``batch_rng``) must be secret
+  (``privacy.noise.NoiseSource``); a resumed run passes the same ones and redraws the same
+  batches."""
   step, inputs = private_step(model, record, microbatch_size)
-  seed = int(jax.random.randint(batch_key, (), 0, 2 ** 31 - 1))
-  indices = batches(record, len(x), seed, microbatch_size)
+  indices = batches(record, len(x), batch_rng, microbatch_size)
   x_dev, y_dev = inputs(jnp.asarray(x)), jnp.asarray(y)  # what grad_fn reads, once
   return train.run_steps(
       state, lambda s, k: step(s, k, x_dev, y_dev, jnp.asarray(indices[int(s.step)])),

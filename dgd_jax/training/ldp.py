@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from dgd_jax.privacy import noise
+
 # The paper's (sigma, mu) settings (LDP Table 1, Fig. 2).
 PRESETS = {"ldp1": (1.0, 0.01), "ldp5": (5.0, 0.10)}
 # B is data-independent: dgd_jax's images lie in [-1, 1], so B = 1 bounds every input
@@ -42,7 +44,7 @@ def transform(key: jax.Array, x: jnp.ndarray, sigma: float, mu: float,
   def one(k, xi):
     k_mask, k_noise = jax.random.split(k)
     xi = linf_bound(mask(k_mask, xi, mu), b)
-    return xi + (b / sigma) * jax.random.laplace(k_noise, xi.shape)  # line 3
+    return xi + (b / sigma) * noise.laplace(k_noise, xi.shape)  # line 3 (the client's key)
 
   return jax.vmap(one)(jax.random.split(key, x.shape[0]), x)
 

@@ -1,0 +1,169 @@
+"""The secret noise (privacy.noise, Workdir.noise_source): drawn from the OS, kept in the
+workdir, never derivable from a published seed; reproducible only on request; hardened
+Gaussian sampling; a delta of 1/N or more refused."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+import tiny_configs
+from dgd_jax.plan.workdir import Workdir
+from dgd_jax.privacy import checks, noise
+from dgd_jax.privacy.noise import NoiseSource
+from dgd_jax.run import pipeline
+from dgd_jax.runtime.errors import ConfigError, WorkdirConflictError
+
+
+def test_sources_secret_and_reproducible():
+  a, b = NoiseSource.fresh(), NoiseSource.fresh()
+  assert a.secret != b.secret and a.is_secret and a.noise_seed is None
+  assert a.secret.hex() not in repr(a) and str(a.secret) not in repr(a)
+  assert a.secret.hex() not in json.dumps(a.describe())
+  assert a.describe() == {"source": "secret_key", "reproducible": False, "private_release": True}
+  r = NoiseSource.reproducible(7)
+  assert r == NoiseSource.reproducible(7) != NoiseSource.reproducible(8)
+  assert r.describe()["private_release"] is False and r.describe()["noise_seed"] == 7
+  assert NoiseSource.of(-1).is_secret and NoiseSource.of(None).is_secret
+  assert NoiseSource.of(3) == NoiseSource.reproducible(3)
+  for bad in (-2, 1.5, True, "3"):
+    with pytest.raises(ConfigError, match="noise_seed"):
+      NoiseSource.reproducible(bad)
+
+
+def test_keys_are_128_bit_rbg_and_differ_by_purpose_and_secret():
+  s = NoiseSource.reproducible(0)
+  k = s.key("queries")
+  assert jax.random.key_impl(k) == jax.random.key_impl(jax.random.key(0, impl="rbg"))
+  assert jax.random.key_data(k).shape == (4,)  # 128 bits
+  draw = lambda key: np.asarray(jax.random.normal(key, (8,)))
+  np.testing.assert_array_equal(draw(k), draw(NoiseSource.reproducible(0).key("queries")))
+  assert not np.allclose(draw(k), draw(s.key("dpsgd")))
+  assert not np.allclose(draw(k), draw(NoiseSource.fresh().key("queries")))
+  # the NumPy generator: 256 seeded bits, the same per (secret, purpose)
+  assert s.rng("a").integers(1 << 62) == NoiseSource.reproducible(0).rng("a").integers(1 << 62)
+  assert s.rng("a").integers(1 << 62) != s.rng("b").integers(1 << 62)
+  assert jax.eval_shape(lambda: k) == noise.abstract_key()
+
+
+def test_hardened_normal_is_the_halved_sum_of_four_draws_and_standard():
+  """Opacus' secure_mode: N(0, 1) as (z1 + z2 + z3 + z4) / 2 (Holohan & Braghin 2021)."""
+  key = jax.random.key(5)
+  z = np.asarray(noise.normal(key, (20000,)))
+  draws = np.asarray(jax.random.normal(key, (noise.GAUSSIAN_DRAWS, 20000)))
+  np.testing.assert_allclose(z, draws.sum(0) / 2, rtol=1e-6, atol=1e-6)
+  assert stats.kstest(z, "norm").pvalue > 1e-3
+  assert abs(z.mean()) < 4 / np.sqrt(z.size) and z.std() == pytest.approx(1.0, rel=0.03)
+  # no output is one draw's value (the float32 attack reads the draw's low-order bits)
+  assert not (z[None] == draws).any()
+
+
+def test_lnmax_releases_only_the_argmax_of_its_laplace_noise():
+  """PRIVACY.md leaves LNMax's single-draw Laplace unhardened because only the argmax leaves
+  the aggregator: nothing else of the noisy values is returned as a release."""
+  from dgd_jax.labels import aggregation
+  votes = jnp.asarray(np.random.default_rng(0).integers(0, 5, (50, 10)), jnp.float32)
+  out = aggregation.lnmax(jax.random.key(0), votes, 10.0)
+  assert out.released is None and out.labels.shape == (50,)
+  assert aggregation.AGGREGATORS["lnmax"].released == "labels"
+
+
+def test_workdir_keeps_one_owner_only_key(tmp_path):
+  wd = Workdir(str(tmp_path / "w"))
+  first = wd.noise_source(-1, [])
+  path = tmp_path / "w" / "noise.key"
+  assert path.stat().st_mode & 0o777 == 0o600 and path.read_bytes() == first.secret
+  assert wd.noise_source(-1, ["queries"]) == first  # a resumed run: the same secret
+  assert Workdir(str(tmp_path / "v")).noise_source(-1, []) != first  # another run: another
+  assert wd.noise_source(4, ["queries"]) == NoiseSource.reproducible(4)
+  Workdir(str(tmp_path / "x")).noise_source(4, [])
+  assert not (tmp_path / "x" / "noise.key").exists()  # a reproducible run writes no key
+  path.chmod(0o644)
+  with pytest.raises(WorkdirConflictError, match="chmod 600"):
+    wd.noise_source(-1, [])
+  path.unlink()
+  with pytest.raises(WorkdirConflictError, match="drew noise"):
+    wd.noise_source(-1, ["queries"])  # its releases cannot be resumed with other noise
+  assert not path.exists()  # nothing written by the refusal
+
+
+def test_delta_of_one_over_n_or_more_is_refused():
+  assert checks.delta_for_size(1e-5, 1000) == 1e-5
+  with pytest.raises(ConfigError, match="1/N = 1/1000"):
+    checks.delta_for_size(1e-3, 1000)
+  assert checks.delta_for_size(1e-3, 1000, allowed=True) == 1e-3
+
+
+def _answers(workdir):
+  with np.load(os.path.join(workdir, "queries", "queries.npz")) as q:
+    return {k: q[k] for k in q.files}
+
+
+def _student(workdir):
+  with open(os.path.join(workdir, "release", "model.msgpack"), "rb") as f:
+    return f.read()
+
+
+def _redo_queries(workdir, drop_key: bool):
+  for stage in ("queries", "student", "release"):
+    shutil.rmtree(os.path.join(workdir, stage), ignore_errors=True)
+  if drop_key:
+    os.unlink(os.path.join(workdir, "noise.key"))
+
+
+@pytest.mark.integration
+def test_secret_draws_differ_resumes_reuse_and_noise_seed_reproduces(finished_dgd, tmp_path):
+  """Two secret runs release different answers and train different students; a run resumed
+  in its workdir reuses the key and releases the same answers; two runs with one noise_seed
+  release the same answers, and say they are not private."""
+  path, workdir, report = finished_dgd
+  assert report["noise"]["source"] == "secret_key"
+  copies = {}
+  for name in ("resumed", "fresh", "seeded", "seeded_again"):
+    copies[name] = str(tmp_path / name)
+    shutil.copytree(workdir, copies[name])
+  _redo_queries(copies["resumed"], drop_key=False)
+  pipeline.run(tiny_configs.dgd(path), copies["resumed"])
+  for k, v in _answers(workdir).items():
+    np.testing.assert_array_equal(_answers(copies["resumed"])[k], v)
+  _redo_queries(copies["fresh"], drop_key=True)
+  pipeline.run(tiny_configs.dgd(path), copies["fresh"])
+  assert not all(np.array_equal(_answers(copies["fresh"])[k], v)
+                 for k, v in _answers(workdir).items())
+  assert _student(copies["fresh"]) != _student(workdir)
+  config = tiny_configs.dgd(path)
+  config.noise_seed = 11
+  with pytest.raises(WorkdirConflictError, match="noise_seed"):  # released from the key
+    pipeline.run(config, copies["seeded"])
+  for name in ("seeded", "seeded_again"):
+    _redo_queries(copies[name], drop_key=True)
+  seeded = pipeline.run(config, copies["seeded"])
+  pipeline.run(config, copies["seeded_again"])
+  for k, v in _answers(copies["seeded"]).items():
+    np.testing.assert_array_equal(_answers(copies["seeded_again"])[k], v)
+  assert _student(copies["seeded"]) == _student(copies["seeded_again"])
+  assert seeded["noise"] == {"source": "noise_seed", "noise_seed": 11, "reproducible": True,
+                             "private_release": False}
+  assert not os.path.exists(os.path.join(copies["seeded"], "noise.key"))
+  for folder in (copies["seeded"], os.path.join(copies["seeded"], "release")):
+    with open(os.path.join(folder, "report.md")) as f:
+      assert "NOT A PRIVATE RELEASE" in f.read()
+  with open(os.path.join(workdir, "report.md")) as f:
+    assert "NOT A PRIVATE RELEASE" not in f.read()
+
+
+@pytest.mark.integration
+def test_a_large_delta_is_refused_before_anything_runs_or_warned(npz_file, tmp_path):
+  config = tiny_configs.dgd(npz_file)  # 512 private examples
+  config.privacy.delta = 1e-2
+  with pytest.raises(ConfigError, match="allow_large_delta"):
+    pipeline.run(config, str(tmp_path / "w"))
+  assert not (tmp_path / "w").exists()
+  config.privacy.allow_large_delta = True
+  assert "1/N = 1/512" in pipeline.large_delta(config)
