@@ -11,7 +11,13 @@ where LS(x, d) bounds the local sensitivity of beta at any dataset at distance d
 c = lam e^(2b) / sigma_ss^2 + (b lam - ln(1 - 2 lam b) / 2) / (lam - 1) for 1 < lam < 1/(2b)
 (App. C, Thm. 23), so the answers plus the noisy epsilon are (lam, beta(x) + c)-RDP at x.
 
-Local sensitivities, one query at a time, summed over the queries (LS of a sum <= sum of LS):
+Local sensitivities, one query at a time, summed over the queries (LS of a sum <= sum of LS).
+SS_b needs A(x, d) = max over datasets y within distance d of x of LS(y); for a sum that is at
+most the sum over queries of each query's largest LS within distance d. So each query's LS at
+distance d (below) is made monotone in d (a running maximum, ``within``) before the sum: the
+sum of values at distance exactly d is not beta-smooth, because one query may peak at d while
+another peaks at d' != d. (tensorflow/privacy's research/pate_2018 sums the per-distance
+values as they are; we depart from it there, PRIVACY.md.)
 
 * GNMax (App. B.4, Alg. 3-5): beta depends on the votes through q = Prop. 7's bound only; one
   changed vote moves q within [B_l(q), B_u(q)] (Prop. 12). Below q0 (where Thm. 6 meets the
@@ -35,7 +41,7 @@ import math
 import numpy as np
 from scipy import optimize, special, stats
 
-from dgd_jax.privacy import checks, pate2018
+from dgd_jax.privacy import checks, conversion, pate2018
 from dgd_jax.runtime.errors import ConfigError
 
 
@@ -218,6 +224,12 @@ def threshold_local_sensitivities(max_count: int, rdp_by_count: np.ndarray) -> n
     candidates = [at[v] for v in (max_count + d, max_count - d) if 0 <= v <= n]
     out[d] = max(candidates)
   return out
+
+
+def within(local_sensitivities) -> np.ndarray:
+  """max_{d' <= d} LS(x, d'): a query's local sensitivity bound at distance d made a bound
+  for every dataset within distance d (what a sum over queries needs)."""
+  return np.maximum.accumulate(np.asarray(local_sensitivities, dtype=np.float64))
 
 
 def discounted_max(beta: float, local_sensitivities) -> float:
@@ -411,8 +423,9 @@ def _check_order(sigma2: float, num_classes: int, order: float) -> None:
 @dataclasses.dataclass(frozen=True)
 class SmoothSensitivityRelease:
   """One smooth-sensitivity release of a Confident-GNMax run's data-dependent epsilon at
-  ``order``. ``rdp`` is the data-dependent RDP at that order; ``epsilon_before`` its classic
-  conversion (rdp + ln(1/delta)/(order - 1)); ``epsilon`` adds the GNSS release's own RDP
+  ``order``. ``rdp`` is the data-dependent RDP at that order; ``epsilon_before`` its
+  conversion at that order by dp-accounting's improved rule, the headline's
+  (``conversion.improved_epsilon``); ``epsilon`` adds the GNSS release's own RDP
   (``gnss_rdp``): the expected released value; ``std`` = SS sigma_ss, the std of the noise on
   it; ``released`` = epsilon + std * z for the standard normal draw z. ``source``: where the
   order, beta and sigma_ss came from; ``dp_release``: whether they were fixed before the votes
@@ -447,9 +460,10 @@ CHARGES = ("answered", "every")
 def confident_gnmax_terms(votes, threshold: float | None, sigma1: float | None, sigma2: float,
                           order: float, charged_gnmax: np.ndarray, threshold_bound: str = "exact"
                           ) -> tuple[float, np.ndarray]:
-  """(data-dependent RDP at ``order``, LS(x, d) of it) of a run: the threshold step on every
-  query (skipped when ``threshold`` is None: plain GNMax) and GNMax on the queries where
-  ``charged_gnmax`` is True."""
+  """(data-dependent RDP at ``order``, A(x, d): a bound on its local sensitivity at every
+  dataset within distance d, the sum over queries of each query's ``within``) of a run: the
+  threshold step on every query (skipped when ``threshold`` is None: plain GNMax) and GNMax on
+  the queries where ``charged_gnmax`` is True."""
   votes = np.asarray(votes, dtype=np.float64)
   num_teachers = int(round(votes[0].sum()))
   total, ls = 0.0, np.zeros(num_teachers)
@@ -458,10 +472,10 @@ def confident_gnmax_terms(votes, threshold: float | None, sigma1: float | None, 
     for row in votes:
       m = int(round(row.max()))
       total += by_count[m]
-      ls += threshold_local_sensitivities(m, by_count)
+      ls += within(threshold_local_sensitivities(m, by_count))
   for row in votes[charged_gnmax]:
     total += gnmax_rdp(log_q(row, sigma2), sigma2, order)
-    ls += gnmax_local_sensitivities(row, num_teachers, sigma2, order)
+    ls += within(gnmax_local_sensitivities(row, num_teachers, sigma2, order))
   return total, ls
 
 
@@ -489,7 +503,7 @@ def release_confident_gnmax(votes, threshold: float | None, sigma1: float | None
   rdp, ls = confident_gnmax_terms(votes, threshold, sigma1, sigma2, order, mask)
   rdp, cost = float(rdp), plan.rdp
   ss = discounted_max(plan.beta, ls) if np.any(ls > 0) else 0.0  # SS_beta(x) (Sec. 4.2)
-  before = rdp + math.log(1.0 / delta) / (order - 1.0)  # Mironov 2017 Prop. 3
+  before = conversion.improved_epsilon([order], [rdp], delta)[0]  # as the ledger converts
   rng = np.random.default_rng() if rng is None else rng
   std = ss * plan.sigma_ss
   return SmoothSensitivityRelease(
