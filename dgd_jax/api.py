@@ -5,7 +5,7 @@ accountants, the query planner and whole runs, behind a few functions:
 
   teachers = dgd_jax.train_teachers(MyCNN(num_classes=10), x_private, y_private, 50)
   votes = dgd_jax.teacher_votes(teachers, x_public)           # [Q, K] private histograms
-  labels, release = dgd_jax.noisy_labels(votes, "gnmax", 40.0, seed=0)
+  labels, release = dgd_jax.noisy_labels(votes, "gnmax", 40.0)  # secret noise
   dgd_jax.epsilon([release], delta=1e-5)                      # the labels' (epsilon, delta)
   params, steps = dgd_jax.train_dpsgd(MyCNN(num_classes=10), x_private, y_private, epsilon=3)
 
