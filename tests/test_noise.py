@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 import tiny_configs
-from dgd_jax.plan.workdir import Workdir
+from dgd_jax.plan.workdir import Stage, Workdir
 from dgd_jax.privacy import checks, noise
 from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.run import pipeline
@@ -167,3 +167,18 @@ def test_a_large_delta_is_refused_before_anything_runs_or_warned(npz_file, tmp_p
   assert not (tmp_path / "w").exists()
   config.privacy.allow_large_delta = True
   assert "1/N = 1/512" in pipeline.large_delta(config)
+
+
+def test_a_draw_is_bound_to_its_stage_slice(tmp_path):
+  """One key serving two configs (a sweep's points) gives their noisy stages independent
+  draws: releasing the same votes at two scales from the same standard draws would let the
+  difference cancel the noise. The same slice (a resumed run) draws the same."""
+  from dgd_jax.plan.context import Context
+  wd = Workdir(str(tmp_path / "w"))
+  source = NoiseSource.fresh()
+  ctx = lambda part: Context(None, wd, Stage(wd, "queries", part), lambda: None, {}, source)
+  draw = lambda c: np.asarray(jax.random.normal(c.noise_key("queries"), (16,)))
+  a, b = ctx({"queries": {"noise_scale": 40.0}}), ctx({"queries": {"noise_scale": 80.0}})
+  assert not np.allclose(draw(a), draw(b))
+  np.testing.assert_array_equal(draw(a), draw(ctx({"queries": {"noise_scale": 40.0}})))
+  assert a.noise_rng("x").integers(1 << 60) != b.noise_rng("x").integers(1 << 60)

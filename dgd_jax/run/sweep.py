@@ -11,6 +11,8 @@ together; several ``--set`` flags make a grid (the first one is the plots' x axi
 Stage reuse: every stage folder of a grid point is a link into ``<workdir>/stages/``, named
 by the stage and the fingerprint of its config slice, so grid points that agree on a
 stage's slice share one copy of it (e.g. the teachers of a query sweep are trained once).
+The points share the sweep's secret noise key (``<workdir>/noise.key``); each noisy draw is
+bound to its stage's slice, so points that differ in a noisy stage draw independent noise.
 ``--reuse`` (repeatable) adds the finished stages of existing workdirs to that cache where
 their slices match (read only: they are never rewritten). ``--accounting_only`` trains
 nothing: it tabulates the planned (data-independent) epsilon of the method's releases
@@ -30,7 +32,7 @@ import ml_collections
 
 from dgd_jax import privacy
 from dgd_jax.configs.common import with_overrides
-from dgd_jax.plan.workdir import Workdir, config_slice, stored_slice
+from dgd_jax.plan.workdir import NOISE_KEY_FILE, Workdir, config_slice, stored_slice
 from dgd_jax.run import methods
 from dgd_jax.run import pipeline
 from dgd_jax.runtime import plots
@@ -96,8 +98,13 @@ def point_name(overrides: dict[str, Any]) -> str:
 
 
 def _link_stages(config, workdir: str, point: str, reuse: Sequence[str]) -> None:
-  """Links each stage folder of ``point`` to the shared folder of its config slice."""
+  """Links each stage folder of ``point`` to the shared folder of its config slice, and the
+  point's noise key to the sweep's (``Context.noise_key`` binds each draw to its stage's
+  slice, so points that differ in a noisy stage still draw independent noise)."""
   os.makedirs(os.path.join(workdir, point), exist_ok=True)
+  key = os.path.join(workdir, NOISE_KEY_FILE)
+  if os.path.exists(key) and not os.path.lexists(os.path.join(workdir, point, NOISE_KEY_FILE)):
+    os.symlink(key, os.path.join(workdir, point, NOISE_KEY_FILE))
   for name in methods.plan_stages(config):
     part = config_slice(config, methods.config_keys(name, config))
     shared = os.path.join(workdir, "stages", f"{name}-{fingerprint(part)}")
@@ -150,6 +157,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
   workdir = os.path.abspath(workdir)
   rows = []
   with Workdir(workdir).lock():  # one sweep per workdir (each point's run locks its own)
+    if not accounting_only and any(c.noise_seed == -1 for _, c in points):
+      Workdir(workdir).noise_source(-1, [])  # the sweep's secret key, drawn once
     for overrides, c in points:
       row = dict(overrides)
       if accounting_only:
