@@ -30,12 +30,12 @@ import numpy as np
 from dgd_jax import privacy
 from dgd_jax.data.loaders import check_labels, check_pixels, to_float
 from dgd_jax.data.partitions import partition_indices
-from dgd_jax.labels import aggregation
+from dgd_jax.labelling import aggregation
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.privacy import checks
 from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.privacy.releases import build_release
-from dgd_jax.run import pipeline
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError, DatasetError
 from dgd_jax.training import dpsgd
 from dgd_jax.training import ensemble

@@ -69,7 +69,7 @@ def main(argv):
   try:
     distributed.from_environment(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                                  _DISTRIBUTED.value, _TIMEOUT.value)  # before any device use
-    from dgd_jax.run import pipeline  # pylint: disable=g-import-not-at-top
+    from dgd_jax.runner import pipeline  # pylint: disable=g-import-not-at-top
     if _COMPILE_ONLY.value:
       pipeline.compile_programs(_CONFIG.value, _STAGES.value, log=_print_program)
       return

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dgd_jax.plan import artefacts
-from dgd_jax.run import pipeline
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime import progress
 from dgd_jax.runtime.files import load_array
 from dgd_jax.synthesis import generative

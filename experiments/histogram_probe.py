@@ -64,11 +64,11 @@ import jax
 import numpy as np
 
 from dgd_jax import privacy
-from dgd_jax.labels import propagation
+from dgd_jax.labelling import propagation
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import pool
 from dgd_jax.plan import student_fit
-from dgd_jax.run import pipeline
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime import progress
 from dgd_jax.training import ensemble
 from dgd_jax.training import train

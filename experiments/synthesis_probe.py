@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from dgd_jax.plan import artefacts
-from dgd_jax.run import pipeline
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime import progress
 from dgd_jax.synthesis import generative
 from dgd_jax.training import ensemble

@@ -115,7 +115,7 @@ def finished_dgd(tmp_path_factory):
   """One finished tiny DGD run (``tiny_configs.dgd``) shared by the tests that only read it
   or copy it: (npz path, workdir, report). Copy the workdir before writing to it."""
   import tiny_configs  # pylint: disable=g-import-not-at-top
-  from dgd_jax.run import pipeline  # pylint: disable=g-import-not-at-top
+  from dgd_jax.runner import pipeline  # pylint: disable=g-import-not-at-top
   folder = tmp_path_factory.mktemp("finished_dgd")
   path = write_npz(folder)
   workdir = str(folder / "run")

@@ -11,7 +11,7 @@ import numpy as np
 from flax import serialization
 from tensorboardX.proto import event_pb2
 
-from dgd_jax.run import methods
+from dgd_jax.runner import methods
 
 # Words in a field's name that mark a function of the teachers' votes or of a non-private model
 # (outside the ledger JSON, whose data-dependent accountants it flags itself): such a field must

@@ -34,6 +34,32 @@ def test_the_public_names_are_exactly_the_documented_ones():
 
 
 @pytest.mark.integration
+def test_public_names_stay_what_they_say_after_any_calls(npz_file, tmp_path):
+  """In a fresh interpreter: every public name is the API's object after the API and every
+  subpackage are imported (no subpackage shadows a function), ``from dgd_jax import run,
+  labels`` gives the functions, and ``run`` runs a method after other API calls; the package
+  ships py.typed."""
+  code = f"""
+import importlib, pkgutil, sys, dgd_jax
+for m in pkgutil.walk_packages(dgd_jax.__path__, "dgd_jax."):
+  if not m.name.endswith("__main__") and ".cli." not in m.name:
+    importlib.import_module(m.name)
+from dgd_jax import api, run, labels
+for name in dgd_jax.__all__:
+  want = dgd_jax.privacy if name == "privacy" else getattr(api, name)
+  assert getattr(dgd_jax, name) is want, name
+assert callable(run) and callable(labels)
+x = dgd_jax.images([[[0, 255]]]); y = dgd_jax.labels([1], 1, 2)
+sys.path.insert(0, {os.path.join(REPO, "tests")!r})
+import tiny_configs
+report = dgd_jax.run(tiny_configs.baseline({npz_file!r}), {str(tmp_path / "w")!r})
+assert report["method"] == "baseline", report
+"""
+  subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=300)
+  assert os.path.exists(os.path.join(REPO, "dgd_jax", "py.typed"))
+
+
+@pytest.mark.integration
 def test_importing_the_package_leaves_the_api_unloaded():
   """The command-line tools import dgd_jax.<module>: the API (and all it imports) loads only
   when a public name is used."""
@@ -137,7 +163,7 @@ def test_your_own_model_is_every_classifier_of_dgd_and_pate(npz_file, tmp_path):
   student's features in Eq. 6) and in PATE (teachers, student); the teachers' and student's
   checkpoints hold the module's parameters."""
   import tiny_configs  # pylint: disable=g-import-not-at-top
-  from dgd_jax.run import methods, pipeline  # pylint: disable=g-import-not-at-top
+  from dgd_jax.runner import methods, pipeline  # pylint: disable=g-import-not-at-top
   from dgd_jax.stages import student as student_stage  # pylint: disable=g-import-not-at-top
   config = tiny_configs.dgd_inversion(str(npz_file))
   config.num_teachers, config.teachers.num_steps = 4, 20
@@ -163,7 +189,7 @@ def test_a_module_of_your_own_is_refused_where_it_cannot_serve(npz_file, tmp_pat
   import tiny_configs  # pylint: disable=g-import-not-at-top
   from dgd_jax.configs import dpsgd as dpsgd_config  # pylint: disable=g-import-not-at-top
   from dgd_jax.configs import teachers as teachers_config  # pylint: disable=g-import-not-at-top
-  from dgd_jax.run import pipeline  # pylint: disable=g-import-not-at-top
+  from dgd_jax.runner import pipeline  # pylint: disable=g-import-not-at-top
   config = dpsgd_config.get_config(f"npz:{npz_file},cpu")
   config.model.module = "user_models:UserMLP"
   with pytest.raises(ConfigError, match="the dpsgd method trains its own models"):
@@ -188,7 +214,7 @@ def test_a_module_of_your_own_is_refused_where_it_cannot_serve(npz_file, tmp_pat
 def test_statistics_matching_refuses_a_model_without_convolutions(npz_file, tmp_path):
   """DeepInversion's statistics need an nn.Conv; the baseline trained before it is kept."""
   import tiny_configs  # pylint: disable=g-import-not-at-top
-  from dgd_jax.run import pipeline  # pylint: disable=g-import-not-at-top
+  from dgd_jax.runner import pipeline  # pylint: disable=g-import-not-at-top
   config = tiny_configs.dgd_inversion(str(npz_file))
   config.model.module = "user_models:UserMLP"
   assert config.generator.w_stats > 0

@@ -15,8 +15,8 @@ from dgd_jax.cli.audit import audit_run
 from dgd_jax.configs import dgd as dgd_config
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.privacy import audit
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError, PrivacyAuditError, WorkdirConflictError
 from dgd_jax.stages import audit as audit_stage
 from dgd_jax.training import train

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from dgd_jax.cli import compare
-from dgd_jax.run import methods
+from dgd_jax.runner import methods
 from dgd_jax.runtime.errors import WorkdirConflictError
 
 

@@ -21,8 +21,8 @@ import sys
 import pytest
 
 from dgd_jax.data import idx
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
 from dgd_jax.training import memory_plan
 import tiny_configs
 from presets import (CPU_PRESETS, IDS, MOCK_SIZES, PRESETS, check_counts_for_the_data,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dgd_jax.configs import dgd as dgd_config
-from dgd_jax.labels import propagation
+from dgd_jax.labelling import propagation
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan import student_fit

@@ -14,7 +14,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from dgd_jax.run import pipeline
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime import distributed
 from dgd_jax.runtime import host
 from dgd_jax.runtime.errors import ConfigError

@@ -25,8 +25,8 @@ from dgd_jax.data import load_dataset
 from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.models import scattering
 from dgd_jax.plan import dpsgd as dpsgd_plan
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.stages import baseline as baseline_stage
 from dgd_jax.training import dpsgd

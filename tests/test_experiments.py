@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from dgd_jax.plan import artefacts
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import WorkdirConflictError
 from dgd_jax.runtime.files import read_json
 

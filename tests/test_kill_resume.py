@@ -22,7 +22,7 @@ RUN = f"""
 import sys
 sys.path.insert(0, {TESTS!r})
 import tiny_configs
-from dgd_jax.run import pipeline
+from dgd_jax.runner import pipeline
 config = getattr(tiny_configs, sys.argv[3])(sys.argv[1])
 config.checkpoint_every = 5  # several checkpoints per stage, so kills land between them
 pipeline.run(config, sys.argv[2], tuple(sys.argv[4:]) or None)

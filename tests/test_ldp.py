@@ -12,7 +12,7 @@ import pytest
 from dgd_jax import privacy
 from dgd_jax.configs import ldp as ldp_config
 from dgd_jax.models.classifier import Classifier
-from dgd_jax.run import pipeline
+from dgd_jax.runner import pipeline
 from dgd_jax.training import ldp
 from report_checks import assert_noiseless_named
 

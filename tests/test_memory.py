@@ -14,7 +14,7 @@ import pytest
 from dgd_jax.configs import teachers as teachers_config
 from dgd_jax.data import load_private
 from dgd_jax.plan import artefacts
-from dgd_jax.run import pipeline
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import memory_plan
 

@@ -22,9 +22,9 @@ from dgd_jax.configs import ldp as ldp_config
 from dgd_jax.configs import teacher_sweep as teacher_sweep_config
 from dgd_jax.configs import teachers as teachers_config
 from dgd_jax.plan.context import Context, Method, StageSpec
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
-from dgd_jax.run import sweep
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
+from dgd_jax.runner import sweep
 from dgd_jax.runtime.errors import ConfigError
 
 import tiny_configs
@@ -111,7 +111,7 @@ def test_each_module_imports_only_its_own_layer_or_lower_ones():
 
 
 # The config-free library: docs/ARCHITECTURE.md's library folders.
-LIBRARY = ("training", "synthesis", "labels", "runtime", "privacy", "models")
+LIBRARY = ("training", "synthesis", "labelling", "runtime", "privacy", "models")
 
 
 def test_the_library_folders_never_read_a_config():
@@ -138,7 +138,7 @@ def test_the_library_folders_never_read_a_config():
 
 def test_stages_import_neither_each_other_nor_the_pipeline():
   modules = _modules()
-  forbidden = {f"dgd_jax.run.{m}" for m in ("pipeline", "methods", "sweep", "report")}
+  forbidden = {f"dgd_jax.runner.{m}" for m in ("pipeline", "methods", "sweep", "report")}
   for name, path in modules.items():
     if name.startswith("dgd_jax.stages."):
       imported = _imports(path, modules)

@@ -17,7 +17,7 @@ import tiny_configs
 from dgd_jax.plan.workdir import Stage, Workdir
 from dgd_jax.privacy import checks, noise
 from dgd_jax.privacy.noise import NoiseSource
-from dgd_jax.run import pipeline
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError, WorkdirConflictError
 
 
@@ -67,7 +67,7 @@ def test_hardened_normal_is_the_halved_sum_of_four_draws_and_standard():
 def test_lnmax_releases_only_the_argmax_of_its_laplace_noise():
   """PRIVACY.md leaves LNMax's single-draw Laplace unhardened because only the argmax leaves
   the aggregator: nothing else of the noisy values is returned as a release."""
-  from dgd_jax.labels import aggregation
+  from dgd_jax.labelling import aggregation
   votes = jnp.asarray(np.random.default_rng(0).integers(0, 5, (50, 10)), jnp.float32)
   out = aggregation.lnmax(jax.random.key(0), votes, 10.0)
   assert out.released is None and out.labels.shape == (50,)

@@ -9,8 +9,8 @@ from dgd_jax import privacy
 from dgd_jax.plan.artefacts import QUERIES, VOTES
 from dgd_jax.plan.context import Context
 from dgd_jax.plan.workdir import Workdir
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.stages import queries
 

@@ -10,7 +10,7 @@ from dgd_jax import privacy
 from dgd_jax.configs import pate as pate_config_file
 from dgd_jax.plan import dgd as dgd_plan
 from dgd_jax.plan.artefacts import QUERIES, VOTES
-from dgd_jax.run import pipeline
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.stages import queries
 

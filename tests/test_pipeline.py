@@ -21,8 +21,8 @@ from dgd_jax.plan import pool
 from dgd_jax.plan import student_fit
 from dgd_jax.plan.context import Context
 from dgd_jax.plan.workdir import Workdir
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError, WorkdirConflictError
 from dgd_jax.runtime.files import read_json
 from dgd_jax.stages import student as student_stage

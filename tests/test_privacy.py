@@ -18,7 +18,7 @@ from scipy.special import log_ndtr, logsumexp
 
 from dgd_jax import privacy
 from dgd_jax.data.partitions import partition_indices
-from dgd_jax.labels import aggregation
+from dgd_jax.labelling import aggregation
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.privacy import (calibrate, conversion, dpdfd, events, local, pate2017,
                              pate2018, releases)
@@ -231,7 +231,7 @@ def test_laplace_event_is_conservative_for_the_histogram(scale):
 
 @pytest.mark.integration
 def test_report_states_each_claimed_relation_with_its_epsilon():
-  from dgd_jax.run import report  # pylint: disable=g-import-not-at-top
+  from dgd_jax.runner import report  # pylint: disable=g-import-not-at-top
   shuffle = {"replace_one": privacy.PrivacyLedger([privacy.GNMaxQueries(40.0, 300)])}
   p = privacy.relations_json(shuffle, DELTA, "pld")
   line = report.neighbours(p, "pld")
@@ -857,7 +857,7 @@ def test_each_relation_epsilon_matches_dp_accounting(queries):
   # change moves (tests/test_data.py measures k): histogram L2 sensitivity k sqrt(2).
   from dgd_jax.configs import dgd as dgd_config  # pylint: disable=g-import-not-at-top
   from dgd_jax.data import partitions  # pylint: disable=g-import-not-at-top
-  from dgd_jax.run import methods  # pylint: disable=g-import-not-at-top
+  from dgd_jax.runner import methods  # pylint: disable=g-import-not-at-top
   config = dgd_config.get_config("fashion_mnist,cpu,plus")
   config.queries.num_queries = queries
   config.privacy.max_epsilon = 0.0  # no budget: every plan is accounted

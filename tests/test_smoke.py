@@ -30,8 +30,8 @@ from dgd_jax.cli.audit import audit_run
 from dgd_jax.configs import common
 from dgd_jax.data import idx
 from dgd_jax.plan.workdir import config_slice
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime.files import fingerprint, plain
 from dgd_jax.training import ensemble
 from presets import (CPU_PRESETS, IDS, MOCK_SIZES, PRESETS, check_counts_for_the_data,

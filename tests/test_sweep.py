@@ -8,9 +8,9 @@ import os
 import pytest
 
 from dgd_jax.plan.workdir import config_slice
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
-from dgd_jax.run import sweep
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
+from dgd_jax.runner import sweep
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.runtime.files import write_json
 

@@ -10,8 +10,8 @@ import tiny_configs
 from dgd_jax.configs import dgd as dgd_config_file
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan.workdir import config_slice
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError
 
 

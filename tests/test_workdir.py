@@ -14,7 +14,7 @@ import pytest
 
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.plan import workdir
-from dgd_jax.run import pipeline
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime import errors
 from dgd_jax.runtime import files
 from dgd_jax.runtime.errors import WorkdirLockedError

@@ -16,8 +16,8 @@ from absl import app, flags
 
 from dgd_jax.configs import common
 from dgd_jax.plan.workdir import Workdir
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime import progress
 from dgd_jax.runtime.errors import PrivacyAuditError, UserInputError, WorkdirConflictError
 from dgd_jax.stages import audit as audit_stage

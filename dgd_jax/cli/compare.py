@@ -33,8 +33,8 @@ import sys
 from absl import app, flags, logging
 
 from dgd_jax.configs.common import with_overrides
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime import distributed
 from dgd_jax.runtime import host
 from dgd_jax.runtime import plots

@@ -36,8 +36,8 @@ import jax
 from absl import app, flags
 
 from dgd_jax.cli import bench
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime.files import read_json, write_json
 
 _OUT = flags.DEFINE_string("out", None, "Folder for device_check.json and the runs' workdirs.")

@@ -1,10 +1,10 @@
-r"""Sweep command line (see ``dgd_jax.run.sweep``):
+r"""Sweep command line (see ``dgd_jax.runner.sweep``):
 
   python -m dgd_jax.sweep --config=dgd_jax/configs/dgd.py:fashion_mnist,cpu \
       --workdir=workdirs/fig3 --set=queries.num_queries=27,750,1000,3000 \
       --config.privacy.max_epsilon=0 [--reuse=workdirs/dgd_cpu] [--accounting_only]
 
-Parses flags and calls ``dgd_jax.run.sweep.run``; the library never reads FLAGS.
+Parses flags and calls ``dgd_jax.runner.sweep.run``; the library never reads FLAGS.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from dgd_jax.configs import common
-from dgd_jax.run import sweep
+from dgd_jax.runner import sweep
 from dgd_jax.runtime import host
 from dgd_jax.runtime import progress
 from dgd_jax.runtime.errors import UserInputError

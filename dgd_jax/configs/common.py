@@ -397,7 +397,7 @@ def queries_config(num_queries: int, aggregator: str, noise_scale: float
   """Label queries to the teacher ensemble (DGD Eq. 3, PATE)."""
   return ml_collections.ConfigDict(dict(
       num_queries=num_queries,  # |D_s|
-      # a name of labels.aggregation.AGGREGATORS, or auto_counts (plan 'auto': the class
+      # a name of labelling.aggregation.AGGREGATORS, or auto_counts (plan 'auto': the class
       # counts or the histograms by the noise per teacher)
       aggregator=aggregator,
       noise_scale=noise_scale,  # the Laplace scale b, or the Gaussian sigma (sigma2)

@@ -16,7 +16,7 @@ import copy
 import numpy as np
 
 from dgd_jax.data import load_private
-from dgd_jax.labels import aggregation
+from dgd_jax.labelling import aggregation
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan.context import Context

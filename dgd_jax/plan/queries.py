@@ -35,7 +35,7 @@ import numpy as np
 
 from dgd_jax import privacy
 from dgd_jax.data.partitions import config_teachers_changed
-from dgd_jax.labels import aggregation
+from dgd_jax.labelling import aggregation
 from dgd_jax.privacy.releases import build_release
 from dgd_jax.runtime.errors import ConfigError
 

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dgd_jax.labels import propagation
+from dgd_jax.labelling import propagation
 from dgd_jax.models.vae import VAE
 from dgd_jax.plan.artefacts import classifier, fit_config, student_fits
 from dgd_jax.plan.context import Context

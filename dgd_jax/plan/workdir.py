@@ -12,7 +12,7 @@ Layout::
   <workdir>/lock.json          the writing run's pid, host and start time, while it runs
   <workdir>/noise.key          the secret the run's DP noise is drawn from (owner-only; never
                                publish it, ``noise_source``)
-  <workdir>/release/           what the run's epsilon lets a user publish (``run.release``);
+  <workdir>/release/           what the run's epsilon lets a user publish (``runner.release``);
                                everything else in the workdir is private
 
 A stage whose folder holds another config slice is refused (``WorkdirConflictError``),

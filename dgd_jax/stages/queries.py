@@ -46,8 +46,8 @@ import numpy as np
 
 from dgd_jax import privacy
 from dgd_jax.data import config_shards, config_teachers_changed
-from dgd_jax.labels import aggregation
-from dgd_jax.labels import propagation
+from dgd_jax.labelling import aggregation
+from dgd_jax.labelling import propagation
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import dgd as dgd_plan
 from dgd_jax.plan import dpsgd as dpsgd_plan

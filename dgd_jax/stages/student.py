@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax.labels import propagation
+from dgd_jax.labelling import propagation
 from dgd_jax.plan import pool
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan.artefacts import (classifier, fit_config, load_queries, load_vae, load_votes,

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dgd_jax.data import config_shards
-from dgd_jax.labels import aggregation
+from dgd_jax.labelling import aggregation
 from dgd_jax.plan import ldp as ldp_plan
 from dgd_jax.plan.artefacts import new_teachers, teacher_programs
 from dgd_jax.plan.context import Context

@@ -25,8 +25,8 @@ from flax import serialization
 
 from dgd_jax.plan.context import Context
 from dgd_jax.plan.workdir import Workdir
-from dgd_jax.run import methods
-from dgd_jax.run import report as report_lib
+from dgd_jax.runner import methods
+from dgd_jax.runner import report as report_lib
 from dgd_jax.runtime.files import atomic_write, makedirs
 
 FOLDER = "release"

@@ -33,8 +33,8 @@ import ml_collections
 from dgd_jax import privacy
 from dgd_jax.configs.common import with_overrides
 from dgd_jax.plan.workdir import NOISE_KEY_FILE, Workdir, config_slice, stored_slice
-from dgd_jax.run import methods
-from dgd_jax.run import pipeline
+from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.runtime.files import fingerprint, write_csv, write_json, write_text

@@ -28,10 +28,10 @@ from dgd_jax.plan.context import Config, Context, private_size
 from dgd_jax.plan.workdir import Stage, Workdir
 from dgd_jax.privacy import checks as privacy_checks
 from dgd_jax.privacy.noise import NoiseSource
-from dgd_jax.run import methods
-from dgd_jax.run import release as release_lib
-from dgd_jax.run import report as report_lib
-from dgd_jax.run.methods import STAGES
+from dgd_jax.runner import methods
+from dgd_jax.runner import release as release_lib
+from dgd_jax.runner import report as report_lib
+from dgd_jax.runner.methods import STAGES
 from dgd_jax.runtime import distributed
 from dgd_jax.runtime import tensorboard
 from dgd_jax.runtime.errors import (ConfigError, PrivacyAuditError, UserInputError,

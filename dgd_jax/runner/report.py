@@ -6,10 +6,10 @@ import os
 
 from dgd_jax import privacy
 from dgd_jax.configs.common import SMOKE_STEPS
-from dgd_jax.labels import aggregation
+from dgd_jax.labelling import aggregation
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING, RELATION_NAMES
-from dgd_jax.run import methods
+from dgd_jax.runner import methods
 from dgd_jax.runtime import host
 from dgd_jax.runtime.files import plain, write_json, write_text
 
