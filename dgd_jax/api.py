@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import tempfile
+import warnings
 from typing import Any, Callable, Sequence
 
 import flax.linen as nn
@@ -28,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dgd_jax import privacy
-from dgd_jax.data.loaders import check_labels, check_pixels, to_float
+from dgd_jax.data.loaders import check_labels, check_layout, check_pixels, to_float
 from dgd_jax.data.partitions import partition_indices
 from dgd_jax.labelling import aggregation
 from dgd_jax.plan import queries as query_plan
@@ -48,13 +49,9 @@ def images(x: Any, name: str = "x") -> np.ndarray:
   """Pixels 0..255 [N, H, W] or [N, H, W, C] (uint8 or float) as the float32 [N, H, W, C] in
   [-1, 1] the models read; DatasetError naming the first bad pixel or the shape."""
   x = np.asarray(x)
+  check_layout(name, name, x)
   check_pixels(name, name, x)
-  if x.ndim == 3:
-    x = x[..., None]
-  if x.ndim != 4 or not len(x):
-    raise DatasetError(f"{name} has shape {x.shape}; pass images [N, H, W] or [N, H, W, C], "
-                       "N >= 1.")
-  return to_float(x)
+  return to_float(x[..., None] if x.ndim == 3 else x)
 
 
 def labels(y: Any, num_images: int, num_classes: int | None = None, name: str = "y"
@@ -85,6 +82,15 @@ class Teachers:
     return len(self.shards)
 
 
+def _logits(model: nn.Module, x: np.ndarray) -> int:
+  """K, the number of logits ``model`` gives an image of ``x`` (abstractly, nothing runs)."""
+  out = jax.eval_shape(lambda: model.apply(model.init(jax.random.key(0), x[:1]), x[:1]))
+  if not hasattr(out, "shape") or len(out.shape) != 2:
+    raise ConfigError(f"the model returns {out}; it must map images [B, H, W, C] to logits "
+                      "[B, K].")
+  return int(out.shape[-1])
+
+
 def train_teachers(model: nn.Module, x: Any, y: Any, num_teachers: int, *,
                    num_classes: int | None = None, num_steps: int = 600, batch_size: int = 32,
                    learning_rate: float = 1e-3, seed: int = 0, chunk: int = 0) -> Teachers:
@@ -95,8 +101,11 @@ def train_teachers(model: nn.Module, x: Any, y: Any, num_teachers: int, *,
   chunk (0: the backend's default), cut to what fits the device (``memory_plan.plan``). The
   remainder len(x) mod num_teachers is seen by no teacher. Nothing is released."""
   x = images(x)
-  y = labels(y, len(x), num_classes)
-  k = num_classes or int(y.max()) + 1
+  k = _logits(model, x)
+  if num_classes is not None and num_classes != k:
+    raise ConfigError(f"num_classes={num_classes} but the model has {k} logits: build it with "
+                      f"{num_classes} outputs, or drop num_classes.")
+  y = labels(y, len(x), k)  # refuses a label >= the model's logits
   if not (isinstance(num_teachers, numbers.Integral) and 1 <= num_teachers <= len(x)):
     raise ConfigError(f"num_teachers={num_teachers!r} with {len(x)} examples: give each "
                       "teacher at least one example (1 <= num_teachers <= len(x)).")
@@ -129,6 +138,37 @@ def teacher_votes(teachers: Teachers, queries: Any) -> np.ndarray:
 _MECHANISMS = tuple(n for n, a in aggregation.AGGREGATORS.items() if a.released != "counts")
 
 
+def _vote_counts(votes: Any) -> np.ndarray:
+  """Vote histograms [Q, K]: whole counts >= 0, every query voted on by the same n >= 1
+  teachers (what the releases' sensitivities assume); DatasetError naming what is not."""
+  votes = np.asarray(votes)
+  if votes.ndim != 2 or not len(votes) or not np.issubdtype(votes.dtype, np.number):
+    raise DatasetError(f"votes has shape {votes.shape} and dtype {votes.dtype}; pass vote "
+                       "histograms [Q, K] of counts (teacher_votes).")
+  if not np.isfinite(votes).all() or (votes < 0).any() or (votes != np.round(votes)).any():
+    raise DatasetError("votes must be whole counts >= 0 (how many teachers chose each class); "
+                       "vote shares or probabilities would change every epsilon: pass "
+                       "teacher_votes(...) output, or shares times the teacher count.")
+  sums = votes.sum(axis=1)
+  if sums.min() < 1 or sums.min() != sums.max():
+    raise DatasetError(f"every query's histogram must count the same n >= 1 teachers; the row "
+                       f"sums span {sums.min():g}..{sums.max():g}.")
+  return votes
+
+
+def _warn_if_drowned(mechanism: str, noise_scale: float, n: int, k: int) -> None:
+  """Warns when the noise leaves the labels near chance even where 90% of the n teachers
+  agree (public quantities only: no vote is read)."""
+  clean = query_plan.assumed_histogram(n, k, 0.9)
+  accuracy = query_plan.expected_label_accuracy(mechanism, noise_scale, clean)
+  if accuracy < 0.5:
+    warnings.warn(
+        f"{mechanism} with noise {noise_scale:g} over {n} teachers: even where 90% of them "
+        f"agree, the noisy label is their plurality with probability {accuracy:.2f} (chance "
+        f"{1 / k:.2f}). Use more teachers or less noise: plan_queries({n}, {k}, <epsilon>) "
+        "chooses both for a budget.", stacklevel=3)
+
+
 def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *,
                  noise_seed: int | None = None, threshold: float = 0.0, sigma1: float = 0.0, teachers_changed: int = 1
                  ) -> tuple[np.ndarray, privacy.Release]:
@@ -144,10 +184,10 @@ def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *,
   noise)."""
   if mechanism not in _MECHANISMS:
     raise ConfigError(f"mechanism={mechanism!r}; use one of {_MECHANISMS}.")
-  votes = np.asarray(votes)
-  if votes.ndim != 2 or not np.issubdtype(votes.dtype, np.number) or (votes < 0).any():
-    raise DatasetError(f"votes has shape {votes.shape} and dtype {votes.dtype}; pass vote "
-                       "histograms [Q, K] of counts >= 0 (teacher_votes).")
+  votes = _vote_counts(votes)
+  n = int(votes[0].sum())
+  if mechanism != "confident_gnmax":  # Confident-GNMax warns through its threshold instead
+    _warn_if_drowned(mechanism, float(noise_scale), n, votes.shape[1])
   extra = dict(threshold=threshold, sigma1=sigma1) if mechanism == "confident_gnmax" else {}
   key = NoiseSource.of(noise_seed).key("noisy_labels")
   out = aggregation.AGGREGATORS[mechanism](key, jnp.asarray(votes),

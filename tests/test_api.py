@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 import subprocess
 import sys
 
@@ -253,8 +254,35 @@ def test_dp_sgd_trains_your_model_within_the_budget():
      "batch_size=500 with 200 examples"),
     (lambda x, y: dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=0), ConfigError, "epsilon"),
     (lambda x, y: dgd_jax.train_dpsgd(UserMLP(), x, y + 10, epsilon=3), DatasetError, "0..9"),
+    # issue 69: silent misuse that used to give a wrong number
+    (lambda x, y: dgd_jax.noisy_labels(np.full((3, 10), 0.1), "gnmax", 1.0), DatasetError,
+     "whole counts"),  # vote shares
+    (lambda x, y: dgd_jax.noisy_labels(np.array([[3, 1], [2, 1]]), "gnmax", 1.0), DatasetError,
+     "same n >= 1 teachers"),
+    (lambda x, y: dgd_jax.train_teachers(UserMLP(num_classes=5), x, y, 4), DatasetError,
+     "0..4"),  # 5 logits, labels 0..9
+    (lambda x, y: dgd_jax.train_teachers(UserMLP(num_classes=5), x, y, 4, num_classes=10),
+     ConfigError, "model has 5 logits"),
+    (lambda x, y: dgd_jax.train_teachers(UserMLP(), x / 255.0, y, 4), DatasetError,
+     r"scaled to \[0, 1\]"),
+    (lambda x, y: dgd_jax.train_dpsgd(UserMLP(), x / 255.0, y, epsilon=3), DatasetError,
+     r"scaled to \[0, 1\]"),
+    (lambda x, y: dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=3, delta=0.01), ConfigError,
+     "1/N = 1/200"),
 ])
 def test_bad_input_is_refused_with_the_fix(call, error, match):
   x, y = make_images(np.random.default_rng(0), 200)
   with pytest.raises(error, match=match):
     call(x, y)
+
+
+def test_a_noise_that_drowns_the_ensemble_is_warned_with_the_expected_accuracy():
+  """5 teachers at the example's default sigma 20: the labels are near chance even where 4 of
+  5 agree; the warning says so (from public quantities) and names the planner."""
+  votes = np.zeros((4, 10), int)
+  votes[:, 0] = 5
+  with pytest.warns(UserWarning, match=r"probability 0\.\d\d .*plan_queries\(5, 10"):
+    dgd_jax.noisy_labels(votes, "gnmax", 20.0)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    dgd_jax.noisy_labels(votes * 50, "gnmax", 20.0)  # 250 teachers: no warning

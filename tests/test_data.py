@@ -167,6 +167,52 @@ def test_npz_bad_values_name_the_array_and_index(tmp_path, array, index, value, 
     load_dataset(f"npz:{path}")
 
 
+def _truncated(path):
+  data = open(path, "rb").read()
+  with open(path, "wb") as f:
+    f.write(data[:len(data) // 2])
+
+
+def _not_npz(path):
+  np.save(path.replace(".npz", ""), np.zeros(3))  # writes <path without .npz>.npy
+  os.replace(path.replace(".npz", ".npy"), path)
+
+
+# Each case: arrays replacing the valid set's (or a damage to its file) and the error it gets.
+DATA_PATH_CASES = {
+    "floats in [0, 1]": (dict(x_train=np.full((6, 4, 4), 0.5), x_test=np.full((3, 4, 4), 0.2)),
+                         None, r"x_train spans \[0.5, 0.5\]: images scaled to \[0, 1\]"),
+    "channels first": (dict(x_train=np.full((6, 1, 8, 8), 10.0),
+                            x_test=np.full((3, 1, 8, 8), 10.0)),
+                       None, r"channels first .* np.moveaxis\(x_train, 1, -1\)"),
+    "empty train split": (dict(x_train=np.zeros((0, 4, 4)), y_train=np.zeros(0)), None,
+                          "x_train holds no images"),
+    "empty test split": (dict(x_test=np.zeros((0, 4, 4)), y_test=np.zeros(0)), None,
+                         "x_test holds no images"),
+    "a stray label": (dict(y_train=np.array([0, 1, 2, 0, 1, 1000.0])), None,
+                      r"there would be 1001 classes, but classes 3, 4, 5, 6, 7 and 992 more "
+                      "have no training example"),
+    "a test-only label": (dict(y_test=np.array([0, 1, 12.0])), None,
+                          "y_test holds label 12, which no training example has"),
+    "one image, no batch axis": (dict(x_train=np.full((4, 4), 10.0)), None,
+                                 r"x_train has shape \(4, 4\); expected \[N, H, W\]"),
+    "a truncated file": ({}, _truncated, "cannot be read as an .npz archive"),
+    "not an npz": ({}, _not_npz, "cannot be read as an .npz archive"),
+}
+
+
+@pytest.mark.parametrize("case", list(DATA_PATH_CASES))
+def test_the_data_path_refuses_with_the_fix(tmp_path, case):
+  """Each bad input of issue 69's table is a DatasetError naming the array and the fix when
+  the set is loaded (before any training)."""
+  arrays, damage, message = DATA_PATH_CASES[case]
+  path = _npz_with(tmp_path, **arrays)
+  if damage:
+    damage(path)
+  with pytest.raises(DatasetError, match=message):
+    load_dataset(f"npz:{path}")
+
+
 def test_bad_values_are_counted_and_labels_checked_against_a_stated_k():
   from dgd_jax.data import loaders  # pylint: disable=g-import-not-at-top
   x = np.zeros((3, 2, 2), np.float32)

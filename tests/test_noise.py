@@ -166,7 +166,7 @@ def test_a_large_delta_is_refused_before_anything_runs_or_warned(npz_file, tmp_p
     pipeline.run(config, str(tmp_path / "w"))
   assert not (tmp_path / "w").exists()
   config.privacy.allow_large_delta = True
-  assert "1/N = 1/512" in pipeline.large_delta(config)
+  assert "1/N = 1/512" in pipeline.large_delta(config, 512)
 
 
 def test_a_draw_is_bound_to_its_stage_slice(tmp_path):

@@ -974,3 +974,13 @@ def test_other_bad_input_is_refused():
     privacy.max_queries(privacy.LNMaxQueries(20.0, 1, COUNTS), 1.0, DELTA)
   with pytest.raises(ConfigError, match="not a release record"):
     privacy.PrivacyLedger([("lnmax", 40.0, 27)])
+
+
+def test_a_composition_too_large_for_memory_is_refused_not_a_traceback():
+  """10^13 LNMax queries: the PLD's support would take petabytes; asked for alone it is a
+  ConfigError naming another accountant, asked with the others it is skipped."""
+  ledger = privacy.PrivacyLedger([privacy.LNMaxQueries(40.0, 10 ** 13)])
+  with pytest.raises(ConfigError, match="cannot compose .* in memory: use another accountant"):
+    ledger.epsilon(1e-5, "pld")
+  reports = ledger.epsilons(1e-5)
+  assert "pld" not in reports and reports["rdp"].epsilon > 1e9

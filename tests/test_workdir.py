@@ -243,3 +243,46 @@ def test_a_config_recorded_before_a_field_was_added_is_read_with_its_neutral_val
   config = workdir.Workdir(str(path)).read_config()
   assert config.to_dict() == {"seed": 0, "teachers": {"num_steps": 600, "width": 0.0,
                                                       "mixup": 0.0}}
+
+
+@pytest.mark.integration
+def test_a_workdir_is_bound_to_its_datas_content(tmp_path):
+  """Other arrays written to the same npz path are refused with the fix (the stages of the old
+  data are never reused and credited to the new); the same content at another path is not."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  import tiny_configs  # pylint: disable=g-import-not-at-top
+  from conftest import write_npz  # pylint: disable=g-import-not-at-top
+  path = write_npz(tmp_path, seed=1)
+  config = tiny_configs.baseline(path)
+  wd = str(tmp_path / "w")
+  pipeline.run(config, wd)
+  report = open(os.path.join(wd, "report.json")).read()
+  write_npz(tmp_path, seed=2)  # new arrays, same path
+  with pytest.raises(errors.WorkdirConflictError, match="made from other data"):
+    pipeline.run(config, wd)
+  assert open(os.path.join(wd, "report.json")).read() == report  # nothing changed
+  write_npz(tmp_path, seed=1)  # the data it was made from
+  pipeline.run(config, wd)
+
+
+@pytest.mark.integration
+def test_dgd_refuses_a_class_count_mismatch_before_any_stage(tmp_path):
+  from dgd_jax.configs import dgd as dgd_config  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  x = rng.integers(0, 256, (200, 28, 28), dtype=np.uint8)
+  path = str(tmp_path / "three.npz")
+  np.savez(path, x_train=x, y_train=np.arange(200) % 3, x_test=x[:30], y_test=np.arange(30) % 3)
+  config = dgd_config.get_config(f"npz:{path},cpu")
+  with pytest.raises(errors.ConfigError, match=r"labels have 3 classes.*queries.num_classes=3"):
+    pipeline.run(config, str(tmp_path / "w"))
+  assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.integration
+def test_a_mistyped_config_file_is_one_line_with_the_closest(tmp_path):
+  out = subprocess.run([sys.executable, "-m", "dgd_jax.main",
+                        "--config=dgd_jax/configs/dgdd.py:fashion_mnist,cpu",
+                        f"--workdir={tmp_path / 'w'}"], capture_output=True, text=True,
+                       cwd=REPO, timeout=120)
+  assert out.returncode != 0 and "Traceback" not in out.stderr
+  assert "no such config file (did you mean 'dgd_jax/configs/dgd.py'?)" in out.stderr

@@ -18,6 +18,7 @@ import difflib
 import functools
 import importlib
 import importlib.util
+import os
 import pkgutil
 import sys
 from typing import Mapping, NamedTuple
@@ -174,6 +175,22 @@ def _config_of(argv) -> ml_collections.ConfigDict | None:
   return module.get_config(arg or None)
 
 
+def _missing_config_file(argv) -> str | None:
+  """The one-line refusal of a ``--config=<file>`` that names no file (with the closest
+  config file), or None."""
+  for a in argv[1:]:
+    if a.startswith("--config="):
+      path = a[len("--config="):].partition(":")[0]
+      if not os.path.isfile(path):
+        here = os.path.dirname(os.path.abspath(__file__))
+        files = [os.path.join(os.path.dirname(path), n) for n in grammars()]
+        near = difflib.get_close_matches(path, files, n=1, cutoff=0.5)
+        return (f"--config={path}: no such config file"
+                + (f" (did you mean {near[0]!r}?)" if near else "")
+                + f"; the config files are in {here}: {', '.join(grammars())}.")
+  return None
+
+
 def _unknown_override(argv, config) -> str | None:
   """The one-line refusal of the first ``--config.<name>=`` override that names no field of
   ``config`` (with the closest field), or None."""
@@ -238,6 +255,9 @@ def parse_flags(argv):
   message and absl wraps that in a flags error, so the message is the first error raised:
   the innermost UserInputError in the exception chain."""
   from absl import flags as absl_flags  # pylint: disable=g-import-not-at-top
+  missing = _missing_config_file(argv)
+  if missing:
+    sys.exit(f"error: {missing}")
   try:
     return absl_flags.FLAGS(argv)
   except (absl_flags.Error, AttributeError, KeyError) as e:  # an override names no field

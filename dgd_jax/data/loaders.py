@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import importlib.util
 import os
+import zipfile
+import zlib
 
 import numpy as np
+from absl import logging
 
 from dgd_jax.data import idx
 from dgd_jax.runtime.errors import DatasetError
@@ -42,6 +46,14 @@ class Dataset:
   @property
   def image_shape(self) -> tuple[int, int, int]:
     return tuple(self.x_train.shape[1:])
+
+  def fingerprint(self) -> str:
+    """A hash of the arrays' content (blake2b): binds a workdir to the data its stages read."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in (self.x_train, self.y_train, self.x_test, self.y_test):
+      h.update(str((a.shape, a.dtype.str)).encode())
+      h.update(np.ascontiguousarray(a).data)
+    return h.hexdigest()
 
   def with_private_size(self, size: int) -> "Dataset":
     """The first ``size`` training examples as the private set (0: all); the test split is
@@ -90,6 +102,24 @@ def check_pixels(name: str, key: str, x: np.ndarray) -> None:
     i, where = _first_bad(name, key, x, bad)
     raise DatasetError(f"{where}, outside 0..255 ({key} spans [{x.min()}, {x.max()}]). Store "
                        "images as uint8 0..255 (data in [0, 1]: multiply by 255).")
+  if x.size and np.issubdtype(x.dtype, np.inexact) and x.max() <= 1.0:
+    raise DatasetError(f"{name}: {key} spans [{x.min()}, {x.max()}]: images scaled to [0, 1] "
+                       "would train as near-black pixels of 0..255. Pass pixels 0..255 "
+                       f"({key} * 255, as uint8).")
+
+
+def check_layout(name: str, key: str, x: np.ndarray) -> None:
+  """Refuses image arrays that are not [N, H, W] or [N, H, W, C] with N >= 1, naming the
+  likely mistake (channels first, an empty split)."""
+  if x.ndim not in (3, 4):
+    raise DatasetError(f"{name}: {key} has shape {x.shape}; expected [N, H, W] or "
+                       "[N, H, W, C].")
+  if not len(x):
+    raise DatasetError(f"{name}: {key} holds no images (shape {x.shape}); every split needs "
+                       "at least one.")
+  if x.ndim == 4 and x.shape[1] in (1, 3, 4) and x.shape[-1] not in (1, 3, 4):
+    raise DatasetError(f"{name}: {key} has shape {x.shape}, channels first ([N, C, H, W]); "
+                       f"store [N, H, W, C]: np.moveaxis({key}, 1, -1).")
 
 
 def check_labels(name: str, key: str, y: np.ndarray, num_classes: int | None) -> None:
@@ -108,28 +138,49 @@ def check_labels(name: str, key: str, y: np.ndarray, num_classes: int | None) ->
                        f"of {key}.")
 
 
+def check_classes(name: str, y_train: np.ndarray, y_test: np.ndarray) -> int:
+  """K, the class count a dataset that does not state it implies: max(y_train) + 1, refused
+  where a class of 0..K-1 has no training example (a stray label) or a test label has no
+  class; logs the per-class counts it inferred."""
+  counts = np.bincount(y_train.astype(np.int64))
+  k = len(counts)
+  empty = np.flatnonzero(counts == 0)
+  if len(empty):
+    shown = ", ".join(map(str, empty[:5])) + (f" and {len(empty) - 5} more" if len(empty) > 5
+                                               else "")
+    raise DatasetError(
+        f"{name}: y_train's labels reach {k - 1}, so there would be {k} classes, but classes "
+        f"{shown} have no training example: a stray label? Labels must be 0..K-1 with every "
+        "class present in y_train (count them with np.bincount(y_train)).")
+  unseen = y_test[y_test >= k]
+  if unseen.size:
+    raise DatasetError(f"{name}: y_test holds label {int(unseen[0])}, which no training "
+                       f"example has (y_train's classes are 0..{k - 1}): fix the label, or "
+                       "drop those test examples.")
+  logging.info("%s: %d classes inferred from the labels (0..%d; training examples per class "
+               "%d..%d)", name, k, k - 1, counts.min(), counts.max())
+  return k
+
+
 def _make(name: str, x_train, y_train, x_test, y_test, num_classes: int | None = None) -> Dataset:
   """Validates raw uint8 arrays and converts them to a ``Dataset``."""
   arrays = {"x_train": np.asarray(x_train), "y_train": np.asarray(y_train),
             "x_test": np.asarray(x_test), "y_test": np.asarray(y_test)}
   for split in ("train", "test"):
     x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+    check_layout(name, f"x_{split}", x)
     check_pixels(name, f"x_{split}", x)  # indices as stored, before a channel axis is added
     if x.ndim == 3:
       x = arrays[f"x_{split}"] = x[..., None]
-    if x.ndim != 4:
-      raise DatasetError(f"{name}: x_{split} has shape {x.shape}; expected [N, H, W] or "
-                         "[N, H, W, C].")
     if y.ndim != 1 or len(y) != len(x):
       raise DatasetError(f"{name}: {len(x)} images but y_{split} has shape {y.shape}; need "
                          "one integer label per image.")
   if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
     raise DatasetError(f"{name}: train images {arrays['x_train'].shape[1:]} and test images "
                        f"{arrays['x_test'].shape[1:]} differ in shape.")
-  labels = np.concatenate([arrays["y_train"], arrays["y_test"]])
   for k in ("y_train", "y_test"):
     check_labels(name, k, arrays[k], num_classes)
-  k = num_classes or (int(labels.max()) + 1 if labels.size else 0)
+  k = num_classes or check_classes(name, arrays["y_train"], arrays["y_test"])
   return Dataset(name, to_float(arrays["x_train"]), arrays["y_train"].astype(np.int32),
                  to_float(arrays["x_test"]), arrays["y_test"].astype(np.int32), k)
 
@@ -150,12 +201,22 @@ def _load_npz(path: str) -> Dataset:
   if not os.path.isfile(path):
     raise DatasetError(f"npz:{path}: no such file. Save one with np.savez(path, x_train=..., "
                        "y_train=..., x_test=..., y_test=...).")
-  with np.load(path) as f:
-    missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in f]
-    if missing:
-      raise DatasetError(f"npz:{path} lacks arrays {missing}; it needs x_train, y_train, "
-                         "x_test, y_test.")
-    arrays = {k: f[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+  try:
+    f = np.load(path, allow_pickle=False)
+    if not isinstance(f, np.lib.npyio.NpzFile):
+      raise ValueError("a single .npy array, not an .npz archive")
+    with f:
+      missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in f]
+      if missing:
+        raise DatasetError(f"npz:{path} lacks arrays {missing}; it needs x_train, y_train, "
+                           "x_test, y_test.")
+      arrays = {k: f[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+  except DatasetError:
+    raise
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    raise DatasetError(f"npz:{path} cannot be read as an .npz archive ({type(e).__name__}: "
+                       f"{e}): it may be truncated or of another format. Write it again with "
+                       "np.savez(path, x_train=..., y_train=..., x_test=..., y_test=...).") from None
   return _make(f"npz:{path}", **arrays)
 
 

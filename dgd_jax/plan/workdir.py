@@ -10,6 +10,7 @@ Layout::
   <workdir>/<stage>/result.json   the stage's outputs; its presence marks the stage done
   <workdir>/report.json, report.md
   <workdir>/lock.json          the writing run's pid, host and start time, while it runs
+  <workdir>/data.json          the fingerprint of the data the stages read (``bind_data``)
   <workdir>/noise.key          the secret the run's DP noise is drawn from (owner-only; never
                                publish it, ``noise_source``)
   <workdir>/release/           what the run's epsilon lets a user publish (``runner.release``);
@@ -52,6 +53,7 @@ from dgd_jax.runtime.files import (append_line, atomic_write, damaged, fingerpri
 LOCK = "lock.json"
 CONFIG = "config.json"
 NOISE_KEY_FILE = "noise.key"
+DATA = "data.json"
 # The workdir format this code writes and reads (config.json's "format"). Format 2: the
 # config holds every field the code reads (no reader falls back to a default for an absent
 # one), and the teachers' result records the chunk they were planned with. A workdir of
@@ -296,6 +298,23 @@ class Workdir:
                       "finished stages are reused, interrupted ones resume.", self.path,
                       _describe_holder(holder))
     os.unlink(aside)
+
+  def bind_data(self, name: str, fingerprint_: str) -> None:
+    """Refuses data whose content differs from what this workdir's stages were made from
+    (``data.json``, written at the first run that records one): the same path holding other
+    arrays would otherwise reuse stages of the old data and credit them to the new."""
+    path = os.path.join(self.path, DATA)
+    if os.path.exists(path):
+      recorded = read_artefact_json(path)
+      if isinstance(recorded, dict) and recorded.get("fingerprint") != fingerprint_:
+        raise WorkdirConflictError(
+            f"{self.path} was made from other data: {recorded.get('dataset')} had content "
+            f"fingerprint {recorded.get('fingerprint')}, {name} now has {fingerprint_}. "
+            "Nothing was changed. Use a new --workdir for the new data, or restore the data "
+            "it was made from.")
+    elif self.writer:
+      makedirs(self.path)
+      write_json(path, {"dataset": name, "fingerprint": fingerprint_})
 
   @property
   def noise_key_path(self) -> str:

@@ -49,6 +49,7 @@ import dataclasses
 from typing import Iterable
 
 import dp_accounting
+from absl import logging
 import numpy as np
 from dp_accounting import pld as dp_pld
 from dp_accounting import rdp as dp_rdp
@@ -235,7 +236,16 @@ class PrivacyLedger:
     for name in ACCOUNTANTS:
       if name not in wanted or (one_order and name not in ONE_ORDER_ACCOUNTANTS):
         continue
-      result = getattr(self, f"_{name}")(mechanisms, delta, data_dependent)
+      try:
+        result = getattr(self, f"_{name}")(mechanisms, delta, data_dependent)
+      except MemoryError:  # e.g. a PLD composed of 10^13 releases: its support outgrows memory
+        if len(wanted) == 1:
+          raise ConfigError(
+              f"the {name} accountant cannot compose {_describe_events(
+                  [r.event() for r in mechanisms])} in memory: use another accountant (rdp), "
+              "or fewer releases.") from None
+        logging.warning("accountant %s skipped: its composition does not fit in memory", name)
+        continue
       if result is None:
         continue
       eps, order, note, dependent = result

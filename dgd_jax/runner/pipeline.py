@@ -141,14 +141,25 @@ def checked_plan(config: Config, stages: tuple[str, ...] | None = None
   return config, names
 
 
-def large_delta(config: Config) -> str | None:
-  """None, or report.md's warning for a run whose delta is at least 1/N (N: the private set's
-  size, ``config.private_size`` where set), which ``privacy.allow_large_delta`` accepts and
-  otherwise a ConfigError refuses. Only methods with a DP release are checked."""
+def check_data(config: Config, data) -> None:
+  """Refuses, before any stage runs, data the config's plan cannot serve: an automatic query
+  plan made for another class count than the labels have."""
+  if "queries" in config and config.queries.plan == "auto" and (
+      config.queries.num_classes != data.num_classes):
+    raise ConfigError(f"{config.dataset}: its labels have {data.num_classes} classes, but the "
+                      f"automatic query plan is made for config.queries.num_classes="
+                      f"{config.queries.num_classes}: set --config.queries.num_classes="
+                      f"{data.num_classes}.")
+
+
+def large_delta(config: Config, size: int) -> str | None:
+  """None, or report.md's warning for a run whose delta is at least 1/N (N = ``size``, the
+  private set's, or ``config.private_size`` where set), which ``privacy.allow_large_delta``
+  accepts and otherwise a ConfigError refuses. Only methods with a DP release are checked."""
   if methods.method(config).privacy_stage is None:
     return None
   p = config.privacy
-  size = config.private_size or private_size(config)
+  size = config.private_size or size
   privacy_checks.delta_for_size(p.delta, size, allowed=p.allow_large_delta)
   if p.delta < 1.0 / size:
     return None
@@ -161,7 +172,9 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
   """Runs ``stages`` (default: the method's default stages) and every stage they need, and
   returns the report dict."""
   config, names = checked_plan(config, stages)
-  warning = large_delta(config)
+  data = load_private(config)  # its errors come before anything is written
+  check_data(config, data)
+  warning = large_delta(config, len(data.x_train))
   wd = Workdir(workdir, writer=distributed.is_writer())
   wd.check_format()
   planned = _planned_stages(config, wd, names)
@@ -171,10 +184,11 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
       stage.check()
       if stage.done():
         stage.result()  # a damaged result.json is refused before anything is written
+    wd.bind_data(config.dataset, data.fingerprint())
     begun = [s.name for s in planned
              if methods.draws_noise(s.name, config) and os.path.exists(s.meta_path)]
     noise = wd.noise_source(config.noise_seed, begun)
-    return _run_stages(config, wd, planned, noise, [warning] if warning else [])
+    return _run_stages(config, wd, planned, noise, [warning] if warning else [], data)
 
 
 def compile_programs(config: Config, stages: tuple[str, ...] | None = None,
@@ -245,11 +259,11 @@ def open_run(workdir: str, stage: str) -> Context:
 
 
 def _run_stages(config: Config, wd: Workdir, planned: list[Stage], noise: NoiseSource,
-                warnings: list[str]) -> dict:
+                warnings: list[str], data) -> dict:
   """Runs the planned stages, reusing finished ones, with secret draws from ``noise``, and
   writes the report and the release (under the lock)."""
   wd.record_config(config)
-  dataset = functools.cache(lambda: load_private(config))  # loaded by the first stage to run
+  dataset = lambda: data
   results = {}
   for stage in planned:
     if stage.done():

@@ -258,14 +258,9 @@ def release_smooth_sensitivity(config, rng: np.random.Generator, votes, answered
 
 
 def check_run(ctx: Context, num: int, pool_size: int) -> None:
-  """Refuses a run the loaded data cannot serve: an automatic plan for another class count,
-  more queries than the pool holds."""
+  """Refuses more queries than the pool holds (the class count the plan assumes is checked
+  before any stage runs, ``pipeline.check_data``)."""
   config = ctx.config
-  if config.queries.plan == "auto" and (
-      config.queries.num_classes != ctx.dataset.num_classes):
-    raise ConfigError(f"config.queries.num_classes={config.queries.num_classes} but the dataset "
-                      f"has {ctx.dataset.num_classes} classes: the automatic plan assumes the "
-                      "dataset's number; set it to match.")
   if per_round(config, num) > pool_size:
     raise too_many(config, num, f"{pool_size} samples of the unlabelled pool",
                    "enlarge the pool (generator.num_synthetic or pool.size)")
