@@ -17,8 +17,13 @@ Everything else in the package is reachable but not part of this surface.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import importlib
+import json
 import numbers
+import os
 import tempfile
 import warnings
 from typing import Any, Callable, Sequence
@@ -27,8 +32,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from dgd_jax import privacy
+from dgd_jax.data import idx
 from dgd_jax.data.loaders import check_labels, check_layout, check_pixels, to_float
 from dgd_jax.data.partitions import partition_indices
 from dgd_jax.labelling import aggregation
@@ -134,6 +141,7 @@ def teacher_votes(teachers: Teachers, queries: Any) -> np.ndarray:
                                   images(queries, "queries"), teachers.num_classes)
 
 
+ACCOUNTANT = "pld"  # every function's default accountant (exact for the Gaussian releases)
 # The table's aggregators that need no class per query (the class counts do).
 _MECHANISMS = tuple(n for n, a in aggregation.AGGREGATORS.items() if a.released != "counts")
 
@@ -169,18 +177,34 @@ def _warn_if_drowned(mechanism: str, noise_scale: float, n: int, k: int) -> None
         "chooses both for a budget.", stacklevel=3)
 
 
+@dataclasses.dataclass(frozen=True)
+class Answers:
+  """What ``noisy_labels`` releases, and its ledger record. ``labels`` [Q] (-1 where
+  Confident-GNMax did not answer), ``answered`` [Q], ``histograms`` [Q, K]: the noisy vote
+  histograms where the mechanism releases them whole ('gaussian_histogram'), else None.
+  ``release`` is the record ``epsilon`` accounts; for LNMax, GNMax and Confident-GNMax it
+  carries the (private) votes, so that ``epsilon(..., data_dependent=True)`` and
+  ``smooth_sensitivity_epsilon`` can analyse them: never publish the record itself."""
+
+  labels: np.ndarray
+  answered: np.ndarray
+  histograms: np.ndarray | None
+  release: privacy.Release
+  noise_seed: int | None = None  # not None: reproducible noise, NOT a private release
+
+
 def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *,
-                 noise_seed: int | None = None, threshold: float = 0.0, sigma1: float = 0.0, teachers_changed: int = 1
-                 ) -> tuple[np.ndarray, privacy.Release]:
-  """(labels [Q], the release's ledger record) of one aggregator on vote histograms [Q, K]:
+                 noise_seed: int | None = None, threshold: float = 0.0, sigma1: float = 0.0,
+                 teachers_changed: int = 1) -> Answers:
+  """The noisy answers of one aggregator on vote histograms [Q, K] (``teacher_votes``):
   'lnmax' (Laplace scale ``noise_scale``, PATE 2017), 'gnmax' (Gaussian std, PATE 2018),
   'gaussian_histogram' (the noisy histograms, whose argmax are the labels) or
   'confident_gnmax' (``threshold`` checked at std ``sigma1``, then GNMax at ``noise_scale``;
   unanswered queries get -1, and the record charges every query). ``teachers_changed``: how
   many teachers' shards one neighbouring change moves (1 for disjoint shards under
-  replace-one). The record is data-independent: pass it to ``epsilon``. The noise comes from
+  replace-one). Pass the answers (or their ``release``) to ``epsilon``. The noise comes from
   the operating system's entropy; ``noise_seed`` (an int >= 0) makes it reproducible, for
-  tests only: labels so drawn are NOT a private release (anyone with the seed removes the
+  tests only: answers so drawn are NOT a private release (anyone with the seed removes the
   noise)."""
   if mechanism not in _MECHANISMS:
     raise ConfigError(f"mechanism={mechanism!r}; use one of {_MECHANISMS}.")
@@ -192,34 +216,95 @@ def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *,
   key = NoiseSource.of(noise_seed).key("noisy_labels")
   out = aggregation.AGGREGATORS[mechanism](key, jnp.asarray(votes),
                                            float(noise_scale), **extra)
+  analysable = mechanism in ("lnmax", "gnmax", "confident_gnmax")  # data-dependent analyses
   release = build_release(mechanism, queries=len(votes), noise_scale=float(noise_scale),
-                          sigma2=float(noise_scale), teachers_changed=teachers_changed, **extra)
-  return np.asarray(out.labels), release
+                          sigma2=float(noise_scale), teachers_changed=teachers_changed,
+                          votes=votes if analysable else None, **extra)
+  return Answers(np.asarray(out.labels), np.asarray(out.answered),
+                 None if out.released is None else np.asarray(out.released), release,
+                 noise_seed)
 
 
-def train_dpsgd(model: nn.Module, x: Any, y: Any, *, epsilon: float, delta: float = 1e-5,
-                epochs: float = 20.0, batch_size: int | None = None, norm_bound: float = 1.0,
-                learning_rate: float = 1e-3, accountant: str = "pld",
-                microbatch_size: int = 32, seed: int = 0, noise_seed: int | None = None
-                ) -> tuple[Any, privacy.DpsgdSteps]:
+def smooth_sensitivity_epsilon(answers: Answers, delta: float = 1e-5, *,
+                               consensus: float = 0.5, noise_seed: int | None = None):
+  """PATE 2018's smooth-sensitivity release (Sec. 4) of the data-dependent epsilon of
+  GNMax or Confident-GNMax ``answers`` (GNMax charged on the answered queries): its order,
+  beta and sigma_ss fixed before the votes, on an assumed histogram whose top class holds
+  ``consensus`` of the votes; the released value is a DP release, its own cost
+  ``gnss_rdp`` composed with the queries at that order (``privacy.SmoothSensitivityCost``).
+  Returns ``privacy.smooth_sensitivity.SmoothSensitivityRelease``; its ``released`` is the
+  value to publish (``epsilon``, ``std`` and ``rdp`` beside it are private diagnostics).
+  Noise from the OS; ``noise_seed``: reproducible, not private."""
+  from dgd_jax.privacy import smooth_sensitivity  # pylint: disable=g-import-not-at-top
+  r = answers.release
+  if r.mechanism not in ("gnmax", "confident_gnmax") or r.votes is None:
+    raise ConfigError(f"smooth_sensitivity_epsilon analyses GNMax or Confident-GNMax answers "
+                      f"with their votes; these are {r.mechanism}'s.")
+  confident = r.mechanism == "confident_gnmax"
+  votes = np.asarray(r.votes, np.float64)
+  terms = (votes, r.threshold if confident else None, r.sigma1 if confident else None,
+           r.sigma2 if confident else r.sigma, delta)
+  plan = smooth_sensitivity.plan_release(len(votes), int(votes[0].sum()), votes.shape[1],
+                                         *terms[1:], consensus=consensus)
+  return smooth_sensitivity.release_confident_gnmax(
+      *terms, plan, answered=answers.answered,
+      rng=NoiseSource.of(noise_seed).rng("smooth_sensitivity"),
+      teachers_changed=r.teachers_changed)
+
+
+def noise_for(mechanism: str, queries: int, epsilon: float, delta: float = 1e-5, *,
+              accountant: str = ACCOUNTANT, teachers_changed: int = 1) -> float:
+  """The least noise (Laplace scale for 'lnmax', Gaussian std otherwise) with which
+  ``queries`` answers of ``mechanism`` fit ``epsilon`` at ``delta`` under ``accountant``:
+  data-independent, no vote is read."""
+  if mechanism not in _MECHANISMS:
+    raise ConfigError(f"mechanism={mechanism!r}; use one of {_MECHANISMS}.")
+  template = build_release(mechanism, queries=queries, noise_scale=1.0, sigma2=1.0,
+                           threshold=0.0 if mechanism == "confident_gnmax" else None,
+                           sigma1=1.0 if mechanism == "confident_gnmax" else None,
+                           teachers_changed=teachers_changed)
+  return privacy.min_noise(template, epsilon, delta, accountant)
+
+
+def dpsgd_noise_for(num_examples: int, batch_size: int, epochs: float, epsilon: float,
+                    delta: float = 1e-5, *, accountant: str = ACCOUNTANT,
+                    norm_bound: float = 1.0) -> float:
+  """DP-SGD's noise multiplier for ceil(epochs N / batch_size) steps at sampling rate
+  batch_size / N to fit ``epsilon`` at ``delta`` (add/remove-one), as ``train_dpsgd`` uses."""
+  steps = dpsgd.steps_for_epochs(epochs, num_examples, batch_size)
+  plan = privacy.DpsgdSteps(1.0, int(batch_size), int(num_examples), steps, norm_bound)
+  return privacy.dpsgd_noise_multiplier(plan, epsilon, delta, accountant)
+
+
+def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: Any = None, *,
+                epsilon: float, delta: float = 1e-5, epochs: float = 20.0,
+                batch_size: int | None = None, norm_bound: float = 1.0,
+                learning_rate: float = 1e-3, accountant: str = ACCOUNTANT,
+                optimizer: optax.GradientTransformation | None = None,
+                loss: Callable | None = None, microbatch_size: int = 32, seed: int = 0,
+                noise_seed: int | None = None, workdir: str | None = None) -> Result:
   """``model`` (any ``flax.linen.Module`` mapping images to logits) trained on (x, y) with
   DP-SGD on jax-privacy (Abadi et al. 2016): each step a Poisson sample of expected size
-  ``batch_size`` (None: N // 20, a sampling rate of 5%), per-example gradients clipped to
-  ``norm_bound``, Gaussian noise calibrated so that ceil(epochs N / batch_size) steps spend
-  ``epsilon`` at ``delta`` under ``accountant``, Adam on the noisy mean. Labels must lie in
-  [0, K), K the model's number of logits. Returns (the parameters, the steps' ledger record).
-  The epsilon covers the parameters under add/remove-one neighbours, N = len(x) taken as
-  public; not covered: hyper-parameters chosen by looking at the same data. Predict with
-  ``model.apply(params, dgd_jax.images(x))``. ``seed`` (public) draws the initialisation; the
-  noise and the Poisson batches come from the operating system's entropy, or from
-  ``noise_seed`` (an int >= 0) for a reproducible run that is NOT a private release. A delta
-  of 1/N or more is refused: it allows releasing an example outright."""
+  ``batch_size`` (None: N // 20, a sampling rate of 5%), per-example gradients of ``loss``
+  (logits [1, K], labels [1]) -> scalar (None: cross-entropy) clipped to ``norm_bound``,
+  Gaussian noise calibrated so that ceil(epochs N / batch_size) steps spend ``epsilon`` at
+  ``delta`` under ``accountant``, then ``optimizer`` on the noisy mean (None: Adam at
+  ``learning_rate`` decaying linearly to 0). Labels must lie in [0, K), K the model's number
+  of logits. Returns a ``Result``: ``params``; ``report`` with the epsilon, the steps' ledger
+  record (``release``), the logged ``metrics`` (loss, clipped fraction: server diagnostics,
+  not releases) and, given (x_test, y_test), ``test_accuracy``. The epsilon covers the
+  parameters under add/remove-one neighbours, N = len(x) taken as public; not covered:
+  hyper-parameters chosen by looking at the same data. ``seed`` (public) draws the
+  initialisation; the noise and the Poisson batches come from the operating system's entropy
+  (kept in ``workdir``'s noise.key when given, so that a killed run resumes from its
+  checkpoints with the same draws), or from ``noise_seed`` (an int >= 0) for a reproducible
+  run that is NOT a private release. A delta of 1/N or more is refused."""
+  from dgd_jax.plan.workdir import Workdir  # pylint: disable=g-import-not-at-top
+  from dgd_jax.runtime.files import read_json, write_json  # pylint: disable=g-import-not-at-top
   x = images(x)
   init_key = jax.random.key(seed)
-  source = NoiseSource.of(noise_seed)
-  noise_key, batch_rng = source.key("dpsgd"), source.rng("dpsgd_batches")
-  logits = jax.eval_shape(lambda: model.apply(model.init(init_key, x[:1]), x[:1]))
-  y = labels(y, len(x), logits.shape[-1])
+  k = _logits(model, x)
+  y = labels(y, len(x), k)
   n = len(x)
   checks.delta_for_size(delta, n)
   batch_size = max(1, n // 20) if batch_size is None else batch_size
@@ -231,32 +316,192 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, *, epsilon: float, delta: floa
   sigma = privacy.dpsgd_noise_multiplier(plan, epsilon, delta, accountant)
   record = dataclasses.replace(plan, noise_multiplier=sigma)
   fit = train.FitConfig(num_steps=steps, batch_size=int(batch_size),
-                        learning_rate=learning_rate, checkpoint_every=steps,
-                        log_every=steps)
-  state = train.create_train_state(model, train.optimizer(fit), init_key, x.shape[1:])
-  with tempfile.TemporaryDirectory() as checkpoints:
-    state = dpsgd.train_private(state, model, x, y, record, microbatch_size, fit, noise_key,
-                                batch_rng, checkpoints, "dpsgd")
-  return state.params, record
+                        learning_rate=learning_rate, checkpoint_every=max(1, steps // 10),
+                        log_every=max(1, steps // 20))
+  tx = optimizer or train.optimizer(fit)
+  state = train.create_train_state(model, tx, init_key, x.shape[1:])
+  metrics = []
+  with contextlib.ExitStack() as stack:
+    folder = workdir or stack.enter_context(tempfile.TemporaryDirectory())
+    checkpoints = os.path.join(folder, "checkpoints")
+    wd = Workdir(folder)
+    wd.bind_data("train_dpsgd's (x, y)", _fingerprint(x, y))
+    plan_path = os.path.join(folder, "dpsgd.json")  # a resumed run must be the same plan
+    planned = {"steps": steps, "batch_size": int(batch_size), "noise_multiplier": sigma,
+               "norm_bound": norm_bound, "seed": seed, "noise_seed": noise_seed}
+    if os.path.exists(plan_path) and read_json(plan_path) != planned:
+      raise ConfigError(f"{folder} holds DP-SGD checkpoints of another plan "
+                        f"({read_json(plan_path)}); use another workdir.")
+    write_json(plan_path, planned)
+    begun = ["dpsgd"] if os.path.isdir(checkpoints) and os.listdir(checkpoints) else []
+    source = wd.noise_source(-1 if noise_seed is None else noise_seed, begun)
+    state = dpsgd.train_private(state, model, x, y, record, microbatch_size, fit,
+                                source.key("dpsgd"), source.rng("dpsgd_batches"), checkpoints,
+                                "dpsgd", metrics.append, loss)
+  spent = privacy.PrivacyLedger([record]).epsilon(delta, accountant, data_dependent=False)
+  report = {"epsilon": spent.epsilon, "delta": delta,
+            "accountant": accountant, "release": record, "metrics": metrics,
+            "noise": source.describe()}
+  if x_test is not None:
+    xt = images(x_test, "x_test")
+    report["test_accuracy"] = train.accuracy(model.apply, state.params, xt,
+                                             labels(y_test, len(xt), k, "y_test"))
+  return Result(model, state.params, report, workdir)
 
 
-def epsilon(releases: Sequence[privacy.Release], delta: float = 1e-5,
-            accountant: str = "pld") -> privacy.EpsilonReport:
-  """The data-independent (epsilon, delta) of ``releases`` composed, under ``accountant``
-  ('pld', 'rdp', 'rdp_classic', 'moments_accountant', 'advanced_composition'; dp-accounting),
-  for the neighbouring relation the records state. Its ``note`` says what it covers."""
-  return privacy.PrivacyLedger(list(releases)).epsilon(delta, accountant, data_dependent=False)
+def _fingerprint(*arrays: np.ndarray) -> str:
+  """A hash of the arrays' content: binds a workdir to the data it trained on."""
+  h = hashlib.blake2b(digest_size=16)
+  for a in arrays:
+    h.update(str((a.shape, a.dtype.str)).encode())
+    h.update(np.ascontiguousarray(a).data)
+  return h.hexdigest()
+
+
+def epsilon(releases: Any, delta: float = 1e-5, accountant: str = ACCOUNTANT, *,
+            data_dependent: bool = False) -> privacy.EpsilonReport:
+  """The (epsilon, delta) of ``releases`` (one record, one ``Answers``, or a sequence of
+  them) composed under ``accountant`` ('pld', 'rdp', 'rdp_classic', 'moments_accountant',
+  'advanced_composition'; dp-accounting), for the neighbouring relation the records state:
+  data-independent, a DP guarantee. ``data_dependent=True`` with a data-dependent accountant
+  ('rdp_data_dependent', 'moments_accountant', 'rdp_answered_only') analyses the votes the
+  records carry (PATE 2017/2018): a function of the private votes, not a guarantee, and not
+  publishable as it is (``smooth_sensitivity_epsilon`` releases it). Its ``note`` says what it
+  covers."""
+  items = releases if isinstance(releases, (list, tuple)) else [releases]
+  records = [r.release if isinstance(r, Answers) else r for r in items]
+  return privacy.PrivacyLedger(records).epsilon(delta, accountant, data_dependent=data_dependent)
 
 
 def plan_queries(num_teachers: int, num_classes: int, target_epsilon: float, *,
                  delta: float = 1e-5, max_queries: int = 10_000, consensus: float = 0.5,
-                 accountant: str = "rdp") -> query_plan.Candidate:
+                 accountant: str = ACCOUNTANT) -> query_plan.Candidate:
   """The label plan for a budget, chosen before any vote (data-independent): the aggregator
   ('lnmax' or 'gnmax'), its noise and the most queries that fit ``target_epsilon``, maximising
   the expected clean-equivalent labels on an assumed histogram whose top class holds
   ``consensus`` of the votes."""
   return query_plan.choose(num_teachers, num_classes, target_epsilon, delta, consensus,
                            max_queries, accountant)[0]
+
+
+def read_idx(folder: str):
+  """((x_train, y_train), (x_test, y_test)) from the four standard IDX ``.gz`` files in
+  ``folder`` (e.g. Debian's /usr/share/datasets/fashion-mnist): uint8 images, int32 labels."""
+  return idx.read_folder(folder)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  """A method's released model trained on your arrays. ``model.apply(params, images(x))``
+  gives its logits (``model``: your module, or the paper classifier); ``report`` is
+  report.json's contents (test accuracy, epsilon per accountant, what it covers and does not,
+  where the noise came from); ``workdir`` the run's folder (None: a temporary one, removed),
+  all private but its ``release/`` folder."""
+
+  model: nn.Module
+  params: Any
+  report: dict
+  workdir: str | None
+
+  @property
+  def epsilon(self) -> float | None:
+    return self.report.get("epsilon")
+
+  @property
+  def test_accuracy(self) -> float | None:
+    return self.report.get("test_accuracy")
+
+
+def _module_spec(model: nn.Module | None) -> tuple[str, str]:
+  """(config.model.module, config.model.kwargs) rebuilding ``model`` as Class(num_classes=K,
+  **kwargs) from its dataclass fields (JSON values); ('', '') for the paper classifier."""
+  if model is None:
+    return "", ""
+  cls = type(model)
+  if not (isinstance(model, nn.Module) and "num_classes" in {
+      f.name for f in dataclasses.fields(model)}):
+    raise ConfigError(f"model={cls.__name__}: pass a flax.linen.Module with a num_classes "
+                      "field (built as Class(num_classes=K, **its other fields)), or None for "
+                      "the paper classifier.")
+  fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+            if f.init and f.name not in ("parent", "name", "num_classes")}
+  try:
+    kwargs = json.dumps(fields) if fields else ""
+  except TypeError as e:
+    raise ConfigError(f"model={cls.__name__}: its fields {sorted(fields)} must be JSON values "
+                      f"(numbers, strings, lists) to be rebuilt and recorded ({e}).") from None
+  return f"{cls.__module__}:{cls.__qualname__}", kwargs
+
+
+def _method(name: str, model, x, y, x_test, y_test, epsilon: float, delta: float, preset: str,
+            workdir: str | None, noise_seed: int | None, overrides: dict | None) -> Result:
+  """One method's preset (``dgd_jax/configs/<name>.py:npz:<your arrays>,<preset>``) run on
+  the arrays in ``workdir`` (resumable) or a temporary folder, its released model read back."""
+  from dgd_jax.configs import common  # pylint: disable=g-import-not-at-top
+  from dgd_jax.runner import methods  # pylint: disable=g-import-not-at-top
+  arrays = {"x_train": np.asarray(x), "y_train": np.asarray(y), "x_test": np.asarray(x_test),
+            "y_test": np.asarray(y_test)}
+  for k in ("x_train", "x_test"):
+    images(arrays[k], k)  # refused here, with the array's name, before anything is written
+  module, kwargs = _module_spec(model)
+  with contextlib.ExitStack() as stack:
+    folder = workdir or stack.enter_context(tempfile.TemporaryDirectory())
+    os.makedirs(folder, exist_ok=True)
+    data = os.path.join(folder, "data.npz")  # private, like the rest of the workdir
+    if not os.path.exists(data):
+      np.savez(data, **arrays)
+    config = importlib.import_module(f"dgd_jax.configs.{name}").get_config(
+        f"npz:{data},{preset}")
+    config = common.with_overrides(config, {
+        "privacy.max_epsilon": float(epsilon), "privacy.delta": float(delta),
+        "noise_seed": -1 if noise_seed is None else int(noise_seed),
+        "model.module": module, "model.kwargs": kwargs, **(overrides or {})})
+    report = pipeline.run(config, os.path.join(folder, "run"))
+    method = methods.method(config)
+    ctx = pipeline.open_run(os.path.join(folder, "run"), method.headline_stage)
+    params = method.released_model(ctx)
+    released, k = ctx.config, ctx.dataset.num_classes
+  if model is None:
+    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
+    model = artefacts.classifier(released, k, method.headline_stage if name != "dpdfd"
+                                 else None)
+  else:
+    model = model.clone(num_classes=k)
+  return Result(model, params, report, os.path.join(workdir, "run") if workdir else None)
+
+
+def dgd(model: nn.Module | None, x: Any, y: Any, x_test: Any, y_test: Any, *,
+        epsilon: float = 10.0, delta: float = 1e-5, preset: str = "cpu",
+        workdir: str | None = None, noise_seed: int | None = None,
+        overrides: dict | None = None) -> Result:
+  """DGD on your arrays: ``dgd.py``'s ``preset`` with your module (None: the paper
+  classifier) as baseline, teachers and student, its label release planned for ``epsilon``
+  at ``delta``; (x, y) private, (x_test, y_test) the test split that evaluates. The epsilon
+  covers the label answers only (README); ``workdir`` keeps every stage to resume (None: a
+  temporary folder). ``overrides``: {'block.field': value} on the preset."""
+  return _method("dgd", model, x, y, x_test, y_test, epsilon, delta, preset, workdir,
+                 noise_seed, overrides)
+
+
+def pate(model: nn.Module | None, x: Any, y: Any, x_test: Any, y_test: Any, *,
+         epsilon: float = 3.0, delta: float = 1e-5, preset: str = "cpu",
+         workdir: str | None = None, noise_seed: int | None = None,
+         overrides: dict | None = None) -> Result:
+  """PATE on your arrays (``pate.py``'s ``preset``): teachers on (x, y), the student's
+  unlabelled pool the first 9/10 of x_test (assumed public), evaluated on the rest; as
+  ``dgd`` otherwise."""
+  return _method("pate", model, x, y, x_test, y_test, epsilon, delta, preset, workdir,
+                 noise_seed, overrides)
+
+
+def dpdfd(model: nn.Module | None, x: Any, y: Any, x_test: Any, y_test: Any, *,
+          epsilon: float = 10.0, delta: float = 1e-5, preset: str = "cpu",
+          workdir: str | None = None, noise_seed: int | None = None,
+          overrides: dict | None = None) -> Result:
+  """DPDFD on your arrays (``dpdfd.py``'s ``preset``): a model trained on (x, y) converted
+  into a DP student by Algorithm 1; as ``dgd`` otherwise."""
+  return _method("dpdfd", model, x, y, x_test, y_test, epsilon, delta, preset, workdir,
+                 noise_seed, overrides)
 
 
 def run(config, workdir: str) -> dict:

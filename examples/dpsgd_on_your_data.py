@@ -14,7 +14,6 @@ import flax.linen as nn
 import numpy as np
 
 import dgd_jax
-from dgd_jax.data import idx
 
 
 class MyCNN(nn.Module):  # any flax.linen.Module mapping images to logits
@@ -34,17 +33,19 @@ def main():
   p.add_argument("--epochs", type=float, default=20.0)
   p.add_argument("--batch", type=int, default=0, help="expected batch (0: N // 20)")
   args = p.parse_args()
-  (x, y), (x_test, y_test) = idx.read_folder(FASHION)
+  (x, y), (x_test, y_test) = dgd_jax.read_idx(FASHION)
   x, y = x[:args.private], y[:args.private]
 
-  params, steps = dgd_jax.train_dpsgd(MyCNN(), x, y, epsilon=args.epsilon, delta=1e-5,
-                                      epochs=args.epochs, batch_size=args.batch or None,
-                                      learning_rate=2e-3)
-  logits = MyCNN().apply(params, dgd_jax.images(x_test))
+  result = dgd_jax.train_dpsgd(MyCNN(), x, y, x_test, y_test, epsilon=args.epsilon,
+                               delta=1e-5, epochs=args.epochs, batch_size=args.batch or None,
+                               learning_rate=2e-3)
+  steps = result.report["release"]
+  logits = MyCNN().apply(result.params, dgd_jax.images(x_test))  # result.model, the same
   print(f"{steps.steps} steps of expected batch {steps.batch_size}, noise multiplier "
-        f"{steps.noise_multiplier:.3f}, clip norm {steps.norm_bound:g}")
+        f"{steps.noise_multiplier:.3f}, clip norm {steps.norm_bound:g}; last logged loss "
+        f"{result.report['metrics'][-1]['loss']:.3f}")
   print(f"test accuracy {np.mean(np.argmax(logits, -1) == y_test):.2%}")
-  report = dgd_jax.epsilon([steps], delta=1e-5, accountant="pld")
+  report = dgd_jax.epsilon(steps, delta=1e-5)  # pld, the default accountant
   print(f"epsilon {report.epsilon:.3f} at delta {report.delta:g} ({report.accountant}, "
         f"add/remove-one, N = {len(x)} taken as public): covers the released parameters; not "
         "hyper-parameters chosen by looking at the same data")

@@ -17,7 +17,6 @@ import numpy as np
 import optax
 
 import dgd_jax
-from dgd_jax.data import idx
 
 
 class MyCNN(nn.Module):  # any flax.linen.Module mapping images to logits
@@ -38,13 +37,14 @@ def main():
   p.add_argument("--queries", type=int, default=500, help="public images labelled")
   p.add_argument("--sigma", type=float, default=20.0, help="GNMax noise std")
   args = p.parse_args()
-  (x, y), (x_test, y_test) = idx.read_folder(FASHION)
+  (x, y), (x_test, y_test) = dgd_jax.read_idx(FASHION)
   public, test = slice(0, args.queries), slice(5000, 7000)  # the test split's halves
 
   teachers = dgd_jax.train_teachers(MyCNN(), x[:args.private], y[:args.private], args.teachers,
                                     num_steps=args.steps, learning_rate=3e-3)
   votes = dgd_jax.teacher_votes(teachers, x_test[public])  # private: never publish these
-  labels, release = dgd_jax.noisy_labels(votes, "gnmax", args.sigma)  # secret noise
+  answers = dgd_jax.noisy_labels(votes, "gnmax", args.sigma)  # secret noise
+  labels = answers.labels
   print(f"GNMax labels agree with the truth on {np.mean(labels == y_test[public]):.1%}")
 
   # The student sees only public images and the noisy labels (post-processing of the release).
@@ -65,7 +65,7 @@ def main():
     params, opt = step(params, opt, jax.random.key(s))
   logits = student.apply(params, jnp.asarray(dgd_jax.images(x_test[test])))
   print(f"student test accuracy {np.mean(np.argmax(logits, -1) == y_test[test]):.2%}")
-  report = dgd_jax.epsilon([release], delta=1e-5, accountant="rdp")
+  report = dgd_jax.epsilon(answers, delta=1e-5, accountant="rdp")
   print(f"epsilon {report.epsilon:.3f} at delta {report.delta:g} ({report.accountant}, "
         f"replace-one): covers the {len(labels)} released labels, and so the student; not the "
         "votes or the teachers, which must stay private")

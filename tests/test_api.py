@@ -2,25 +2,29 @@
 Flax models and numpy arrays, and the refusals of bad input."""
 from __future__ import annotations
 
+import inspect
 import json
 import os
-import warnings
 import subprocess
 import sys
+import warnings
 
+import jax
 import numpy as np
 import pytest
 
 import dgd_jax
 from dgd_jax import privacy
-from dgd_jax.runtime.errors import ConfigError, DatasetError
+from dgd_jax.runtime.errors import ConfigError, DatasetError, WorkdirConflictError
 
 from conftest import make_images
 from user_models import UserBatchNormMLP, UserCNN, UserMLP
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCUMENTED = ["Teachers", "epsilon", "images", "labels", "noisy_labels", "plan_queries",
-              "privacy", "run", "teacher_votes", "train_dpsgd", "train_teachers"]
+DOCUMENTED = ["Answers", "Result", "Teachers", "dgd", "dpdfd", "dpsgd_noise_for", "epsilon",
+              "images", "labels", "noise_for", "noisy_labels", "pate", "plan_queries",
+              "privacy", "read_idx", "run", "smooth_sensitivity_epsilon", "teacher_votes",
+              "train_dpsgd", "train_teachers"]
 
 
 def test_the_public_names_are_exactly_the_documented_ones():
@@ -82,26 +86,54 @@ def test_your_own_model_trains_as_teachers_and_labels_with_an_epsilon(model):
   votes = dgd_jax.teacher_votes(teachers, queries.astype(np.float32))  # float pixels too
   assert votes.shape == (100, 10) and (votes.sum(axis=1) == 4).all()
   assert np.mean(votes.argmax(axis=1) == truth) > 0.5  # chance is 0.1
-  labels, release = dgd_jax.noisy_labels(votes, "gnmax", 1.0, noise_seed=0)
-  assert labels.shape == (100,) and isinstance(release, privacy.GNMaxQueries)
+  answers = dgd_jax.noisy_labels(votes, "gnmax", 1.0, noise_seed=0)
+  release = answers.release
+  assert answers.labels.shape == (100,) and isinstance(release, privacy.GNMaxQueries)
   assert release.queries == 100 and release.sigma == 1.0
-  report = dgd_jax.epsilon([release], delta=1e-5, accountant="rdp")
+  report = dgd_jax.epsilon(answers, delta=1e-5, accountant="rdp")  # one record, or a list
   expected = privacy.PrivacyLedger([privacy.GNMaxQueries(1.0, 100)]).epsilon(
       1e-5, "rdp", data_dependent=False)
   assert report.epsilon == expected.epsilon and not report.data_dependent
+  assert dgd_jax.epsilon([release], accountant="rdp").epsilon == report.epsilon
 
 
 def test_each_mechanism_returns_its_labels_and_record():
   votes = np.tile([[30, 2, 0, 0]], (20, 1))
   for mechanism, kind in (("lnmax", privacy.LNMaxQueries), ("gnmax", privacy.GNMaxQueries),
                           ("gaussian_histogram", privacy.HistogramQueries)):
-    labels, release = dgd_jax.noisy_labels(votes, mechanism, 2.0, noise_seed=1)
-    assert type(release) is kind and (labels == 0).all(), mechanism
-  labels, release = dgd_jax.noisy_labels(votes, "confident_gnmax", 2.0, noise_seed=1, threshold=100,
-                                         sigma1=1.0, teachers_changed=2)
-  assert (labels == -1).all()  # no query passes a threshold above its votes
-  assert isinstance(release, privacy.ConfidentGNMaxQueries) and release.teachers_changed == 2
-  assert release.queries == 20  # every query charged, answered or not
+    a = dgd_jax.noisy_labels(votes, mechanism, 2.0, noise_seed=1)
+    assert type(a.release) is kind and (a.labels == 0).all() and a.answered.all(), mechanism
+    assert (a.histograms is not None) == (mechanism == "gaussian_histogram"), mechanism
+  np.testing.assert_array_equal(a.histograms.argmax(-1), a.labels)  # the labels' histograms
+  a = dgd_jax.noisy_labels(votes, "confident_gnmax", 2.0, noise_seed=1, threshold=100,
+                           sigma1=1.0, teachers_changed=2)
+  assert (a.labels == -1).all() and not a.answered.any()  # no query passes the threshold
+  assert isinstance(a.release, privacy.ConfidentGNMaxQueries) and a.release.teachers_changed == 2
+  assert a.release.queries == 20  # every query charged, answered or not
+
+
+def test_pate_accounting_from_the_top_level():
+  """Data-dependent epsilons of the answers' votes (diagnostics) and their smooth-sensitivity
+  release (a DP value), beside the data-independent guarantee; the planners, one default
+  accountant (pld)."""
+  votes = np.tile([[240, 5, 5, 0, 0, 0, 0, 0, 0, 0]], (100, 1))
+  answers = dgd_jax.noisy_labels(votes, "confident_gnmax", 40.0, threshold=200, sigma1=150)
+  guarantee = dgd_jax.epsilon(answers, accountant="rdp")
+  dependent = dgd_jax.epsilon(answers, accountant="rdp_data_dependent", data_dependent=True)
+  assert dependent.data_dependent and dependent.epsilon < guarantee.epsilon
+  ss = dgd_jax.smooth_sensitivity_epsilon(answers, 1e-5, noise_seed=0)
+  assert ss.dp_release and ss.source == "plan" and ss.released != ss.epsilon
+  assert ss == dgd_jax.smooth_sensitivity_epsilon(answers, 1e-5, noise_seed=0)
+  with pytest.raises(ConfigError, match="GNMax or Confident-GNMax"):
+    dgd_jax.smooth_sensitivity_epsilon(dgd_jax.noisy_labels(votes, "lnmax", 40.0))
+  sigma = dgd_jax.noise_for("gaussian_histogram", 4000, 10.0)
+  assert sigma == pytest.approx(44.71, abs=0.01)  # the quick start's (README)
+  assert dgd_jax.epsilon(privacy.HistogramQueries(sigma, 4000)).epsilon <= 10.0
+  multiplier = dgd_jax.dpsgd_noise_for(60000, 2048, 10, 3.0)
+  assert dgd_jax.epsilon(privacy.DpsgdSteps(multiplier, 2048, 60000, 293)).epsilon <= 3.0
+  for f in (dgd_jax.epsilon, dgd_jax.noise_for, dgd_jax.plan_queries, dgd_jax.train_dpsgd,
+            dgd_jax.dpsgd_noise_for):
+    assert inspect.signature(f).parameters["accountant"].default == "pld", f
 
 
 def test_plan_queries_fits_the_budget():
@@ -229,14 +261,76 @@ def test_dp_sgd_trains_your_model_within_the_budget():
   rng = np.random.default_rng(0)
   x, y = make_images(rng, 1000)
   x_test, y_test = make_images(rng, 300)
-  params, record = dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=3.0, epochs=3, batch_size=100,
-                                       learning_rate=3e-3)
+  # secret noise, so each run draws its own: a step size that learns under any draw
+  result = dgd_jax.train_dpsgd(UserMLP(), x, y, x_test, y_test, epsilon=3.0, epochs=3,
+                               batch_size=100, learning_rate=1e-2)
+  record = result.report["release"]
   assert isinstance(record, privacy.DpsgdSteps)
   assert (record.dataset_size, record.batch_size, record.steps) == (1000, 100, 30)
   assert record.relation == "add_or_remove_one" and record.noise_multiplier > 0
   assert 2.99 <= dgd_jax.epsilon([record], delta=1e-5).epsilon <= 3.0
-  logits = UserMLP().apply(params, dgd_jax.images(x_test))
+  assert result.epsilon == pytest.approx(dgd_jax.epsilon(record).epsilon)
+  logits = UserMLP().apply(result.params, dgd_jax.images(x_test))
   assert np.mean(np.argmax(logits, -1) == y_test) > 0.5  # chance is 0.1
+  assert result.test_accuracy == np.mean(np.argmax(logits, -1) == y_test)
+  assert [m["step"] for m in result.report["metrics"]] == list(range(1, 31))  # every step
+  assert {"loss", "clipped_fraction"} <= set(result.report["metrics"][0])
+
+
+@pytest.mark.integration
+def test_dp_sgd_takes_your_optimiser_and_loss_and_resumes_in_a_workdir(tmp_path):
+  """The user's optax optimiser and loss train the model (the same draws as the default
+  path's up to them: a seeded run is reproducible); a workdir keeps the noise key and the
+  checkpoints, so a second call resumes to the same parameters; other arrays are refused."""
+  import optax  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  x, y = make_images(rng, 400)
+  smooth = lambda logits, labels: optax.softmax_cross_entropy(
+      logits, optax.smooth_labels(jax.nn.one_hot(labels, 10), 0.1)).mean()
+  kw = dict(epsilon=3.0, epochs=2, batch_size=100, optimizer=optax.sgd(0.1), loss=smooth)
+  first = dgd_jax.train_dpsgd(UserMLP(), x, y, workdir=str(tmp_path / "w"), **kw)
+  assert (tmp_path / "w" / "noise.key").exists() and first.report["noise"]["private_release"]
+  again = dgd_jax.train_dpsgd(UserMLP(), x, y, workdir=str(tmp_path / "w"), **kw)
+  for a, b in zip(jax.tree.leaves(first.params), jax.tree.leaves(again.params)):
+    np.testing.assert_array_equal(a, b)  # resumed from its last checkpoint: nothing redrawn
+  plain = dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=3.0, epochs=2, batch_size=100,
+                              noise_seed=1)
+  assert not plain.report["noise"]["private_release"]
+  assert not np.allclose(jax.tree.leaves(plain.params)[0], jax.tree.leaves(first.params)[0])
+  with pytest.raises(WorkdirConflictError, match="made from other data"):
+    dgd_jax.train_dpsgd(UserMLP(), x[::-1], y[::-1], workdir=str(tmp_path / "w"), **kw)
+
+
+@pytest.mark.integration
+def test_dgd_and_pate_on_arrays_return_the_released_student(tmp_path):
+  """DGD and PATE from arrays and a module object: the Result's model and parameters give
+  the reported test accuracy; DGD's workdir resumes (every stage reused)."""
+  rng = np.random.default_rng(0)
+  x, y = make_images(rng, 512)
+  x_test, y_test = make_images(rng, 128)
+  tiny = {"baseline.num_steps": 40, "baseline.batch_size": 32, "num_teachers": 4,
+          "teachers.num_steps": 20, "generator.num_synthetic": 96, "generator.oversample": 1.0,
+          "generator.inversion_batch_size": 32, "generator.inversion_steps": 30,
+          "generator.synthetic_student_steps": 20, "queries.plan": "fixed",
+          "queries.aggregator": "gaussian_histogram", "queries.noise_scale": 40.0,
+          "queries.num_queries": 50, "student.num_steps": 30, "student.batch_size": 16,
+          "student.ensemble": 1}
+  result = dgd_jax.dgd(UserCNN(), x, y, x_test, y_test, epsilon=10.0, overrides=tiny,
+                       workdir=str(tmp_path / "d"))
+  assert isinstance(result.model, UserCNN) and result.epsilon == pytest.approx(
+      result.report["epsilon"])
+  logits = result.model.apply(result.params, dgd_jax.images(x_test))
+  assert np.mean(np.argmax(logits, -1) == y_test) == result.test_accuracy
+  again = dgd_jax.dgd(UserCNN(), x, y, x_test, y_test, epsilon=10.0, overrides=tiny,
+                      workdir=str(tmp_path / "d"))
+  assert again.report["stage_seconds"] == result.report["stage_seconds"]  # all reused
+  pate = dgd_jax.pate(None, x, y, x_test, y_test, epsilon=3.0, overrides={
+      "num_teachers": 4, "teachers.num_steps": 20, "queries.num_queries": 40,
+      "student.num_steps": 20, "student.batch_size": 16})
+  assert pate.workdir is None and pate.report["method"] == "pate"
+  held_out = slice(-pate.report["stages"]["student"]["num_evaluated"], None)  # not pooled
+  logits = pate.model.apply(pate.params, dgd_jax.images(x_test[held_out]))
+  assert np.mean(np.argmax(logits, -1) == y_test[held_out]) == pate.test_accuracy
 
 
 @pytest.mark.parametrize("call, error, match", [

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+import dgd_jax
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = {  # script -> tiny arguments
     "pate_on_your_arrays.py": ["--private=2000", "--teachers=4", "--steps=60", "--queries=300",
@@ -24,7 +26,15 @@ def test_every_example_is_listed_and_short():
   assert found == sorted(EXAMPLES)
   for name in found:
     with open(os.path.join(REPO, "examples", name)) as f:
-      assert len(f.read().splitlines()) <= 80, name
+      text = f.read()
+    assert len(text.splitlines()) <= 80, name
+    # the public API only: `import dgd_jax`, or public names from it
+    for line in text.splitlines():
+      if re.match(r"\s*(from|import) dgd_jax", line):
+        assert line.strip() == "import dgd_jax" or (
+            line.startswith("from dgd_jax import ") and all(
+                n.strip() in dgd_jax.__all__ for n in line.split("import ", 1)[1].split(","))), (
+                    name, line)
 
 
 # The DP-SGD and DGD examples (a minute or more each on a slow host) run in CI's second tier:
@@ -53,5 +63,5 @@ def test_example_runs(name, tmp_path):
   if name == "dgd_from_python.py":  # one step each: the run and its report, not an accuracy
     assert re.search(r"epsilon 10\.000 .*\(pld\)", run.stdout), run.stdout
     assert re.search(r"\(18 teachers;", run.stdout), run.stdout  # N // 80 of 1,500
-    config = json.loads((tmp_path / "own_model_smoke" / "config.json").read_text())
+    config = json.loads((tmp_path / "own_model_smoke" / "run" / "config.json").read_text())
     assert config["model"]["module"] == "__main__:MyCNN"

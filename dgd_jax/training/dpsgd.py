@@ -82,9 +82,9 @@ def parameter_average(decay: float) -> optax.GradientTransformation:
   return optax.GradientTransformation(init, update)
 
 
-def _loss(apply_fn):
+def _loss(apply_fn, loss_fn: Callable = train.cross_entropy):
   def loss(params, xb, yb):  # one example with a batch axis of 1 (keep_batch_dim)
-    return train.cross_entropy(apply_fn(params, xb), yb)
+    return loss_fn(apply_fn(params, xb), yb)
   return loss
 
 
@@ -128,13 +128,16 @@ def linear_clipped_grad(groups: int, l2_clip_norm: float) -> ClippedGrad:
   return ClippedGrad(clipping.BoundedSensitivityCallable(fun, l2_clip_norm, has_aux=True), inputs)
 
 
-def clipped_grad_of(model, norm_bound: float, microbatch_size: int) -> ClippedGrad:
+def clipped_grad_of(model, norm_bound: float, microbatch_size: int,
+                    loss: Callable | None = None) -> ClippedGrad:
   """The clipped per-example gradient sum DP-SGD trains ``model`` with: jax-privacy's
-  ``clipped_grad`` of the cross-entropy on the examples as they are, or its closed form for
-  ScatterNet + linear with a non-affine group norm (``linear_clipped_grad``)."""
-  if isinstance(model, dpsgd_models.ScatterLinear) and not model.norm_affine:
+  ``clipped_grad`` of ``loss(logits, labels)`` (None: the cross-entropy) on the examples as
+  they are, or, for the cross-entropy of ScatterNet + linear with a non-affine group norm, its
+  closed form (``linear_clipped_grad``)."""
+  if loss is None and isinstance(model, dpsgd_models.ScatterLinear) and not model.norm_affine:
     return linear_clipped_grad(model.groups, norm_bound)
-  return ClippedGrad(clipped_grad(_loss(model.apply), l2_clip_norm=norm_bound,
+  return ClippedGrad(clipped_grad(_loss(model.apply, loss or train.cross_entropy),
+                                  l2_clip_norm=norm_bound,
                                   batch_argnums=(1, 2), microbatch_size=microbatch_size,
                                   return_values=True, return_grad_norms=True),
                      lambda x: x)
@@ -150,11 +153,13 @@ def batches(record: privacy.DpsgdSteps, num_examples: int, rng: np.random.Genera
           for b in strategy.batch_iterator(num_examples, rng=rng)]
 
 
-def private_step(model, record: privacy.DpsgdSteps, microbatch_size: int):
+def private_step(model, record: privacy.DpsgdSteps, microbatch_size: int,
+                 loss: Callable | None = None):
   """(the jitted DP-SGD step ``step(state, key, inputs, y, idx)``, the clipped gradient's
-  ``inputs`` transform) for ``model`` under the record's clip norm and noise; refused where
-  jax-privacy's stated sensitivity is not the one the record charges."""
-  grad_fn, inputs = clipped_grad_of(model, record.norm_bound, microbatch_size)
+  ``inputs`` transform) for ``model`` and ``loss`` (None: cross-entropy) under the record's
+  clip norm and noise; refused where jax-privacy's stated sensitivity is not the one the
+  record charges."""
+  grad_fn, inputs = clipped_grad_of(model, record.norm_bound, microbatch_size, loss)
   # The sum's sensitivity under the record's relation is what the record charges.
   stated = grad_fn.sensitivity(record.neighboring_relation)
   if not stated == record.l2_sensitivity:
@@ -178,13 +183,14 @@ def step_program(state, model, x, y, record: privacy.DpsgdSteps, microbatch_size
 def train_private(state: train_state.TrainState, model, x: np.ndarray, y: np.ndarray,
                   record: privacy.DpsgdSteps, microbatch_size: int, fit: train.FitConfig,
                   noise_key: jax.Array, batch_rng: np.random.Generator, checkpoint_dir: str,
-                  name: str, log: Callable[[dict], None] = lambda m: None):
+                  name: str, log: Callable[[dict], None] = lambda m: None,
+                  loss: Callable | None = None):
   """``record.steps`` DP-SGD steps of ``state`` (``model``'s parameters) on (x, y) with the
   record's batch selection, clip norm and noise (resumable from ``checkpoint_dir``). The
   noise (``noise_key``) and the batches (``batch_rng``) must be secret
   (``privacy.noise.NoiseSource``); a resumed run passes the same ones and redraws the same
   batches."""
-  step, inputs = private_step(model, record, microbatch_size)
+  step, inputs = private_step(model, record, microbatch_size, loss)
   indices = batches(record, len(x), batch_rng, microbatch_size)
   x_dev, y_dev = inputs(jnp.asarray(x)), jnp.asarray(y)  # what grad_fn reads, once
   return train.run_steps(
