@@ -39,6 +39,7 @@ from dgd_jax.data import idx
 from dgd_jax.data.loaders import check_labels, check_layout, check_pixels, to_float
 from dgd_jax.data.partitions import partition_indices
 from dgd_jax.labelling import aggregation
+from dgd_jax.models import adapter
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.privacy import checks
 from dgd_jax.privacy.noise import NoiseSource
@@ -89,6 +90,14 @@ class Teachers:
     return len(self.shards)
 
 
+def _trainable(model: nn.Module) -> nn.Module:
+  """``model`` as the train steps run it (``adapter.WithFeatures``: ``train`` passed on,
+  BatchNorm as a group norm, parameters only); its parameter tree is the module's own."""
+  if not isinstance(model, nn.Module):
+    raise ConfigError(f"model={model!r}: pass a flax.linen.Module mapping images to logits.")
+  return model if isinstance(model, adapter.WithFeatures) else adapter.WithFeatures(model)
+
+
 def _logits(model: nn.Module, x: np.ndarray) -> int:
   """K, the number of logits ``model`` gives an image of ``x`` (abstractly, nothing runs)."""
   out = jax.eval_shape(lambda: model.apply(model.init(jax.random.key(0), x[:1]), x[:1]))
@@ -106,8 +115,11 @@ def train_teachers(model: nn.Module, x: Any, y: Any, num_teachers: int, *,
   program (``ensemble``), each for ``num_steps`` Adam steps of ``batch_size`` examples drawn
   from its own shard, the learning rate decaying linearly to 0. ``chunk``: teachers per vmapped
   chunk (0: the backend's default), cut to what fits the device (``memory_plan.plan``). The
-  remainder len(x) mod num_teachers is seen by no teacher. Nothing is released."""
+  remainder len(x) mod num_teachers is seen by no teacher. Nothing is released. The module
+  runs behind ``models.adapter.WithFeatures`` (``Teachers.model``): dropout on in training if
+  its ``__call__`` takes ``train``, BatchNorm as a group norm."""
   x = images(x)
+  model = _trainable(model)
   k = _logits(model, x)
   if num_classes is not None and num_classes != k:
     raise ConfigError(f"num_classes={num_classes} but the model has {k} logits: build it with "
@@ -298,11 +310,14 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
   initialisation; the noise and the Poisson batches come from the operating system's entropy
   (kept in ``workdir``'s noise.key when given, so that a killed run resumes from its
   checkpoints with the same draws), or from ``noise_seed`` (an int >= 0) for a reproducible
-  run that is NOT a private release. A delta of 1/N or more is refused."""
+  run that is NOT a private release. A delta of 1/N or more is refused. The module runs as
+  ``train_teachers`` runs it (``Result.model``: BatchNorm as a group norm, which keeps each
+  example's gradient its own), in evaluation mode: its dropout stays off under DP-SGD."""
   from dgd_jax.plan.workdir import Workdir  # pylint: disable=g-import-not-at-top
   from dgd_jax.runtime.files import read_json, write_json  # pylint: disable=g-import-not-at-top
   x = images(x)
   init_key = jax.random.key(seed)
+  model = _trainable(model)
   k = _logits(model, x)
   y = labels(y, len(x), k)
   n = len(x)
@@ -466,7 +481,7 @@ def _method(name: str, model, x, y, x_test, y_test, epsilon: float, delta: float
     model = artefacts.classifier(released, k, method.headline_stage if name != "dpdfd"
                                  else None)
   else:
-    model = model.clone(num_classes=k)
+    model = adapter.WithFeatures(model.clone(num_classes=k))  # as the run trained it
   return Result(model, params, report, os.path.join(workdir, "run") if workdir else None)
 
 

@@ -18,7 +18,7 @@ from dgd_jax import privacy
 from dgd_jax.runtime.errors import ConfigError, DatasetError, WorkdirConflictError
 
 from conftest import make_images
-from user_models import UserBatchNormMLP, UserCNN, UserMLP
+from user_models import UserBatchNormCNN, UserCNN, UserMLP, UserStatefulMLP
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTED = ["Answers", "Result", "Teachers", "dgd", "dpdfd", "dpsgd_noise_for", "epsilon",
@@ -186,8 +186,48 @@ def test_your_own_model_reads_as_the_paper_classifier_does():
     assert len(stats) == conv_layers
     assert wrapped.num_classes == 10
   with pytest.raises(ValueError, match=r"keeps variables besides its parameters "
-                     r"\(\['batch_stats'\].*use nn.LayerNorm"):
-    WithFeatures(UserBatchNormMLP()).init(jax.random.key(0), x)
+                     r"\(\['counters'\]"):
+    WithFeatures(UserStatefulMLP()).init(jax.random.key(0), x)
+
+
+def test_batchnorm_runs_as_a_group_norm_and_dropout_only_in_training():
+  """A module with BatchNorm and Dropout behind the adapter: parameters only (BatchNorm's scale
+  and bias, no running statistics); each example's logits its own (no batch statistics, as
+  DP-SGD needs); the same logits in evaluation, dropout masks in training
+  (``train.training_apply``)."""
+  from dgd_jax.models import WithFeatures  # pylint: disable=g-import-not-at-top
+  from dgd_jax.training import train  # pylint: disable=g-import-not-at-top
+  x = dgd_jax.images(make_images(np.random.default_rng(0), 8)[0])
+  net = WithFeatures(UserBatchNormCNN())
+  variables = net.init(jax.random.key(0), x)
+  assert set(variables) == {"params"} and {"scale", "bias"} == set(
+      variables["params"]["BatchNorm_0"])
+  batch = net.apply(variables, x)
+  np.testing.assert_allclose(net.apply(variables, x[:1]), batch[:1], rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(net.apply(variables, x), batch)  # evaluation: deterministic
+  a = train.training_apply(net.apply, variables, x, jax.random.key(1))
+  b = train.training_apply(net.apply, variables, x, jax.random.key(2))
+  assert not np.allclose(a, b) and not np.allclose(a, batch)  # dropout, per step key
+  # the paper classifier takes train too, and ignores it
+  from dgd_jax.models.classifier import Classifier  # pylint: disable=g-import-not-at-top
+  paper = Classifier(num_classes=10, width=0.25)
+  p = paper.init(jax.random.key(0), x)
+  np.testing.assert_array_equal(train.training_apply(paper.apply, p, x, jax.random.key(3)),
+                                paper.apply(p, x))
+
+
+@pytest.mark.integration
+def test_a_batchnorm_dropout_module_trains_as_teachers_and_under_dp_sgd():
+  rng = np.random.default_rng(0)
+  x, y = make_images(rng, 400)
+  queries, truth = make_images(rng, 100)
+  teachers = dgd_jax.train_teachers(UserBatchNormCNN(), x, y, 4, num_steps=60,
+                                    learning_rate=3e-3)
+  votes = dgd_jax.teacher_votes(teachers, queries)
+  assert np.mean(votes.argmax(axis=1) == truth) > 0.5  # chance is 0.1
+  result = dgd_jax.train_dpsgd(UserBatchNormCNN(), x, y, queries, truth, epsilon=3.0,
+                               epochs=3, batch_size=100, learning_rate=1e-2)
+  assert result.test_accuracy > 0.3 and result.epsilon <= 3.0
 
 
 @pytest.mark.integration
@@ -317,14 +357,14 @@ def test_dgd_and_pate_on_arrays_return_the_released_student(tmp_path):
           "student.ensemble": 1}
   result = dgd_jax.dgd(UserCNN(), x, y, x_test, y_test, epsilon=10.0, overrides=tiny,
                        workdir=str(tmp_path / "d"))
-  assert isinstance(result.model, UserCNN) and result.epsilon == pytest.approx(
+  assert isinstance(result.model.module, UserCNN) and result.epsilon == pytest.approx(
       result.report["epsilon"])
   logits = result.model.apply(result.params, dgd_jax.images(x_test))
   assert np.mean(np.argmax(logits, -1) == y_test) == result.test_accuracy
   again = dgd_jax.dgd(UserCNN(), x, y, x_test, y_test, epsilon=10.0, overrides=tiny,
                       workdir=str(tmp_path / "d"))
   assert again.report["stage_seconds"] == result.report["stage_seconds"]  # all reused
-  pate = dgd_jax.pate(None, x, y, x_test, y_test, epsilon=3.0, overrides={
+  pate = dgd_jax.pate(UserBatchNormCNN(), x, y, x_test, y_test, epsilon=3.0, overrides={
       "num_teachers": 4, "teachers.num_steps": 20, "queries.num_queries": 40,
       "student.num_steps": 20, "student.batch_size": 16})
   assert pate.workdir is None and pate.report["method"] == "pate"

@@ -87,7 +87,8 @@ class Classifier(nn.Module):
       x = nn.relu(fc(x))
     return x
 
-  def __call__(self, x: jnp.ndarray, with_features: bool = False):
+  def __call__(self, x: jnp.ndarray, with_features: bool = False, train: bool = False):
+    del train  # no dropout or batch statistics: the same function in training and evaluation
     features = self.backbone(x)
     logits = self.head(features)
     return (logits, features) if with_features else logits

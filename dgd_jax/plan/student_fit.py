@@ -163,16 +163,17 @@ def _labelled_loss(student, params, xb, yb, key, s: StudentSettings):
   """Eq. 5 on the labelled batch: labels [B], or target distributions [B, K] (a self-training
   round; the released vote shares under ``s.brier``), on mixed pairs where ``s.mixup`` > 0."""
   targets = yb if yb.ndim == 2 else jax.nn.one_hot(yb, student.num_classes)
+  apply = lambda x: train.training_apply(student.apply, params, x, key)  # dropout on
   if s.brier:
     if s.mixup > 0:
       xb, targets = augment.mixup(jax.random.fold_in(key, 2), xb, targets, s.mixup)
-    return brier_score(student.apply(params, xb), targets)
+    return brier_score(apply(xb), targets)
   if s.mixup > 0:  # Eq. 5 on mixed pairs (mixup, Zhang et al. 2018)
     x_mix, t_mix = augment.mixup(jax.random.fold_in(key, 2), xb, targets, s.mixup)
-    return optax.softmax_cross_entropy(student.apply(params, x_mix), t_mix).mean()
+    return optax.softmax_cross_entropy(apply(x_mix), t_mix).mean()
   if yb.ndim == 2:
-    return optax.softmax_cross_entropy(student.apply(params, xb), targets).mean()
-  return train.cross_entropy(student.apply(params, xb), yb)  # Eq. 5
+    return optax.softmax_cross_entropy(apply(xb), targets).mean()
+  return train.cross_entropy(apply(xb), yb)  # Eq. 5
 
 
 def _unlabelled_terms(student, params, loss, views, hats, s: StudentSettings

@@ -36,13 +36,14 @@ SWEEP_KEYS = ("teachers", "sweep")
 
 def augmented_update(state, key, xb, yb):
   """A plain update on a randomly shifted and mirrored minibatch (``teachers.augment``)."""
-  return train.update(state, augment.weak(key, xb), yb)
+  return train.update(state, augment.weak(key, xb), yb, key=key)
 
 
 def mixup_update(state, key, xb, yb, alpha: float, num_classes: int):
   """A plain update on mixed pairs of the minibatch and their mixed one-hot targets (mixup,
   Zhang et al. 2018; ``teachers.mixup``)."""
-  return train.update(state, *augment.mixup(key, xb, jax.nn.one_hot(yb, num_classes), alpha))
+  return train.update(state, *augment.mixup(key, xb, jax.nn.one_hot(yb, num_classes), alpha),
+                      key=key)
 
 
 def update_rules(config) -> dict:

@@ -156,7 +156,7 @@ def member_step(state: train.TrainState, key: jax.Array, x_all: jnp.ndarray,
   idx = indices[rows]
   if robust is not None:
     return robust(state, jax.random.fold_in(key, 1), x_all[idx], y_all[idx])
-  return train.update(state, x_all[idx], y_all[idx])
+  return train.update(state, x_all[idx], y_all[idx], key=key)
 
 
 def lift(fn, chunk: int):

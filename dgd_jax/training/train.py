@@ -81,13 +81,24 @@ def sample_batch(key: jax.Array, x: jnp.ndarray, y: jnp.ndarray, batch_size: int
   return x[idx], y[idx]
 
 
-def update(state: TrainState, xb: jnp.ndarray, yb: jnp.ndarray
+DROPOUT = 0xD60  # fold_in salt: a step's dropout key, apart from its other draws
+
+
+def training_apply(apply_fn: Callable, params: Any, x: jnp.ndarray, key: jax.Array):
+  """``apply_fn`` in training mode (``train=True``), its dropout drawn from ``key``: for the
+  paper classifier, which ignores it, and a user's module behind ``models.adapter``."""
+  return apply_fn(params, x, train=True, rngs={"dropout": jax.random.fold_in(key, DROPOUT)})
+
+
+def update(state: TrainState, xb: jnp.ndarray, yb: jnp.ndarray, key: jax.Array | None = None
            ) -> tuple[TrainState, dict[str, jnp.ndarray]]:
   """One optimizer step on the cross-entropy of the minibatch (xb, yb); yb integer labels or
-  target distributions (``cross_entropy``), the accuracy against their argmax."""
+  target distributions (``cross_entropy``), the accuracy against their argmax. With ``key``
+  the model runs in training mode (``training_apply``: dropout on)."""
 
   def loss_fn(params):
-    logits = state.apply_fn(params, xb)
+    logits = (state.apply_fn(params, xb) if key is None
+              else training_apply(state.apply_fn, params, xb, key))
     return cross_entropy(logits, yb), logits
 
   (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
@@ -99,7 +110,7 @@ def update(state: TrainState, xb: jnp.ndarray, yb: jnp.ndarray
 def train_step(state: TrainState, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray,
                batch_size: int) -> tuple[TrainState, dict[str, jnp.ndarray]]:
   """One Adam step on a minibatch sampled from (x, y) with ``key``. Pure; jit it."""
-  return update(state, *sample_batch(key, x, y, batch_size))
+  return update(state, *sample_batch(key, x, y, batch_size), key=key)
 
 
 EVAL_BATCH = 1000  # images a model labels at a time (``logits``)
