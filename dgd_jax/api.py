@@ -312,7 +312,7 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
   checkpoints with the same draws), or from ``noise_seed`` (an int >= 0) for a reproducible
   run that is NOT a private release. A delta of 1/N or more is refused. The module runs as
   ``train_teachers`` runs it (``Result.model``: BatchNorm as a group norm, which keeps each
-  example's gradient its own), in evaluation mode: its dropout stays off under DP-SGD."""
+  example's gradient its own; dropout on, each example's mask its own)."""
   from dgd_jax.plan.workdir import Workdir  # pylint: disable=g-import-not-at-top
   from dgd_jax.runtime.files import read_json, write_json  # pylint: disable=g-import-not-at-top
   x = images(x)

@@ -10,6 +10,7 @@ import sys
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -208,6 +209,12 @@ def test_batchnorm_runs_as_a_group_norm_and_dropout_only_in_training():
   a = train.training_apply(net.apply, variables, x, jax.random.key(1))
   b = train.training_apply(net.apply, variables, x, jax.random.key(2))
   assert not np.allclose(a, b) and not np.allclose(a, batch)  # dropout, per step key
+  # DP-SGD's per-example loss: dropout from each example's own key
+  from dgd_jax.training import dpsgd  # pylint: disable=g-import-not-at-top
+  grad = jax.jit(jax.grad(dpsgd._loss(net)))
+  y = jnp.array([3])
+  g1, g2 = (grad(variables, x[:1], y, jax.random.key(k)) for k in (4, 5))
+  assert not np.allclose(jax.tree.leaves(g1)[0], jax.tree.leaves(g2)[0])
   # the paper classifier takes train too, and ignores it
   from dgd_jax.models.classifier import Classifier  # pylint: disable=g-import-not-at-top
   paper = Classifier(num_classes=10, width=0.25)
@@ -355,14 +362,14 @@ def test_dgd_and_pate_on_arrays_return_the_released_student(tmp_path):
           "queries.aggregator": "gaussian_histogram", "queries.noise_scale": 40.0,
           "queries.num_queries": 50, "student.num_steps": 30, "student.batch_size": 16,
           "student.ensemble": 1}
-  result = dgd_jax.dgd(UserCNN(), x, y, x_test, y_test, epsilon=10.0, overrides=tiny,
-                       workdir=str(tmp_path / "d"))
-  assert isinstance(result.model.module, UserCNN) and result.epsilon == pytest.approx(
+  result = dgd_jax.dgd(UserBatchNormCNN(), x, y, x_test, y_test, epsilon=10.0,
+                       overrides=tiny, workdir=str(tmp_path / "d"))  # baseline, teachers, student
+  assert isinstance(result.model.module, UserBatchNormCNN) and result.epsilon == pytest.approx(
       result.report["epsilon"])
   logits = result.model.apply(result.params, dgd_jax.images(x_test))
   assert np.mean(np.argmax(logits, -1) == y_test) == result.test_accuracy
-  again = dgd_jax.dgd(UserCNN(), x, y, x_test, y_test, epsilon=10.0, overrides=tiny,
-                      workdir=str(tmp_path / "d"))
+  again = dgd_jax.dgd(UserBatchNormCNN(), x, y, x_test, y_test, epsilon=10.0,
+                      overrides=tiny, workdir=str(tmp_path / "d"))
   assert again.report["stage_seconds"] == result.report["stage_seconds"]  # all reused
   pate = dgd_jax.pate(UserBatchNormCNN(), x, y, x_test, y_test, epsilon=3.0, overrides={
       "num_teachers": 4, "teachers.num_steps": 20, "queries.num_queries": 40,
@@ -371,6 +378,12 @@ def test_dgd_and_pate_on_arrays_return_the_released_student(tmp_path):
   held_out = slice(-pate.report["stages"]["student"]["num_evaluated"], None)  # not pooled
   logits = pate.model.apply(pate.params, dgd_jax.images(x_test[held_out]))
   assert np.mean(np.argmax(logits, -1) == y_test[held_out]) == pate.test_accuracy
+  dpdfd = dgd_jax.dpdfd(UserCNN(), x, y, x_test, y_test, epsilon=10.0, preset="cpu,direct",
+                        overrides={"dpdfd.num_steps": 10, "dpdfd.batch_size": 16,
+                                   "dpdfd.replay_epochs": 0, "dpdfd.self_training": 0})
+  logits = dpdfd.model.apply(dpdfd.params, dgd_jax.images(x_test))
+  assert np.mean(np.argmax(logits, -1) == y_test) == dpdfd.test_accuracy
+  assert dpdfd.report["privacy"]["unit"] == "label"  # direct training: label DP only
 
 
 @pytest.mark.parametrize("call, error, match", [

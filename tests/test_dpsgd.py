@@ -154,13 +154,14 @@ def test_clipped_per_example_gradients_match_a_hand_computation():
   y = jnp.array([0, 1, 2, 1, 0])
   params = model.init(jax.random.key(1), x[:1])
   clip = 0.05
-  grad_fn = dpsgd.clipped_grad(dpsgd._loss(model.apply), l2_clip_norm=clip, batch_argnums=(1, 2),
+  grad_fn = dpsgd.clipped_grad(dpsgd._loss(model), l2_clip_norm=clip, batch_argnums=(1, 2),
                                return_grad_norms=True)
-  total, aux = jax.jit(grad_fn)(params, x, y)
+  key = jax.random.key(2)  # the dropout key: unused by a model without dropout
+  total, aux = jax.jit(grad_fn)(params, x, y, key)
   by_hand, norms = None, []
-  one_grad = jax.jit(jax.grad(dpsgd._loss(model.apply)))
+  one_grad = jax.jit(jax.grad(dpsgd._loss(model)))
   for i in range(5):  # one example at a time, clipped by hand
-    g = one_grad(params, x[i:i + 1], y[i:i + 1])
+    g = one_grad(params, x[i:i + 1], y[i:i + 1], key)
     norm = float(jnp.sqrt(sum(jnp.sum(v ** 2) for v in jax.tree.leaves(g))))
     norms.append(norm)
     g = jax.tree.map(lambda v, n=norm: v * min(1.0, clip / n), g)
@@ -184,12 +185,13 @@ def test_closed_form_linear_clipping_equals_jax_privacy():
                         params)
   padding = jnp.array([False] * 6 + [True] * 2)
   fast = dpsgd.clipped_grad_of(model, 9.0, microbatch_size=4)
-  reference = dpsgd.clipped_grad(dpsgd._loss(model.apply), l2_clip_norm=9.0,
+  reference = dpsgd.clipped_grad(dpsgd._loss(model), l2_clip_norm=9.0,
                                  batch_argnums=(1, 2), return_values=True,
                                  return_grad_norms=True)
   assert fast.fn.sensitivity(privacy.DpsgdSteps(1.0, 4, 8, 1).neighboring_relation) == 9.0
-  got, got_aux = jax.jit(fast.fn)(params, fast.inputs(x), y, is_padding_example=padding)
-  want, want_aux = jax.jit(reference)(params, x, y, is_padding_example=padding)
+  key = jax.random.key(3)
+  got, got_aux = jax.jit(fast.fn)(params, fast.inputs(x), y, key, is_padding_example=padding)
+  want, want_aux = jax.jit(reference)(params, x, y, key, is_padding_example=padding)
   norms = np.asarray(want_aux.grad_norms)
   assert (norms[:6] > 9.0).any() and (norms[:6] < 9.0).any()  # both branches of the clip
   np.testing.assert_allclose(got_aux.grad_norms, want_aux.grad_norms, rtol=1e-5)
@@ -201,7 +203,7 @@ def test_closed_form_linear_clipping_equals_jax_privacy():
   affine = dpsgd_models.ScatterLinear(num_classes=4, groups=3, norm_affine=True)
   affine_params = affine.init(jax.random.key(1), x[:1])
   generic_grad = dpsgd.clipped_grad_of(affine, 9.0, 4)
-  generic, _ = generic_grad.fn(affine_params, generic_grad.inputs(x), y)
+  generic, _ = generic_grad.fn(affine_params, generic_grad.inputs(x), y, key)
   assert set(generic["params"]) == {"GroupNorm_0", "Dense_0"}
 
 
@@ -219,7 +221,8 @@ def test_scatter_linear_is_a_softmax_layer_on_non_affine_group_norm():
   z = (g - g.mean(axis=(1, 2, 4), keepdims=True)) / jnp.sqrt(
       g.var(axis=(1, 2, 4), keepdims=True) + 1e-6)
   z = z.reshape(2, -1)
-  grad = jax.grad(dpsgd._loss(model.apply))(params, x[1:], jnp.array([2]))["params"]["Dense_0"]
+  grad = jax.grad(dpsgd._loss(model))(params, x[1:], jnp.array([2]),
+                                      jax.random.key(0))["params"]["Dense_0"]
   p = jax.nn.softmax(z[1] @ params["params"]["Dense_0"]["kernel"]
                      + params["params"]["Dense_0"]["bias"])
   r = p - jax.nn.one_hot(2, 3)

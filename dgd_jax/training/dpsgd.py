@@ -28,6 +28,7 @@ from jax_privacy import batch_selection, clipped_grad, clipping, noise_addition
 
 from dgd_jax import privacy
 from dgd_jax.privacy import noise
+from dgd_jax.models import adapter
 from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import train
@@ -43,8 +44,9 @@ def dpsgd_step(state: train_state.TrainState, key: jax.Array, x: jnp.ndarray, y:
   """One DP-SGD step on the examples ``idx`` of (x, y) (-1: padding). Pure; jit it."""
   padding = idx < 0
   safe = jnp.maximum(idx, 0)
-  # Abadi Alg. 1 lines 4-6: per-example gradients, clipped to C, summed (jax-privacy).
-  clipped_sum, aux = grad_fn(state.params, x[safe], y[safe], is_padding_example=padding)
+  # Abadi Alg. 1 lines 4-6: per-example gradients, clipped to C, summed (jax-privacy); each
+  # example's dropout key split from the step's (a model that takes ``train``).
+  clipped_sum, aux = grad_fn(state.params, x[safe], y[safe], key, is_padding_example=padding)
   # Line 7: + N(0, sigma^2 C^2 I), as GAUSSIAN_DRAWS jax-privacy privatizers of std
   # sigma C / sqrt(GAUSSIAN_DRAWS) each (privacy.noise.normal's hardening), a fresh key per step.
   noisy_sum = clipped_sum
@@ -82,9 +84,15 @@ def parameter_average(decay: float) -> optax.GradientTransformation:
   return optax.GradientTransformation(init, update)
 
 
-def _loss(apply_fn, loss_fn: Callable = train.cross_entropy):
-  def loss(params, xb, yb):  # one example with a batch axis of 1 (keep_batch_dim)
-    return loss_fn(apply_fn(params, xb), yb)
+def _loss(model, loss_fn: Callable = train.cross_entropy):
+  """The per-example loss jax-privacy differentiates: ``loss_fn`` of ``model``'s logits, in
+  training mode (its dropout from the example's own ``key``) where the model takes ``train``."""
+  dropout = adapter.takes_train(model)
+
+  def loss(params, xb, yb, key):  # one example with a batch axis of 1 (keep_batch_dim)
+    logits = (train.training_apply(model.apply, params, xb, key) if dropout
+              else model.apply(params, xb))
+    return loss_fn(logits, yb)
   return loss
 
 
@@ -113,7 +121,8 @@ def linear_clipped_grad(groups: int, l2_clip_norm: float) -> ClippedGrad:
   def inputs(x):  # z_i for every example
     return finite(norm.apply({}, x).reshape(x.shape[0], -1))
 
-  def fun(params, z, y, is_padding_example):
+  def fun(params, z, y, key, is_padding_example):
+    del key  # no dropout in a linear head
     head = params["params"]["Dense_0"]
     logits = z @ head["kernel"] + head["bias"]
     e = finite(jax.nn.softmax(logits) - jax.nn.one_hot(y, logits.shape[-1]))  # d loss_i/d logits
@@ -136,10 +145,10 @@ def clipped_grad_of(model, norm_bound: float, microbatch_size: int,
   closed form (``linear_clipped_grad``)."""
   if loss is None and isinstance(model, dpsgd_models.ScatterLinear) and not model.norm_affine:
     return linear_clipped_grad(model.groups, norm_bound)
-  return ClippedGrad(clipped_grad(_loss(model.apply, loss or train.cross_entropy),
+  return ClippedGrad(clipped_grad(_loss(model, loss or train.cross_entropy),
                                   l2_clip_norm=norm_bound,
                                   batch_argnums=(1, 2), microbatch_size=microbatch_size,
-                                  return_values=True, return_grad_norms=True),
+                                  return_values=True, return_grad_norms=True, prng_argnum=3),
                      lambda x: x)
 
 
