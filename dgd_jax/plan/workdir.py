@@ -45,7 +45,7 @@ from absl import logging
 from dgd_jax.privacy.noise import SECRET_BYTES, NoiseSource
 from dgd_jax.runtime import distributed
 from dgd_jax.runtime import tensorboard
-from dgd_jax.runtime.errors import WorkdirConflictError, WorkdirLockedError
+from dgd_jax.runtime.errors import UserInputError, WorkdirConflictError, WorkdirLockedError
 from dgd_jax.runtime.files import (append_line, atomic_write, damaged, fingerprint,
                                    is_temporary, makedirs, plain, read_artefact_json, read_json,
                                    write_json)
@@ -329,10 +329,18 @@ class Workdir:
     key is then refused."""
     if noise_seed != -1:
       return NoiseSource.reproducible(noise_seed)
-    secret = bytes(SECRET_BYTES)
+    sent, refusal = bytes(SECRET_BYTES + 1), None  # a status byte, then the secret
     if self.writer:
-      secret = self._read_or_draw_key(drawn)
-    return NoiseSource(distributed.from_process_zero(secret))
+      try:
+        sent = b"\1" + self._read_or_draw_key(drawn)
+      except UserInputError as e:  # the other processes must not wait for a key
+        refusal = e
+    sent = distributed.from_process_zero(sent)
+    if refusal is not None:
+      raise refusal
+    if sent[0] != 1:
+      raise WorkdirConflictError(f"process 0 refused {self.noise_key_path}: see its log.")
+    return NoiseSource(sent[1:])
 
   def _read_or_draw_key(self, drawn: list[str]) -> bytes:
     path = self.noise_key_path
