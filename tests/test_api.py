@@ -319,7 +319,7 @@ def test_dp_sgd_trains_your_model_within_the_budget():
   assert result.epsilon == pytest.approx(dgd_jax.epsilon(record).epsilon)
   logits = UserMLP().apply(result.params, dgd_jax.images(x_test))
   assert np.mean(np.argmax(logits, -1) == y_test) > 0.5  # chance is 0.1
-  assert result.test_accuracy == np.mean(np.argmax(logits, -1) == y_test)
+  assert result.test_accuracy == pytest.approx(float(np.mean(np.argmax(logits, -1) == y_test)))
   assert [m["step"] for m in result.report["metrics"]] == list(range(1, 31))  # every step
   assert {"loss", "clipped_fraction"} <= set(result.report["metrics"][0])
 
@@ -367,7 +367,7 @@ def test_dgd_and_pate_on_arrays_return_the_released_student(tmp_path):
   assert isinstance(result.model.module, UserBatchNormCNN) and result.epsilon == pytest.approx(
       result.report["epsilon"])
   logits = result.model.apply(result.params, dgd_jax.images(x_test))
-  assert np.mean(np.argmax(logits, -1) == y_test) == result.test_accuracy
+  assert float(np.mean(np.argmax(logits, -1) == y_test)) == pytest.approx(result.test_accuracy)
   again = dgd_jax.dgd(UserBatchNormCNN(), x, y, x_test, y_test, epsilon=10.0,
                       overrides=tiny, workdir=str(tmp_path / "d"))
   assert again.report["stage_seconds"] == result.report["stage_seconds"]  # all reused
@@ -377,12 +377,13 @@ def test_dgd_and_pate_on_arrays_return_the_released_student(tmp_path):
   assert pate.workdir is None and pate.report["method"] == "pate"
   held_out = slice(-pate.report["stages"]["student"]["num_evaluated"], None)  # not pooled
   logits = pate.model.apply(pate.params, dgd_jax.images(x_test[held_out]))
-  assert np.mean(np.argmax(logits, -1) == y_test[held_out]) == pate.test_accuracy
+  assert float(np.mean(np.argmax(logits, -1) == y_test[held_out])) == pytest.approx(
+      pate.test_accuracy)
   dpdfd = dgd_jax.dpdfd(UserCNN(), x, y, x_test, y_test, epsilon=10.0, preset="cpu,direct",
                         overrides={"dpdfd.num_steps": 10, "dpdfd.batch_size": 16,
                                    "dpdfd.replay_epochs": 0, "dpdfd.self_training": 0})
   logits = dpdfd.model.apply(dpdfd.params, dgd_jax.images(x_test))
-  assert np.mean(np.argmax(logits, -1) == y_test) == dpdfd.test_accuracy
+  assert float(np.mean(np.argmax(logits, -1) == y_test)) == pytest.approx(dpdfd.test_accuracy)
   assert dpdfd.report["privacy"]["unit"] == "label"  # direct training: label DP only
 
 

@@ -288,7 +288,7 @@ def test_released_value_over_secret_keys_has_thm23_mean_and_spread():
   first = ss.release_confident_gnmax(votes, 200.0, 150.0, 40.0, 1e-5, plan)
   values = np.array([ss.release_confident_gnmax(
       votes, 200.0, 150.0, 40.0, 1e-5, plan,
-      rng=NoiseSource.fresh().rng("smooth_sensitivity")).released for _ in range(400)])
+      rng=NoiseSource.fresh().rng("smooth_sensitivity")).released for _ in range(200)])
   assert first.std == pytest.approx(first.smooth_sensitivity * 3.0) and first.std > 0
   z = (values - first.epsilon) / first.std
   assert abs(z.mean()) < 4 / math.sqrt(len(z)) and z.std() == pytest.approx(1.0, rel=0.15)
