@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import importlib
 import json
 import numbers
@@ -36,7 +35,8 @@ import optax
 
 from dgd_jax import privacy
 from dgd_jax.data import idx
-from dgd_jax.data.loaders import check_labels, check_layout, check_pixels, to_float
+from dgd_jax.data.loaders import (check_labels, check_layout, check_pixels, content_fingerprint,
+                                  to_float)
 from dgd_jax.data.partitions import partition_indices
 from dgd_jax.labelling import aggregation
 from dgd_jax.models import adapter
@@ -340,7 +340,7 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
     folder = workdir or stack.enter_context(tempfile.TemporaryDirectory())
     checkpoints = os.path.join(folder, "checkpoints")
     wd = Workdir(folder)
-    wd.bind_data("train_dpsgd's (x, y)", _fingerprint(x, y))
+    wd.bind_data("train_dpsgd's (x, y)", content_fingerprint(x, y))
     plan_path = os.path.join(folder, "dpsgd.json")  # a resumed run must be the same plan
     planned = {"steps": steps, "batch_size": int(batch_size), "noise_multiplier": sigma,
                "norm_bound": norm_bound, "seed": seed, "noise_seed": noise_seed}
@@ -362,15 +362,6 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
     report["test_accuracy"] = train.accuracy(model.apply, state.params, xt,
                                              labels(y_test, len(xt), k, "y_test"))
   return Result(model, state.params, report, workdir)
-
-
-def _fingerprint(*arrays: np.ndarray) -> str:
-  """A hash of the arrays' content: binds a workdir to the data it trained on."""
-  h = hashlib.blake2b(digest_size=16)
-  for a in arrays:
-    h.update(str((a.shape, a.dtype.str)).encode())
-    h.update(np.ascontiguousarray(a).data)
-  return h.hexdigest()
 
 
 def epsilon(releases: Any, delta: float = 1e-5, accountant: str = ACCOUNTANT, *,

@@ -48,12 +48,8 @@ class Dataset:
     return tuple(self.x_train.shape[1:])
 
   def fingerprint(self) -> str:
-    """A hash of the arrays' content (blake2b): binds a workdir to the data its stages read."""
-    h = hashlib.blake2b(digest_size=16)
-    for a in (self.x_train, self.y_train, self.x_test, self.y_test):
-      h.update(str((a.shape, a.dtype.str)).encode())
-      h.update(np.ascontiguousarray(a).data)
-    return h.hexdigest()
+    """``content_fingerprint`` of its four arrays: binds a workdir to the data it read."""
+    return content_fingerprint(self.x_train, self.y_train, self.x_test, self.y_test)
 
   def with_private_size(self, size: int) -> "Dataset":
     """The first ``size`` training examples as the private set (0: all); the test split is
@@ -70,6 +66,15 @@ class Dataset:
     if size == 0:
       return self
     return dataclasses.replace(self, x_test=self.x_test[:size], y_test=self.y_test[:size])
+
+
+def content_fingerprint(*arrays: np.ndarray) -> str:
+  """A hash (blake2b) of the arrays' shapes, dtypes and bytes."""
+  h = hashlib.blake2b(digest_size=16)
+  for a in arrays:
+    h.update(str((a.shape, a.dtype.str)).encode())
+    h.update(np.ascontiguousarray(a).data)
+  return h.hexdigest()
 
 
 def to_float(images: np.ndarray) -> np.ndarray:
