@@ -269,11 +269,13 @@ def noise_for(mechanism: str, queries: int, epsilon: float, delta: float = 1e-5,
   """The least noise (Laplace scale for 'lnmax', Gaussian std otherwise) with which
   ``queries`` answers of ``mechanism`` fit ``epsilon`` at ``delta`` under ``accountant``:
   data-independent, no vote is read."""
-  if mechanism not in _MECHANISMS:
-    raise ConfigError(f"mechanism={mechanism!r}; use one of {_MECHANISMS}.")
-  template = build_release(mechanism, queries=queries, noise_scale=1.0, sigma2=1.0,
-                           threshold=0.0 if mechanism == "confident_gnmax" else None,
-                           sigma1=1.0 if mechanism == "confident_gnmax" else None,
+  one_noise = tuple(m for m in _MECHANISMS if m != "confident_gnmax")
+  if mechanism not in one_noise:
+    raise ConfigError(f"mechanism={mechanism!r}: noise_for plans one noise, for one of "
+                      f"{one_noise}; Confident-GNMax has two (sigma1, sigma2): fix sigma1 and "
+                      "plan sigma2 with dgd_jax.privacy.min_noise on a ConfidentGNMaxQueries "
+                      "record.")
+  template = build_release(mechanism, queries=queries, noise_scale=1.0,
                            teachers_changed=teachers_changed)
   return privacy.min_noise(template, epsilon, delta, accountant)
 

@@ -127,6 +127,8 @@ def test_pate_accounting_from_the_top_level():
   assert ss == dgd_jax.smooth_sensitivity_epsilon(answers, 1e-5, noise_seed=0)
   with pytest.raises(ConfigError, match="GNMax or Confident-GNMax"):
     dgd_jax.smooth_sensitivity_epsilon(dgd_jax.noisy_labels(votes, "lnmax", 40.0))
+  with pytest.raises(ConfigError, match="Confident-GNMax has two"):
+    dgd_jax.noise_for("confident_gnmax", 100, 3.0)
   sigma = dgd_jax.noise_for("gaussian_histogram", 4000, 10.0)
   assert sigma == pytest.approx(44.71, abs=0.01)  # the quick start's (README)
   assert dgd_jax.epsilon(privacy.HistogramQueries(sigma, 4000)).epsilon <= 10.0
