@@ -5,9 +5,10 @@ accountants, the query planner and whole runs, behind a few functions:
 
   teachers = dgd_jax.train_teachers(MyCNN(num_classes=10), x_private, y_private, 50)
   votes = dgd_jax.teacher_votes(teachers, x_public)           # [Q, K] private histograms
-  labels, release = dgd_jax.noisy_labels(votes, "gnmax", 40.0)  # secret noise
-  dgd_jax.epsilon([release], delta=1e-5)                      # the labels' (epsilon, delta)
-  params, steps = dgd_jax.train_dpsgd(MyCNN(num_classes=10), x_private, y_private, epsilon=3)
+  answers = dgd_jax.noisy_labels(votes, "gnmax", 40.0)        # secret noise; answers.labels
+  dgd_jax.epsilon(answers, delta=1e-5)                        # the labels' (epsilon, delta)
+  result = dgd_jax.train_dpsgd(MyCNN(num_classes=10), x_private, y_private, epsilon=3)
+  result = dgd_jax.dgd(MyCNN(num_classes=10), x_private, y_private, x_test, y_test)
 
 Images are numpy arrays [N, H, W] or [N, H, W, C] of pixels 0..255 (uint8 or float); labels
 integers in [0, K). What an epsilon covers: the released labels (or histograms) as functions
@@ -45,7 +46,7 @@ from dgd_jax.privacy import checks
 from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.privacy.releases import build_release
 from dgd_jax.runner import pipeline
-from dgd_jax.runtime.errors import ConfigError, DatasetError
+from dgd_jax.runtime.errors import ConfigError, DatasetError, WorkdirConflictError
 from dgd_jax.training import dpsgd
 from dgd_jax.training import ensemble
 from dgd_jax.training import memory_plan
@@ -252,10 +253,8 @@ def smooth_sensitivity_epsilon(answers: Answers, delta: float = 1e-5, *,
   if r.mechanism not in ("gnmax", "confident_gnmax") or r.votes is None:
     raise ConfigError(f"smooth_sensitivity_epsilon analyses GNMax or Confident-GNMax answers "
                       f"with their votes; these are {r.mechanism}'s.")
-  confident = r.mechanism == "confident_gnmax"
   votes = np.asarray(r.votes, np.float64)
-  terms = (votes, r.threshold if confident else None, r.sigma1 if confident else None,
-           r.sigma2 if confident else r.sigma, delta)
+  terms = (votes, *r.gnmax_parameters, delta)
   plan = smooth_sensitivity.plan_release(len(votes), int(votes[0].sum()), votes.shape[1],
                                          *terms[1:], consensus=consensus)
   return smooth_sensitivity.release_confident_gnmax(
@@ -315,8 +314,7 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
   run that is NOT a private release. A delta of 1/N or more is refused. The module runs as
   ``train_teachers`` runs it (``Result.model``: BatchNorm as a group norm, which keeps each
   example's gradient its own; dropout on, each example's mask its own)."""
-  from dgd_jax.plan.workdir import Workdir  # pylint: disable=g-import-not-at-top
-  from dgd_jax.runtime.files import read_json, write_json  # pylint: disable=g-import-not-at-top
+  from dgd_jax.plan.workdir import Stage, Workdir  # pylint: disable=g-import-not-at-top
   x = images(x)
   init_key = jax.random.key(seed)
   model = _trainable(model)
@@ -340,21 +338,18 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
   metrics = []
   with contextlib.ExitStack() as stack:
     folder = workdir or stack.enter_context(tempfile.TemporaryDirectory())
-    checkpoints = os.path.join(folder, "checkpoints")
     wd = Workdir(folder)
     wd.bind_data("train_dpsgd's (x, y)", content_fingerprint(x, y))
-    plan_path = os.path.join(folder, "dpsgd.json")  # a resumed run must be the same plan
-    planned = {"steps": steps, "batch_size": int(batch_size), "noise_multiplier": sigma,
-               "norm_bound": norm_bound, "seed": seed, "noise_seed": noise_seed}
-    if os.path.exists(plan_path) and read_json(plan_path) != planned:
-      raise ConfigError(f"{folder} holds DP-SGD checkpoints of another plan "
-                        f"({read_json(plan_path)}); use another workdir.")
-    write_json(plan_path, planned)
-    begun = ["dpsgd"] if os.path.isdir(checkpoints) and os.listdir(checkpoints) else []
+    # a stage folder: a resumed run must be the same plan (Stage.check refuses another)
+    stage = Stage(wd, "dpsgd", {"steps": steps, "batch_size": int(batch_size),
+                                "noise_multiplier": sigma, "norm_bound": norm_bound,
+                                "seed": seed, "noise_seed": noise_seed})
+    begun = ["dpsgd"] if os.path.exists(stage.meta_path) else []
+    stage.begin()
     source = wd.noise_source(-1 if noise_seed is None else noise_seed, begun)
     state = dpsgd.train_private(state, model, x, y, record, microbatch_size, fit,
-                                source.key("dpsgd"), source.rng("dpsgd_batches"), checkpoints,
-                                "dpsgd", metrics.append, loss)
+                                source.key("dpsgd"), source.rng("dpsgd_batches"),
+                                stage.checkpoint_dir, "dpsgd", metrics.append, loss)
   spent = privacy.PrivacyLedger([record]).epsilon(delta, accountant, data_dependent=False)
   report = {"epsilon": spent.epsilon, "delta": delta,
             "accountant": accountant, "release": record, "metrics": metrics,
@@ -456,7 +451,14 @@ def _method(name: str, model, x, y, x_test, y_test, epsilon: float, delta: float
     folder = workdir or stack.enter_context(tempfile.TemporaryDirectory())
     os.makedirs(folder, exist_ok=True)
     data = os.path.join(folder, "data.npz")  # private, like the rest of the workdir
-    if not os.path.exists(data):
+    if os.path.exists(data):  # a resumed workdir: the arrays it was made from
+      with np.load(data) as f:
+        kept = [f[k] for k in arrays]
+      if content_fingerprint(*kept) != content_fingerprint(*arrays.values()):
+        raise WorkdirConflictError(
+            f"{folder} was made from other arrays (its data.npz): nothing was changed. Use a "
+            "new workdir for these, or pass the arrays it was made from.")
+    else:
       np.savez(data, **arrays)
     config = importlib.import_module(f"dgd_jax.configs.{name}").get_config(
         f"npz:{data},{preset}")

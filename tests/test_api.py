@@ -373,6 +373,9 @@ def test_dgd_and_pate_on_arrays_return_the_released_student(tmp_path):
   again = dgd_jax.dgd(UserBatchNormCNN(), x, y, x_test, y_test, epsilon=10.0,
                       overrides=tiny, workdir=str(tmp_path / "d"))
   assert again.report["stage_seconds"] == result.report["stage_seconds"]  # all reused
+  with pytest.raises(WorkdirConflictError, match="made from other arrays"):
+    dgd_jax.dgd(UserBatchNormCNN(), x[::-1], y[::-1], x_test, y_test, epsilon=10.0,
+                overrides=tiny, workdir=str(tmp_path / "d"))
   pate = dgd_jax.pate(UserBatchNormCNN(), x, y, x_test, y_test, epsilon=3.0, overrides={
       "num_teachers": 4, "teachers.num_steps": 20, "queries.num_queries": 40,
       "student.num_steps": 20, "student.batch_size": 16})

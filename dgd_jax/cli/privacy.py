@@ -317,9 +317,7 @@ def _pate2018(release: releases.Release, delta: float
   source = noise.NoiseSource.of(_NOISE_SEED.value)
   bits = _threshold_bits(release, source.rng("threshold"))
   confident = isinstance(release, releases.ConfidentGNMaxQueries)
-  sigma2 = release.sigma2 if confident else release.sigma
-  sigma1 = release.sigma1 if confident else None
-  threshold = release.threshold if confident else None
+  threshold, sigma1, sigma2 = release.gnmax_parameters
   k = release.teachers_changed
   out, votes = {}, release.votes
   if _FILTER.value is not None:

@@ -168,9 +168,8 @@ class Stage:
 
   def check(self) -> None:
     """Refuses a folder that holds another config's artefacts."""
-    meta_path = os.path.join(self.path, "stage.json")
-    if os.path.exists(meta_path):
-      diffs = _differences(self.config_part, stored_slice(meta_path))
+    if os.path.exists(self.meta_path):
+      diffs = _differences(self.config_part, stored_slice(self.meta_path))
       if diffs:
         raise WorkdirConflictError(
             f"{self.path} holds '{self.name}' artefacts of another config:\n  "
@@ -187,7 +186,7 @@ class Stage:
     if not self.workdir.writer:
       return
     makedirs(self.path)
-    write_json(os.path.join(self.path, "stage.json"),
+    write_json(self.meta_path,
                {"stage": self.name, "hash": fingerprint(self.config_part),
                 "config": self.config_part})
 

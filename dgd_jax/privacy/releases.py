@@ -242,6 +242,11 @@ class GNMaxQueries(HistogramQueries):
     return np.sum(pate2018.gnmax_rdp_data_dependent(self.votes, self.sigma, orders,
                                                     self.teachers_changed), axis=0)
 
+  @property
+  def gnmax_parameters(self) -> tuple[float | None, float | None, float]:
+    """(threshold, sigma1, sigma2) as PATE 2018's analyses take them: no threshold step."""
+    return None, None, self.sigma
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ConfidentGNMaxQueries(TeacherRelease):
@@ -272,6 +277,11 @@ class ConfidentGNMaxQueries(TeacherRelease):
       "answered-only cost is a realised value, not a DP guarantee.")
   noise_field: ClassVar[str] = "sigma2"
   count_field: ClassVar[str] = "queries"
+
+  @property
+  def gnmax_parameters(self) -> tuple[float | None, float | None, float]:
+    """(threshold, sigma1, sigma2) as PATE 2018's analyses take them."""
+    return self.threshold, self.sigma1, self.sigma2
 
   def __post_init__(self):
     self._check_neighbours()

@@ -119,6 +119,11 @@ NOISELESS_FIELDS = {
                           "(rdp, epsilon_before, epsilon), its smooth sensitivity and std, and "
                           "the diagnostic release at parameters chosen from the votes",
 }
+# Noiseless fields that hold a DP release inside them: the parts a release may publish.
+RELEASED_PARTS = {
+    "smooth_sensitivity": ("released", "order", "beta", "sigma_ss", "gnss_rdp", "delta",
+                           "source", "dp_release", "charged", "queries", "answered"),
+}
 
 
 def noiseless(report: dict) -> dict[str, str]:

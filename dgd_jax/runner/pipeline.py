@@ -154,12 +154,11 @@ def check_data(config: Config, data) -> None:
 
 def large_delta(config: Config, size: int) -> str | None:
   """None, or report.md's warning for a run whose delta is at least 1/N (N = ``size``, the
-  private set's, or ``config.private_size`` where set), which ``privacy.allow_large_delta``
-  accepts and otherwise a ConfigError refuses. Only methods with a DP release are checked."""
+  private set's, as ``load_private`` gives it), which ``privacy.allow_large_delta`` accepts and
+  otherwise a ConfigError refuses. Only methods with a DP release are checked."""
   if methods.method(config).privacy_stage is None:
     return None
   p = config.privacy
-  size = config.private_size or size
   privacy_checks.delta_for_size(p.delta, size, allowed=p.allow_large_delta)
   if p.delta < 1.0 / size:
     return None

@@ -31,23 +31,26 @@ from dgd_jax.runtime.files import atomic_write, makedirs
 
 FOLDER = "release"
 MODEL = "model.msgpack"
-# Of a smooth-sensitivity result, the fields that are its DP release or public parameters
-# (the exact data-dependent values beside them are withheld).
-SMOOTH_SENSITIVITY_RELEASED = ("released", "order", "beta", "sigma_ss", "gnss_rdp", "delta",
-                               "source", "dp_release", "charged", "queries", "answered")
 # report.json fields that are never released: the audit's statistics on the private set and
 # the stages' timings.
 PRIVATE_FIELDS = ("audit", "audit_check", "stage_seconds", "wall_seconds")
 
 
-def _drop(report: dict, path: str) -> None:
-  """Removes ``path`` ('a.b.c') from the nested ``report``."""
+def _withhold(report: dict, path: str) -> str:
+  """Removes ``path`` ('a.b.c') from the nested ``report``, or all of it but its
+  ``methods.RELEASED_PARTS``; returns what was withheld."""
   *parents, leaf = path.split(".")
   node = report
   for p in parents:
     node = node.get(p, {})
-  if isinstance(node, dict):
-    node.pop(leaf, None)
+  if not isinstance(node, dict) or leaf not in node:
+    return path
+  parts = methods.RELEASED_PARTS.get(leaf)
+  if parts is None:
+    del node[leaf]
+    return path
+  node[leaf] = {k: v for k, v in node[leaf].items() if k in parts}
+  return f"{path} (all but its released value and parameters)"
 
 
 def public_report(config, report: dict) -> dict:
@@ -55,23 +58,13 @@ def public_report(config, report: dict) -> dict:
   (``report['noiseless']``, named under ``withheld``), the non-private stages' results, the
   headline of a method whose headline model has no DP guarantee, the audit and the timings."""
   out = copy.deepcopy(report)
-  withheld = dict(report.get("noiseless") or {})
-  queries = out.get("stages", {}).get("queries", {})
-  if "smooth_sensitivity" in queries:  # keep the DP release, withhold the exact values
-    queries["smooth_sensitivity"] = {k: v for k, v in queries["smooth_sensitivity"].items()
-                                     if k in SMOOTH_SENSITIVITY_RELEASED}
-    withheld.pop("stages.queries.smooth_sensitivity", None)
-    withheld["stages.queries.smooth_sensitivity (all but its released value and parameters)"] = (
-        report["noiseless"]["stages.queries.smooth_sensitivity"])
-  for path in report.get("noiseless") or {}:
-    if path != "stages.queries.smooth_sensitivity":
-      _drop(out, path)
+  withheld = {_withhold(out, path): what
+              for path, what in (report.get("noiseless") or {}).items()}
   method = methods.method(config)
   if method.privacy_stage is None or f"stages.{method.headline_stage}" in withheld:
     out["test_accuracy"] = None  # a model without a DP guarantee
   for field in PRIVATE_FIELDS + tuple(methods.NOISELESS_FIELDS):  # also where None
-    if field != "smooth_sensitivity":
-      out.pop(field, None)
+    out.pop(field, None)
   note = methods.noiseless_note(report["noiseless"]) if report.get("noiseless") else None
   if "covers" in out:
     out["covers"]["not_covered"] = [n for n in out["covers"]["not_covered"] if n != note]

@@ -39,6 +39,7 @@ it, not a release.
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -236,24 +237,23 @@ def apply_filter(config, plans: dict, indices, votes, labels, answered):
                          "relation": binding, "epsilon": config.privacy.max_epsilon}
 
 
-def release_smooth_sensitivity(config, rng: np.random.Generator, votes, answered) -> dict:
+def release_smooth_sensitivity(config, rng: Callable[[], np.random.Generator], votes,
+                               answered) -> dict:
   """PATE 2018 Sec. 4: the answered queries' data-dependent epsilon released with noise scaled
   to its smooth sensitivity (``privacy.smooth_sensitivity``) at the parameters ``ss_plan``
-  fixed before the votes (the release the headline composes), the noise drawn from ``rng``
-  (secret);
+  fixed before the votes (the release the headline composes), its noise drawn from ``rng()``
+  (a secret generator; the diagnostic draws the same z from a second one);
   and, under ``diagnostic``, PATE 2018's own analysis choosing them from the votes (not a DP
   release)."""
   q = settings(config)
   confident = q.aggregator == "confident_gnmax"
   terms = (votes, q.threshold if confident else None, q.sigma1 if confident else None,
            q.noise_scale, config.privacy.delta)
-  state = rng.bit_generator.state  # the diagnostic draws the release's own z
   released = smooth_sensitivity.release_confident_gnmax(
-      *terms, dgd_plan.ss_plan(config), answered=answered, rng=rng)
+      *terms, dgd_plan.ss_plan(config), answered=answered, rng=rng())
   chosen = smooth_sensitivity.choose_from_votes(*terms, answered=answered)
-  rng.bit_generator.state = state
   diagnostic = smooth_sensitivity.release_confident_gnmax(
-      *terms, chosen, answered=answered, rng=rng)
+      *terms, chosen, answered=answered, rng=rng())
   return {**released.to_json(), "diagnostic": diagnostic.to_json()}
 
 
@@ -420,7 +420,7 @@ def run(ctx: Context) -> dict:
              for r in plans}
   if config.queries.smooth_sensitivity:
     pate2018["smooth_sensitivity"] = release_smooth_sensitivity(
-        config, ctx.noise_rng("smooth_sensitivity"), votes, answered)
+        config, lambda: ctx.noise_rng("smooth_sensitivity"), votes, answered)
   plurality = np.argmax(votes, -1)
   # how often the released label (class counts: the class asked about) is the plurality
   agreement = ("asked_class_is_plurality" if released_as == "counts"
