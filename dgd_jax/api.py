@@ -231,7 +231,7 @@ def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *,
                                            float(noise_scale), **extra)
   analysable = mechanism in ("lnmax", "gnmax", "confident_gnmax")  # data-dependent analyses
   release = build_release(mechanism, queries=len(votes), noise_scale=float(noise_scale),
-                          sigma2=float(noise_scale), teachers_changed=teachers_changed,
+                          teachers_changed=teachers_changed,
                           votes=votes if analysable else None, **extra)
   return Answers(np.asarray(out.labels), np.asarray(out.answered),
                  None if out.released is None else np.asarray(out.released), release,

@@ -35,7 +35,7 @@ def main():
   p.add_argument("--teachers", type=int, default=50)
   p.add_argument("--steps", type=int, default=300, help="Adam steps per teacher and student")
   p.add_argument("--queries", type=int, default=500, help="public images labelled")
-  p.add_argument("--sigma", type=float, default=20.0, help="GNMax noise std")
+  p.add_argument("--noise_scale", type=float, default=20.0, help="GNMax noise std sigma")
   args = p.parse_args()
   (x, y), (x_test, y_test) = dgd_jax.read_idx(FASHION)
   public, test = slice(0, args.queries), slice(5000, 7000)  # the test split's halves
@@ -43,7 +43,7 @@ def main():
   teachers = dgd_jax.train_teachers(MyCNN(), x[:args.private], y[:args.private], args.teachers,
                                     num_steps=args.steps, learning_rate=3e-3)
   votes = dgd_jax.teacher_votes(teachers, x_test[public])  # private: never publish these
-  answers = dgd_jax.noisy_labels(votes, "gnmax", args.sigma)  # secret noise
+  answers = dgd_jax.noisy_labels(votes, "gnmax", args.noise_scale)  # secret noise
   labels = answers.labels
   print(f"GNMax labels agree with the truth on {np.mean(labels == y_test[public]):.1%}")
 

@@ -90,7 +90,7 @@ def test_your_own_model_trains_as_teachers_and_labels_with_an_epsilon(model):
   answers = dgd_jax.noisy_labels(votes, "gnmax", 1.0, noise_seed=0)
   release = answers.release
   assert answers.labels.shape == (100,) and isinstance(release, privacy.GNMaxQueries)
-  assert release.queries == 100 and release.sigma == 1.0
+  assert release.queries == 100 and release.noise_scale == 1.0
   report = dgd_jax.epsilon(answers, delta=1e-5, accountant="rdp")  # one record, or a list
   expected = privacy.PrivacyLedger([privacy.GNMaxQueries(1.0, 100)]).epsilon(
       1e-5, "rdp", data_dependent=False)
@@ -316,7 +316,7 @@ def test_dp_sgd_trains_your_model_within_the_budget():
   record = result.report["release"]
   assert isinstance(record, privacy.DpsgdSteps)
   assert (record.dataset_size, record.batch_size, record.steps) == (1000, 100, 30)
-  assert record.relation == "add_or_remove_one" and record.noise_multiplier > 0
+  assert record.neighbours == "add_or_remove_one" and record.noise_multiplier > 0
   assert 2.99 <= dgd_jax.epsilon([record], delta=1e-5).epsilon <= 3.0
   assert result.epsilon == pytest.approx(dgd_jax.epsilon(record).epsilon)
   logits = UserMLP().apply(result.params, dgd_jax.images(x_test))

@@ -275,7 +275,7 @@ def test_histogram_plan_spends_the_budget_on_num_queries_histograms():
   q = query_plan.settings(config)
   assert q.aggregator == "gaussian_histogram" and q.num_queries == 2000
   record = query_plan.release(config)
-  assert isinstance(record, privacy.HistogramQueries) and record.sigma == q.noise_scale
+  assert isinstance(record, privacy.HistogramQueries) and record.noise_scale == q.noise_scale
   accountant = config.privacy.accountant
   assert accountant == "pld"  # the presets plan the histograms under PLD
   assert 9.99 < privacy.epsilon_of(record, 1e-5, accountant) <= 10.0

@@ -108,7 +108,7 @@ def test_dpdfd_ensemble_replay_and_budget_guard(npz_file, tmp_path):
   assert set(report["stage_seconds"]) == {"teachers", "dpdfd"}
   result = report["stages"]["dpdfd"]
   steps = privacy.DpdfdSteps(result["noise_multiplier"], "multiplier", 1e-3, 16, 10,
-                             num_teachers=3, relation="disjoint_teachers",
+                             num_teachers=3, analysis="disjoint_teachers",
                              teachers_disjoint=True)  # the B T = 160 rows, nothing more
   assert report["epsilon"] == pytest.approx(  # replay reuses them: no extra epsilon
       privacy.PrivacyLedger([steps]).epsilon(1e-5, "rdp").epsilon, rel=1e-12)
@@ -147,7 +147,7 @@ def test_ensemble_queries_each_synthetic_sample_once(npz_file, tmp_path):
   assert set(report["stage_seconds"]) == {"baseline", "teachers", "generator", "dpdfd"}
   result = report["stages"]["dpdfd"]
   steps = privacy.DpdfdSteps(result["noise_multiplier"], "multiplier", 1e-3, 16, 5,
-                             num_teachers=3, relation="disjoint_teachers",
+                             num_teachers=3, analysis="disjoint_teachers",
                              teachers_disjoint=True)  # B T = 80 rows, one per sample
   assert report["epsilon"] == pytest.approx(
       privacy.PrivacyLedger([steps]).epsilon(1e-5, "pld").epsilon, rel=1e-9)
@@ -221,7 +221,7 @@ def test_dpdfd_never_reads_private_training_data(npz_file, tmp_path):
 @pytest.mark.integration
 def test_direct_training_on_private_data(npz_file, tmp_path):
   config = tiny(npz_file, ",direct")
-  assert config.dpdfd.teacher == "private_data" and config.privacy.relation == "direct"
+  assert config.dpdfd.teacher == "private_data" and config.privacy.dpdfd_analysis == "direct"
   report = pipeline.run(config, str(tmp_path / "d"))
   assert set(report["stage_seconds"]) == {"dpdfd"}  # no teacher, no generator, no samples
   sigma = report["stages"]["dpdfd"]["noise_multiplier"]
@@ -230,7 +230,7 @@ def test_direct_training_on_private_data(npz_file, tmp_path):
   # T = 10 steps, each a Gaussian of sensitivity 2C and std sigma C on B = 16 of the N = 512
   # private examples drawn without replacement: SampledWithoutReplacement(512, 16,
   # GaussianDpEvent(sigma / 2)) x 10.
-  record = privacy.DpdfdSteps(sigma, "multiplier", 1e-3, 16, 10, relation="direct",
+  record = privacy.DpdfdSteps(sigma, "multiplier", 1e-3, 16, 10, analysis="direct",
                               dataset_size=512)
   direct = privacy.PrivacyLedger([record]).epsilon(1e-5, "rdp")
   assert report["epsilon"] == pytest.approx(direct.epsilon) and direct.epsilon <= 10.0

@@ -1,6 +1,6 @@
-"""DPDFD accounting: each relation equals dp-accounting's composition of the events it
-names, built by hand here; the bounds the relations use hold for the code's ``bound``; the
-disjoint-teacher relation is refused for overlapping teachers; the direct step's sampling is the
+"""DPDFD accounting: each analysis equals dp-accounting's composition of the events it
+names, built by hand here; the bounds the analyses use hold for the code's ``bound``; the
+disjoint-teacher analysis is refused for overlapping teachers; the direct step's sampling is the
 sampling the event accounts."""
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def by_hand(event, orders=ORDERS):
 # (record kwargs, hand-built event): sigma = 300 (multiplier, std = 300 C), C = 1e-3, B = 64,
 # T = 500. Each release's noise multiplier is std / sensitivity.
 SIGMA, C, B, T = 300.0, 1e-3, 64, 500
-RELATIONS = [
+ANALYSES = [
     # One teacher, per-sample rows (each < C, any may move): B T releases of 2C.
     (dict(), dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(SIGMA / 2), B * T)),
     # One teacher, batch normalisation (||G_bar||_F < C): T releases of 2C.
@@ -52,16 +52,16 @@ RELATIONS = [
     (dict(num_teachers=4, normalization="batch"),
      dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(SIGMA / 4), T)),
     # n = 250 teachers on disjoint shards, replace-one: B T releases of 2C.
-    (dict(num_teachers=250, relation="disjoint_teachers", teachers_disjoint=True),
+    (dict(num_teachers=250, analysis="disjoint_teachers", teachers_disjoint=True),
      dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(SIGMA / 2), B * T)),
     # Theorem 3 (the paper's claim), n = 2: n B T releases of 2C.
-    (dict(num_teachers=2, relation="theorem3"),
+    (dict(num_teachers=2, analysis="theorem3"),
      dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(SIGMA / 2), 2 * B * T)),
 ]
 
 
-@pytest.mark.parametrize("kwargs, event", RELATIONS)
-def test_each_relation_equals_dp_accounting_of_its_events(kwargs, event):
+@pytest.mark.parametrize("kwargs, event", ANALYSES)
+def test_each_analysis_equals_dp_accounting_of_its_events(kwargs, event):
   release = privacy.DpdfdSteps(SIGMA, "multiplier", C, B, T, **kwargs)
   reports = privacy.PrivacyLedger([release]).epsilons(DELTA)
   assert reports["rdp"].epsilon == pytest.approx(by_hand(event), rel=REL)
@@ -85,9 +85,9 @@ def test_sampled_without_replacement_curve_is_dp_accountings_per_order():
 
 
 @pytest.mark.integration
-def test_direct_relation_is_t_sampled_without_replacement_gaussians():
+def test_direct_analysis_is_t_sampled_without_replacement_gaussians():
   sigma, n, b, t = 1.0, 60000, 64, 1500
-  release = privacy.DpdfdSteps(sigma, "multiplier", C, b, t, relation="direct", dataset_size=n)
+  release = privacy.DpdfdSteps(sigma, "multiplier", C, b, t, analysis="direct", dataset_size=n)
   event = dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
       source_dataset_size=n, sample_size=b,
       event=dp_accounting.GaussianDpEvent(sigma / 2)), t)  # std sigma C, sensitivity 2C
@@ -109,13 +109,13 @@ def test_direct_relation_is_t_sampled_without_replacement_gaussians():
   assert reports["rdp"].epsilon < unsampled / 10
   assert release.describe()["privacy_unit"] == "label"
   with pytest.raises(ConfigError, match="dataset_size"):
-    privacy.DpdfdSteps(sigma, "multiplier", C, b, t, relation="direct").event()
+    privacy.DpdfdSteps(sigma, "multiplier", C, b, t, analysis="direct").event()
   with pytest.raises(ConfigError, match="smaller than batch_size"):
-    privacy.DpdfdSteps(sigma, "multiplier", C, b, t, relation="direct", dataset_size=32)
+    privacy.DpdfdSteps(sigma, "multiplier", C, b, t, analysis="direct", dataset_size=32)
 
 
 @pytest.mark.integration
-def test_the_code_bounds_are_the_sensitivities_the_relations_use():
+def test_the_code_bounds_are_the_sensitivities_the_analyses_use():
   # per-sample rows: each < C, matrix < sqrt(B) C; batch: matrix < C; ensemble, per-sample: each
   # teacher's row < C; ensemble, batch over the [n, B, K] stack: sum over teachers < sqrt(n) C.
   # Up to float32 rounding (relative 1e-6; the stability constant e = 1e-8 is below it).
@@ -141,40 +141,40 @@ def test_the_code_bounds_are_the_sensitivities_the_relations_use():
   assert abs(float(jnp.corrcoef(noisy)[0, 1])) < 0.03
 
 
-def test_disjoint_relation_is_refused_for_overlapping_teachers():
+def test_disjoint_analysis_is_refused_for_overlapping_teachers():
   disjoint = [np.arange(0, 10), np.arange(10, 20), np.arange(20, 30)]
   overlapping = [np.arange(0, 10), np.arange(5, 15), np.arange(20, 30)]
   assert dpdfd.shards_disjoint(disjoint) and not dpdfd.shards_disjoint(overlapping)
   with pytest.raises(ConfigError, match="may overlap"):
     privacy.DpdfdSteps(SIGMA, "multiplier", C, B, T, num_teachers=3,
-                       relation="disjoint_teachers",
+                       analysis="disjoint_teachers",
                        teachers_disjoint=dpdfd.shards_disjoint(overlapping))
   with pytest.raises(ConfigError, match="per-sample normalisation"):
-    privacy.DpdfdSteps(SIGMA, "multiplier", C, B, T, num_teachers=3, relation="disjoint_teachers",
+    privacy.DpdfdSteps(SIGMA, "multiplier", C, B, T, num_teachers=3, analysis="disjoint_teachers",
                        normalization="batch", teachers_disjoint=True)
   # Overlapping teachers keep the explicit 2nC option: n^2 times the disjoint RDP.
   orders = np.array(ORDERS)
   np.testing.assert_allclose(
       privacy.DpdfdSteps(SIGMA, "multiplier", C, B, T, num_teachers=3).rdp(orders),
       9 * privacy.DpdfdSteps(SIGMA, "multiplier", C, B, T, num_teachers=3,
-                             relation="disjoint_teachers", teachers_disjoint=True).rdp(orders),
+                             analysis="disjoint_teachers", teachers_disjoint=True).rdp(orders),
       rtol=1e-12)
 
 
 def test_stage_grants_disjoint_only_on_checked_shards(monkeypatch, npz_file):
   config = dpdfd_config.get_config(f"npz:{npz_file},cpu,ensemble")
   config.num_teachers = 4
-  assert config.privacy.relation == "disjoint_teachers"
+  assert config.privacy.dpdfd_analysis == "disjoint_teachers"
   record = dpdfd_plan.release(config, 300.0)
-  assert record.teachers_disjoint and record.relation == "disjoint_teachers"
+  assert record.teachers_disjoint and record.analysis == "disjoint_teachers"
   assert record.describe()["l2_sensitivity"] == pytest.approx(2 * config.dpdfd.norm_bound)
   # Shards that overlap (as bagging would deal them) are refused.
   monkeypatch.setattr(dpdfd_plan, "config_shards",
                       lambda config, x, y: [np.arange(10)] * config.num_teachers)
   with pytest.raises(ConfigError, match="may overlap"):
     dpdfd_plan.release(config, 300.0)
-  # A relation that does not describe the sensitive model is refused.
-  config.privacy.relation = "direct"
+  # An analysis that does not describe the sensitive model is refused.
+  config.privacy.dpdfd_analysis = "direct"
   with pytest.raises(ConfigError, match="does not describe"):
     dpdfd_plan.release(config, 300.0)
 

@@ -127,7 +127,7 @@ def test_replace_one_dpsgd_composes_with_label_queries_by_dp_accounting():
   """Issue 19 part 2: DGD's private baseline (DP-SGD under replace-one) and its GNMax label
   queries in one ledger: one PLD composition, equal to dp-accounting's REPLACE_ONE accountant on
   the same events (GNMax's shift sqrt(2) = 2 x its per-contribution multiplier), not a sum."""
-  steps = privacy.DpsgdSteps(2.0, 500, 10000, 200, relation="replace_one")
+  steps = privacy.DpsgdSteps(2.0, 500, 10000, 200, neighbours="replace_one")
   votes = privacy.GNMaxQueries(40.0, 300)
   both = privacy.PrivacyLedger([steps, votes]).epsilons(1e-5)
   assert "rdp" not in both and "rdp_classic" not in both  # no replace-one Poisson RDP
@@ -287,7 +287,7 @@ def test_planner_cli():
   for name in ("rdp", "pld"):
     assert report["epsilons"][name] == pytest.approx(ledger.epsilon(1e-5, name).epsilon,
                                                      rel=1e-12)
-  assert report["releases"][0]["relation"] == "add_or_remove_one"
+  assert report["releases"][0]["neighbours"] == "add_or_remove_one"
   out = planner(*base, "--target_epsilon=3")
   assert out.returncode == 0, out.stderr
   report = json.loads(out.stdout)
@@ -410,7 +410,7 @@ def test_end_to_end_on_a_real_fashion_mnist_slice(fashion_slice, tmp_path):
   audited = audit_run(str(tmp_path / "run"), {"splits": 2, "examples": 100,
                                               "inversion_steps": 2})
   check = audited["audit_check"]["dpsgd"]
-  replace_one = privacy.PrivacyLedger([dataclasses.replace(record, relation="replace_one")])
+  replace_one = privacy.PrivacyLedger([dataclasses.replace(record, neighbours="replace_one")])
   assert check["passed"] and check["allowed"] == pytest.approx(
       replace_one.epsilon(1e-5, "pld").epsilon, rel=1e-9)
   assert check["allowed"] > report["epsilons"]["pld"]  # replace-one is the weaker relation
@@ -497,10 +497,10 @@ def test_dgd_private_baseline_composes_baseline_and_queries(npz_file, tmp_path):
   stage = report["stages"]["queries"]
   kinds = [r["mechanism"] for r in stage["privacy"]["releases"]]
   assert kinds == ["dpsgd", "gnmax"]
-  assert stage["privacy"]["releases"][0]["relation"] == "replace_one"
+  assert stage["privacy"]["releases"][0]["neighbours"] == "replace_one"
   baseline = report["stages"]["baseline"]
   record = privacy.DpsgdSteps(baseline["noise_multiplier"], 64, 512, config.baseline.num_steps,
-                              1.0, relation="replace_one")
+                              1.0, neighbours="replace_one")
   composed = privacy.PrivacyLedger([record, privacy.GNMaxQueries(40.0, 50)])
   assert report["epsilon"] == pytest.approx(composed.epsilon(1e-5, "pld").epsilon, rel=1e-9)
   assert report["epsilon"] <= config.privacy.max_epsilon

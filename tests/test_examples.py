@@ -14,7 +14,7 @@ import dgd_jax
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = {  # script -> tiny arguments
     "pate_on_your_arrays.py": ["--private=2000", "--teachers=4", "--steps=60", "--queries=300",
-                               "--sigma=1"],
+                               "--noise_scale=1"],
     "accountant.py": ["--teachers=50", "--epsilon=3"],
     "dpsgd_on_your_data.py": ["--private=1000", "--epochs=3", "--batch=100"],
     "dgd_from_python.py": ["--private=1500", "--smoke", "--own_model"],

@@ -548,7 +548,7 @@ def test_refit_rounds_ask_teachers_refit_from_the_released_histograms(finished_d
   one_round = config.copy_and_resolve_references()
   one_round.queries.refits = 0
   plan = dgd_plan.releases(one_round)[-1]
-  assert plan.sigma == pytest.approx(result["noise_scale"]) and plan.queries == 60
+  assert plan.noise_scale == pytest.approx(result["noise_scale"]) and plan.queries == 60
   assert 2.99 < report["epsilon"] <= 3.0
   assert report["stages"]["student"]["num_labelled"] == 60
 

@@ -146,7 +146,7 @@ def test_class_count_is_the_gaussian_mechanism_of_sensitivity_one():
     releases.build_release("gaussian_class_count", queries=3, noise_scale=1.0,
                            votes=np.ones((3, 10)))
   built = releases.build_release("gaussian_class_count", queries=3, noise_scale=2.0)
-  assert isinstance(built, privacy.ClassCountQueries) and built.sigma == 2.0
+  assert isinstance(built, privacy.ClassCountQueries) and built.noise_scale == 2.0
 
 
 # ---- DGD Table I replay -------------------------------------------------------------------------
@@ -255,7 +255,7 @@ def test_report_states_each_claimed_relation_with_its_epsilon():
   assert line.startswith("add/remove-one (epsilon") and "teacher" not in line
   with pytest.raises(ConfigError, match="does not apply under replace_one"):
     privacy.relations_json({"replace_one": privacy.PrivacyLedger([privacy.DpsgdSteps(
-        1.0, 100, 1000, 10, relation="replace_one")])}, DELTA, "rdp")
+        1.0, 100, 1000, 10, neighbours="replace_one")])}, DELTA, "rdp")
 
 
 def test_vote_mechanisms_are_accounted_under_the_records_relation():
@@ -475,7 +475,7 @@ def test_confident_gnmax_answered_count_is_realised_not_a_guarantee():
 def test_dpdfd_theorem3_equals_dp_accounting():
   for noise, convention in ((100.0, "multiplier"), (5e-3, "std")):
     release = privacy.DpdfdSteps(noise, convention, 1e-3, 64, 200, num_teachers=2,
-                                 relation="theorem3")
+                                 analysis="theorem3")
     reports = privacy.PrivacyLedger([release]).epsilons(DELTA)
     assert reports["dpdfd_theorem3"].epsilon == pytest.approx(reports["rdp"].epsilon, rel=1e-9)
     # The event: n B T Gaussian releases, sensitivity 2C, absolute std.
@@ -495,9 +495,9 @@ def test_dpdfd_noise_convention_is_explicit():
   # releases of 2C, exactly Theorem 3's RDP (n = 1); batch normalisation (||G_bar||_F < C) is
   # T releases of 2C, B times less.
   orders = np.array(privacy.DEFAULT_RDP_ORDERS)
-  paper = privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000, relation="theorem3").rdp(orders)
+  paper = privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000, analysis="theorem3").rdp(orders)
   rows = privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000,
-                            relation="whole_batch").rdp(orders)
+                            analysis="whole_batch").rdp(orders)
   np.testing.assert_allclose(rows, paper, rtol=1e-12)
   batch = privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000,
                              normalization="batch").rdp(orders)
@@ -512,16 +512,16 @@ DPDFD_EXAMPLE = {  # (relation, normalization) -> (rdp, pld)
 }
 
 
-def test_dpdfd_defaults_to_the_whole_batch_relation():
+def test_dpdfd_defaults_to_the_whole_batch_analysis():
   default = privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000)
-  assert (default.relation, default.normalization) == ("whole_batch", "per_sample")
-  for (relation, normalization), (rdp_eps, pld_eps) in DPDFD_EXAMPLE.items():
-    release = privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000, relation=relation,
+  assert (default.analysis, default.normalization) == ("whole_batch", "per_sample")
+  for (analysis, normalization), (rdp_eps, pld_eps) in DPDFD_EXAMPLE.items():
+    release = privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000, analysis=analysis,
                                  normalization=normalization)
     reports = privacy.PrivacyLedger([release]).epsilons(DELTA)
     assert reports["rdp"].epsilon == pytest.approx(rdp_eps, rel=REL)
     assert reports["pld"].epsilon == pytest.approx(pld_eps, rel=1e-6)
-    assert ("dpdfd_theorem3" in reports) == (relation == "theorem3")
+    assert ("dpdfd_theorem3" in reports) == (analysis == "theorem3")
   assert eps(default, "rdp") == pytest.approx(DPDFD_EXAMPLE["whole_batch", "per_sample"][0],
                                               rel=REL)
   # Sensitivities of the code's per-row noise: B T releases of 2C (per-sample rows) or T of 2C
@@ -537,10 +537,10 @@ def test_dpdfd_defaults_to_the_whole_batch_relation():
   np.testing.assert_allclose(
       privacy.DpdfdSteps(100.0, "std", 1e-3, 8, 10, num_teachers=3).rdp(orders),
       3 * privacy.DpdfdSteps(100.0, "std", 1e-3, 8, 10, num_teachers=3,
-                             relation="theorem3").rdp(orders), rtol=1e-12)
+                             analysis="theorem3").rdp(orders), rtol=1e-12)
   # Theorem 3 is labelled as the paper's claim with its conditions, everywhere it is reported.
   paper = privacy.PrivacyLedger([privacy.DpdfdSteps(100.0, "multiplier", 1e-3, 64, 1000,
-                                                    relation="theorem3", num_teachers=2)])
+                                                    analysis="theorem3", num_teachers=2)])
   note = paper.epsilons(DELTA)["dpdfd_theorem3"].note
   assert "the paper's claim (Theorem 3)" in note
   assert "disjoint shards" in note and "n times too small" in note and "overlap" in note
@@ -629,7 +629,7 @@ def test_max_queries_matches_the_dgd_headline():
     (privacy.LNMaxQueries(1.0, 1300), "rdp"),
     (privacy.LNMaxQueries(1.0, 1300), "advanced_composition"),
     (privacy.GNMaxQueries(1.0, 100), "pld"),
-    (privacy.DpdfdSteps(1.0, "std", 1e-3, 8, 100, relation="theorem3"), "dpdfd_theorem3"),
+    (privacy.DpdfdSteps(1.0, "std", 1e-3, 8, 100, analysis="theorem3"), "dpdfd_theorem3"),
 ])
 def test_min_noise_meets_target_and_slightly_less_does_not(release, accountant):
   x = privacy.min_noise(release, 10.0 if release.mechanism == "lnmax" else 1.0, DELTA, accountant)
@@ -882,7 +882,7 @@ def test_dpdfd_disjoint_teachers_epsilon_matches_dp_accounting():
   # B T = 400 rows of 2kC: k = 2 under replace-one for the stable partition.
   for k in (1, 2):
     steps = privacy.DpdfdSteps(100.0, "multiplier", 1.0, 8, 50, num_teachers=250,
-                               relation="disjoint_teachers", teachers_disjoint=True,
+                               analysis="disjoint_teachers", teachers_disjoint=True,
                                teachers_changed=k)
     exact = dp_accounting.get_epsilon_gaussian(100.0 / (2 * k) / math.sqrt(400), DELTA,
                                                tol=1e-12)
@@ -894,7 +894,7 @@ def test_dpdfd_disjoint_teachers_epsilon_matches_dp_accounting():
                              neighbours="add_or_remove_one")
   assert whole.teachers_moved() is None and whole.describe()["l2_sensitivity"] == 2.0
   with pytest.raises(ConfigError, match="replace-one neighbours only"):
-    privacy.DpdfdSteps(100.0, "multiplier", 1.0, 8, 50, relation="direct", dataset_size=1000,
+    privacy.DpdfdSteps(100.0, "multiplier", 1.0, 8, 50, analysis="direct", dataset_size=1000,
                        neighbours="add_or_remove_one")
 
 
@@ -957,8 +957,8 @@ def test_other_bad_input_is_refused():
     privacy.DpdfdSteps(100.0, "sigma", 1e-3, 8, 10)
   with pytest.raises(ConfigError, match="unknown DPDFD normalization"):
     privacy.DpdfdSteps(100.0, "std", 1e-3, 8, 10, normalization="clip")
-  with pytest.raises(ConfigError, match="unknown DPDFD relation"):
-    privacy.DpdfdSteps(100.0, "std", 1e-3, 8, 10, relation="paper")
+  with pytest.raises(ConfigError, match="unknown DPDFD analysis"):
+    privacy.DpdfdSteps(100.0, "std", 1e-3, 8, 10, analysis="paper")
   with pytest.raises(ConfigError, match="must be a whole number"):
     privacy.LNMaxQueries(20.0, 0)
   with pytest.raises(ConfigError, match="must be a whole number"):

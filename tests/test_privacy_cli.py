@@ -25,23 +25,23 @@ def planner(*args):
 
 DPDFD = ["--mechanism=dpdfd", "--noise_scale=100", "--noise_convention=multiplier",
          "--norm_bound=1e-3", "--batch_size=64", "--queries=1000", "--json"]
-CONFIDENT = ["--mechanism=confident_gnmax", "--threshold=200", "--sigma1=150", "--sigma2=40"]
+CONFIDENT = ["--mechanism=confident_gnmax", "--threshold=200", "--sigma1=150", "--noise_scale=40"]
 # Planner runs shared by the tests below, started together (each is one interpreter start-up).
 RUNS = {
     "dpdfd_default": DPDFD,
-    "dpdfd_theorem3": DPDFD + ["--dpdfd_relation=theorem3"],
+    "dpdfd_theorem3": DPDFD + ["--dpdfd_analysis=theorem3"],
     "dpdfd_disjoint_eps10": [
         "--mechanism=dpdfd", "--noise_convention=multiplier", "--norm_bound=1e-3",
         "--batch_size=64", "--queries=1500", "--num_teachers=250",
-        "--dpdfd_relation=disjoint_teachers", "--teachers_disjoint", "--target_epsilon=10",
+        "--dpdfd_analysis=disjoint_teachers", "--teachers_disjoint", "--target_epsilon=10",
         "--json"],
     "dpdfd_overlapping_eps10": [
         "--mechanism=dpdfd", "--noise_convention=multiplier", "--norm_bound=1e-3",
         "--batch_size=64", "--queries=1500", "--num_teachers=250", "--target_epsilon=10",
         "--json"],
     "dpdfd_disjoint_unchecked": DPDFD + ["--num_teachers=250",
-                                         "--dpdfd_relation=disjoint_teachers"],
-    "dpdfd_direct": DPDFD + ["--noise_scale=1", "--dpdfd_relation=direct",
+                                         "--dpdfd_analysis=disjoint_teachers"],
+    "dpdfd_direct": DPDFD + ["--noise_scale=1", "--dpdfd_analysis=direct",
                              "--dataset_size=60000"],
     "confident_answered": CONFIDENT + ["--queries=1000", "--answered=600"],
     "confident_mask": CONFIDENT + ["--votes={votes}", "--answered_mask={mask}", "--json"],
@@ -192,17 +192,17 @@ def test_human_table_marks_data_dependent_rows(runs):
   assert "[DATA-DEPENDENT]" not in independent.split("Not covered")[0]
 
 
-@pytest.mark.parametrize("run, relation, rdp", [
+@pytest.mark.parametrize("run, analysis, rdp", [
     ("dpdfd_default", "whole_batch", 35.651754019056256),
     ("dpdfd_theorem3", "theorem3", 35.651754019056256),
 ])
 @pytest.mark.integration
-def test_dpdfd_relations(runs, run, relation, rdp):
+def test_dpdfd_analyses(runs, run, analysis, rdp):
   out = ok_json(runs[run])
-  assert out["releases"][0]["relation"] == relation
+  assert out["releases"][0]["analysis"] == analysis
   assert out["epsilons"]["rdp"] == pytest.approx(rdp, rel=1e-9)
-  assert ("dpdfd_theorem3" in out["epsilons"]) == (relation == "theorem3")
-  if relation == "theorem3":
+  assert ("dpdfd_theorem3" in out["epsilons"]) == (analysis == "theorem3")
+  if analysis == "theorem3":
     note = out["details"]["dpdfd_theorem3"]["note"]
     assert "the paper's claim (Theorem 3)" in note
     assert out["epsilons"]["dpdfd_theorem3"] == pytest.approx(rdp, rel=1e-9)
@@ -213,7 +213,7 @@ def test_dpdfd_relations(runs, run, relation, rdp):
 
 
 @pytest.mark.integration
-def test_dpdfd_ensemble_calibration_uses_the_disjoint_relation(runs):
+def test_dpdfd_ensemble_calibration_uses_the_disjoint_analysis(runs):
   # 250 teachers on disjoint shards, eps 10, T = 1500: B T releases of 2C need sigma ~328; the
   # explicit overlapping option (2nC) needs n = 250 times more.
   disjoint = ok_json(runs["dpdfd_disjoint_eps10"])

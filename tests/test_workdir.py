@@ -12,6 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from dgd_jax import privacy
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.plan import workdir
 from dgd_jax.runner import pipeline
@@ -231,6 +232,19 @@ def test_a_stage_written_before_a_field_was_added_or_removed_is_read_at_its_neut
                          **written_before["teachers"], "shared_init": True}}})
   with pytest.raises(errors.WorkdirConflictError, match="teachers.shared_init"):
     stage.check()
+
+
+def test_a_field_renamed_since_is_read_under_its_new_name():
+  """DPDFD's analysis was recorded as ``privacy.relation``: a stored slice holding it matches
+  the same value under ``privacy.dpdfd_analysis``, and DP-SGD's stored record reads its
+  neighbours from the old ``relation`` key."""
+  old = {"privacy": {"relation": "direct", "delta": 1e-5, "allow_large_delta": False}}
+  assert workdir.as_written_now(old) == {
+      "privacy": {"dpdfd_analysis": "direct", "delta": 1e-5, "allow_large_delta": False}}
+  record = privacy.DpsgdSteps(2.0, 100, 1000, 10, neighbours="replace_one")
+  stored = {**record.describe(), "relation": "replace_one"}
+  del stored["neighbours"]
+  assert privacy.DpsgdSteps.from_json(stored).neighbours == "replace_one"
 
 
 def test_a_config_recorded_before_a_field_was_added_is_read_with_its_neutral_value(tmp_path):

@@ -4,16 +4,16 @@ r"""Privacy planner: epsilon of planned (or recorded) teacher queries under ever
   python -m dgd_jax.privacy --mechanism=lnmax --noise_scale=20 --votes=/tmp/votes.npy --json
   python -m dgd_jax.privacy --mechanism=gnmax --noise_scale=40 --target_epsilon=1 --delta=1e-5
   python -m dgd_jax.privacy --mechanism=confident_gnmax --threshold=200 --sigma1=150 \
-      --sigma2=40 --queries=1000
+      --noise_scale=40 --queries=1000
   python -m dgd_jax.privacy --mechanism=dpdfd --noise_scale=100 --noise_convention=multiplier \
       --norm_bound=1e-3 --batch_size=64 --queries=1000 [--dpdfd_normalization=batch]
   python -m dgd_jax.privacy --mechanism=dpdfd --noise_convention=multiplier --norm_bound=1e-3 \
-      --batch_size=64 --queries=1500 --num_teachers=250 --dpdfd_relation=disjoint_teachers \
+      --batch_size=64 --queries=1500 --num_teachers=250 --dpdfd_analysis=disjoint_teachers \
       --teachers_disjoint --target_epsilon=10
   python -m dgd_jax.privacy --mechanism=dpsgd --noise_scale=3.65 --batch_size=8192 \
       --dataset_size=60000 --steps=293 [--sampling=poisson] --delta=1e-5 [--target_epsilon=3] --json
   python -m dgd_jax.privacy --mechanism=confident_gnmax --votes=votes.npy --threshold=200 \
-      --sigma1=150 --sigma2=40 --delta=1e-5 --smooth_sensitivity [--filter_epsilon=2] --json
+      --sigma1=150 --noise_scale=40 --delta=1e-5 --smooth_sensitivity [--filter_epsilon=2] --json
 
 ``--target_epsilon`` calibrates: without ``--queries`` it gives the most queries (DPDFD: steps)
 that fit, without the noise parameter the least noise; ``--vae_eps1`` counts towards the target.
@@ -43,7 +43,8 @@ from dgd_jax.privacy import (calibrate, checks, conversion, dpdfd, ledger, noise
 _MECHANISM = flags.DEFINE_string(
     "mechanism", None, f"One of {', '.join(releases.MECHANISMS)}.")
 _NOISE_SCALE = flags.DEFINE_float(
-    "noise_scale", None, "lnmax: Laplace scale b (= 1/gamma = 2/eps0); gnmax: Gaussian sigma; "
+    "noise_scale", None, "lnmax: Laplace scale b (= 1/gamma = 2/eps0); gnmax and the histogram "
+    "mechanisms: Gaussian sigma; confident_gnmax: the answer's Gaussian sigma (sigma2); "
     "dpdfd: sigma in --noise_convention; dpsgd: the noise multiplier sigma (noise std sigma C on "
     "the sum of clipped gradients).")
 _STEPS = flags.DEFINE_integer(
@@ -53,7 +54,6 @@ _SAMPLING = flags.DEFINE_string(
     "sampling", "poisson", "dpsgd: batch selection; the accountant supports 'poisson' only.")
 _THRESHOLD = flags.DEFINE_float("threshold", None, "confident_gnmax: vote threshold T.")
 _SIGMA1 = flags.DEFINE_float("sigma1", None, "confident_gnmax: threshold-step noise std.")
-_SIGMA2 = flags.DEFINE_float("sigma2", None, "confident_gnmax: answer (GNMax) noise std.")
 _QUERIES = flags.DEFINE_integer(
     "queries", None, "Number of queries (dpdfd: training steps T). Default with --votes: its rows.")
 _ANSWERED = flags.DEFINE_integer(
@@ -93,19 +93,19 @@ _NEIGHBOURS = flags.DEFINE_string(
 _NOISE_CONVENTION = flags.DEFINE_string(
     "noise_convention", None, "dpdfd (required): 'multiplier' (noise std = sigma * C, Eq. 4) or "
     "'std' (noise std = sigma, Theorem 3's reading).")
-_RELATION = flags.DEFINE_string(
-    "dpdfd_relation", dpdfd.DEFAULT_RELATION, "dpdfd: 'whole_batch' (default: nothing assumed "
+_ANALYSIS = flags.DEFINE_string(
+    "dpdfd_analysis", dpdfd.DEFAULT_ANALYSIS, "dpdfd: 'whole_batch' (default: nothing assumed "
     "about the teachers; one teacher: B T releases of sensitivity 2C, T of 2C with "
     "--dpdfd_normalization=batch; n teachers: B T of 2nC, or T of 2 sqrt(n) C), "
     "'disjoint_teachers' (n teachers on disjoint shards, one change moving --teachers_changed = "
-    "k of them: B T releases of 2kC; needs --teachers_disjoint), 'direct' (training on the private data, B of --dataset_size drawn "
-    "without replacement per step: " + dpdfd.DIRECT_LABEL_DP + ") or 'theorem3' ("
+    "k of them: B T releases of 2kC; needs --teachers_disjoint), 'direct' (training on "
+    "the private data, B of --dataset_size drawn without replacement per step: " + dpdfd.DIRECT_LABEL_DP + ") or 'theorem3' ("
     + dpdfd.THEOREM3_CONDITIONS + ").")
 _TEACHERS_DISJOINT = flags.DEFINE_bool(
     "teachers_disjoint", False, "dpdfd: the n teachers are trained on pairwise disjoint shards "
-    "(required by --dpdfd_relation=disjoint_teachers).")
+    "(required by --dpdfd_analysis=disjoint_teachers).")
 _DATASET_SIZE = flags.DEFINE_integer(
-    "dataset_size", None, "dpdfd with --dpdfd_relation=direct, and dpsgd: N, the private examples "
+    "dataset_size", None, "dpdfd with --dpdfd_analysis=direct, and dpsgd: N, the private examples "
     "each step samples B from.")
 _NORMALIZATION = flags.DEFINE_string(
     "dpdfd_normalization", dpdfd.DEFAULT_NORMALIZATION, "dpdfd: 'per_sample' (C g_i / (||g_i|| + "
@@ -159,45 +159,41 @@ def _load(path: str, what: str) -> np.ndarray:
                       "numpy.save.") from None
 
 
-def _noise_name(mechanism: str) -> str:
-  return "sigma2" if mechanism == "confident_gnmax" else "noise_scale"
-
-
 def _describe(release: releases.Release) -> str:
   if isinstance(release, releases.LNMaxQueries):
     return (f"lnmax, {release.queries} queries, Laplace scale b = {release.noise_scale:g} "
             f"(per-query pure epsilon 2/b = {release.eps0:.6g})")
   if isinstance(release, releases.GNMaxQueries):
-    return f"gnmax, {release.queries} queries, Gaussian sigma = {release.sigma:g}"
+    return f"gnmax, {release.queries} queries, Gaussian sigma = {release.noise_scale:g}"
   if isinstance(release, releases.ClassCountQueries):
     return (f"{release.mechanism}, {release.queries} noisy counts of one class each, "
-            f"Gaussian sigma = {release.sigma:g}")
+            f"Gaussian sigma = {release.noise_scale:g}")
   if isinstance(release, releases.HistogramQueries):
     return (f"gaussian_histogram, {release.queries} noisy vote histograms released whole, "
-            f"Gaussian sigma = {release.sigma:g}")
+            f"Gaussian sigma = {release.noise_scale:g}")
   if isinstance(release, releases.ConfidentGNMaxQueries):
     answered = (f" ({release.num_answered} answered: realised, used only by rdp_answered_only)"
                 if release.realised else "")
     return (f"confident_gnmax, {release.queries} queries{answered}, "
             f"threshold = {release.threshold:g}, sigma1 = {release.sigma1:g}, "
-            f"sigma2 = {release.sigma2:g}")
+            f"sigma2 = {release.noise_scale:g}")
   if isinstance(release, releases.FilteredQueries):
     what = ("gnmax" if release.threshold is None else
             f"confident_gnmax, threshold = {release.threshold:g}, sigma1 = {release.sigma1:g},")
-    return (f"{what} sigma2 = {release.sigma2:g}, under a Renyi filter of epsilon "
+    return (f"{what} sigma2 = {release.noise_scale:g}, under a Renyi filter of epsilon "
             f"{release.filter_epsilon:g} at order {release.filter_order:g}: {release.asked} of "
             f"{release.queries} queries asked, {release.num_answered} answered")
   if isinstance(release, releases.DpsgdSteps):
     return (f"dpsgd, {release.steps} steps, noise multiplier {release.noise_multiplier:g}, "
             f"Poisson sampling q = {release.batch_size} / {release.dataset_size} = "
             f"{release.sampling_probability:.6g}, clip norm C = {release.norm_bound:g} (noise std "
-            f"{release.noise_std:.6g}), {release.relation} neighbours")
-  return (f"dpdfd, {release.steps} steps, sigma = {release.noise:g} as {release.noise_convention} "
+            f"{release.noise_std:.6g}), {release.neighbours} neighbours")
+  return (f"dpdfd, {release.steps} steps, sigma = {release.noise_scale:g} as {release.noise_convention} "
           f"(noise std {release.noise_std:.6g}), C = {release.norm_bound:g}, "
-          f"B = {release.batch_size}, n = {release.num_teachers}, relation {release.relation}, "
+          f"B = {release.batch_size}, n = {release.num_teachers}, analysis {release.analysis}, "
           f"{release.normalization} normalisation"
           + (f", N = {release.dataset_size} (B of N without replacement per step; label DP "
-             "only)" if release.relation == "direct" else ""))
+             "only)" if release.analysis == "direct" else ""))
 
 
 def _plan(mechanism: str) -> tuple[releases.Release, dict]:
@@ -205,7 +201,7 @@ def _plan(mechanism: str) -> tuple[releases.Release, dict]:
   votes = checks.votes_file(_VOTES.value) if _VOTES.value else None
   answered = (_load(_ANSWERED_MASK.value, "answered mask") if _ANSWERED_MASK.value
               else _ANSWERED.value)
-  noise = _SIGMA2.value if mechanism == "confident_gnmax" else _NOISE_SCALE.value
+  noise = _NOISE_SCALE.value
   count = _QUERIES.value
   if mechanism == "dpsgd":
     if _QUERIES.value is not None:
@@ -214,10 +210,10 @@ def _plan(mechanism: str) -> tuple[releases.Release, dict]:
   elif _STEPS.value is not None:
     raise ConfigError(f"--steps is for --mechanism=dpsgd; {mechanism} counts --queries.")
   params = dict(queries=count, noise_scale=_NOISE_SCALE.value,
-                threshold=_THRESHOLD.value, sigma1=_SIGMA1.value, sigma2=_SIGMA2.value,
+                threshold=_THRESHOLD.value, sigma1=_SIGMA1.value,
                 votes=votes, answered=answered, norm_bound=_NORM_BOUND.value,
                 batch_size=_BATCH_SIZE.value, num_teachers=_NUM_TEACHERS.value,
-                noise_convention=_NOISE_CONVENTION.value, relation=_RELATION.value,
+                noise_convention=_NOISE_CONVENTION.value, analysis=_ANALYSIS.value,
                 normalization=_NORMALIZATION.value, teachers_disjoint=_TEACHERS_DISJOINT.value,
                 dataset_size=_DATASET_SIZE.value, sampling=_SAMPLING.value,
                 teachers_changed=_TEACHERS_CHANGED.value, neighbours=_NEIGHBOURS.value)
@@ -239,7 +235,7 @@ def _plan(mechanism: str) -> tuple[releases.Release, dict]:
       one = calibrate.epsilon_of(template, _DELTA.value, _ACCOUNTANT.value, **kwargs)
       pure = sum(r.epsilon for r in kwargs["others"])
       fix = ("raise --target_epsilon or lower --vae_eps1, which alone uses it up" if pure >=
-             _TARGET.value else f"raise --target_epsilon or the noise (--{_noise_name(mechanism)})")
+             _TARGET.value else f"raise --target_epsilon or the noise (--noise_scale)")
       including = f", including {pure:g} from --vae_eps1" if pure else ""
       raise ConfigError(
           f"no query fits in --target_epsilon={_TARGET.value:g}: a single query alone gives "
@@ -249,7 +245,7 @@ def _plan(mechanism: str) -> tuple[releases.Release, dict]:
                    "accountant": _ACCOUNTANT.value, "max_queries": n}
     return template.with_count(n), calibration
   if noise is None:
-    template = releases.build_release(mechanism, **{**params, _noise_name(mechanism): 1.0})
+    template = releases.build_release(mechanism, **{**params, "noise_scale": 1.0})
     if mechanism == "dpsgd" and not kwargs["others"]:  # jax-privacy's calibration
       x = calibrate.dpsgd_noise_multiplier(template, _TARGET.value, _DELTA.value,
                                            _ACCOUNTANT.value)
@@ -259,7 +255,7 @@ def _plan(mechanism: str) -> tuple[releases.Release, dict]:
                    "accountant": _ACCOUNTANT.value, "min_noise": x}
     return template.with_noise(x), calibration
   raise ConfigError(f"--target_epsilon solves for --{'steps' if mechanism == 'dpsgd' else 'queries'}"
-                    f" or --{_noise_name(mechanism)}: leave one of them unset.")
+                    f" or --noise_scale: leave one of them unset.")
 
 
 def _pure_terms() -> list[releases.PureDpRelease]:
@@ -424,7 +420,7 @@ def run() -> str:
                            book.epsilons(delta, data_dependent=False), delta)
   if calibration:
     solved = (f"max --queries = {calibration['max_queries']}" if "max_queries" in calibration
-              else f"min --{_noise_name(mechanism)} = {calibration['min_noise']:.9g}")
+              else f"min --noise_scale = {calibration['min_noise']:.9g}")
     lines += ["", f"Calibration for epsilon <= {calibration['target_epsilon']:g} "
                   f"({calibration['accountant']}, delta = {delta:g}): {solved}"]
   if budget is not None:

@@ -4,20 +4,21 @@ Gaussian mechanism A_{C,sigma} on the student's outputs (Algorithm 1, Eq. 4).
 
 Argument: '<dataset>[,cpu][,eps1|eps10][,ensemble[,generator]|direct]'. ``eps10`` (default)
 and ``eps1`` set the budget (DPDFD Table 1, delta = 1e-5); the noise multiplier is the least
-that keeps the planned steps within it under ``privacy.accountant`` and ``privacy.relation``
-(computed when the run starts and reported; set ``dpdfd.noise`` to fix it instead).
-``ensemble`` distils the 250 teachers instead of the baseline (relation 'disjoint_teachers':
+that keeps the planned steps within it under ``privacy.accountant`` and
+``privacy.dpdfd_analysis`` (computed when the run starts and reported; set ``dpdfd.noise`` to
+fix it instead).
+``ensemble`` distils the 250 teachers instead of the baseline (analysis 'disjoint_teachers':
 B T releases of 2C, the teachers' shards being disjoint), queried once on DGD's DeepInversion
 set (``synthetic``; that set is not covered by the epsilon, as in DGD);
 ``ensemble,generator`` queries them on Algorithm 1's generator instead (everything covered,
 but it collapses to one class: it learns only from the student). ``direct`` trains on the labelled
-private data with the same mechanism (Sec. 4.4; relation 'direct': T steps on B of N drawn
+private data with the same mechanism (Sec. 4.4; analysis 'direct': T steps on B of N drawn
 without replacement). ``direct`` is LABEL DP only: its update back-propagates through the
 private inputs without noise, so its epsilon protects the labels, not the examples
 (``privacy.dpdfd``).
 
 Noise convention: ``dpdfd.noise`` is sigma in Eq. 4, a multiplier of C (noise std sigma*C).
-Relation: 'whole_batch' (default for one teacher: B T releases of 2C, what the code releases
+Analysis: 'whole_batch' (default for one teacher: B T releases of 2C, what the code releases
 for a teacher trained on the private data); 'theorem3' is the paper's claim (see
 ``privacy.dpdfd``), not the default.
 
@@ -104,8 +105,8 @@ def get_config(arg: str | None = None):
   config.privacy = common.privacy_config(BUDGETS[budget])
   # privacy.dpdfd: whole_batch (one teacher, nothing assumed) | disjoint_teachers (the ensemble,
   # disjoint shards, replace-one; checked on the shards) | direct (LABEL DP only) | theorem3
-  config.privacy.relation = ("direct" if direct else "disjoint_teachers" if ensemble
-                             else "whole_batch")
+  config.privacy.dpdfd_analysis = ("direct" if direct else "disjoint_teachers" if ensemble
+                                   else "whole_batch")
   # the ensemble on a class-spanning synthetic set (``synthetic``)
   if ensemble and not generator:
     synthetic(config, paper)

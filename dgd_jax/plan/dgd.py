@@ -77,14 +77,13 @@ def planned(config, neighbours: str, before=()) -> privacy.Release:
     raise ConfigError("config.queries.filter spends config.privacy.max_epsilon, which is 0: "
                       "set the budget (e.g. --config.privacy.max_epsilon=2).")
   confident = isinstance(plan, privacy.ConfidentGNMaxQueries)
-  sigma2 = plan.sigma2 if confident else plan.sigma
   sigma1, threshold = (plan.sigma1, plan.threshold) if confident else (None, None)
   orders = np.asarray(privacy.DEFAULT_RDP_ORDERS)
   spent = sum((r.rdp(orders) for r in before), np.zeros_like(orders))
-  order = renyi_filter.filter_order(p.max_epsilon, p.delta, plan.mechanism, sigma2, sigma1,
+  order = renyi_filter.filter_order(p.max_epsilon, p.delta, plan.mechanism, plan.noise_scale, sigma1,
                                     orders=orders, teachers_changed=plan.teachers_changed,
                                     spent_before=spent)
   return privacy.FilteredQueries(
-      sigma2, plan.queries, p.max_epsilon, p.delta, order, threshold, sigma1,
+      plan.noise_scale, plan.queries, p.max_epsilon, p.delta, order, threshold, sigma1,
       spent_before=float(spent[np.argmin(np.abs(orders - order))]),
       teachers_changed=plan.teachers_changed, neighbours=neighbours)

@@ -1,8 +1,8 @@
 """DPDFD's plan (Liu et al., IJCAI 2023): what the config makes of Algorithm 1 (the sensitive
-model, the inputs, the relation its steps are accounted under), the planned steps' ledger
+model, the inputs, the analysis its steps are accounted under), the planned steps' ledger
 record and the noise multiplier that fits the budget; the checks of the ``dpdfd`` block.
 The accounting reads the private training set twice, outside any release: its size N, and,
-under ``privacy.relation='disjoint_teachers'``, the teachers' shards
+under ``privacy.dpdfd_analysis='disjoint_teachers'``, the teachers' shards
 (``data.config_shards``), checked pairwise disjoint (``release``)."""
 from __future__ import annotations
 
@@ -34,20 +34,26 @@ def uses_synthetic(config) -> bool:
   return config.dpdfd.inputs == "synthetic"
 
 
-# The relation each kind of sensitive model's steps are accounted under (``privacy.dpdfd``).
-RELATIONS = {"baseline": ("whole_batch", "theorem3"),
+# The analyses each kind of sensitive model's steps may be accounted under (``privacy.dpdfd``).
+ANALYSES = {"baseline": ("whole_batch", "theorem3"),
              "ensemble": ("disjoint_teachers", "whole_batch", "theorem3"),
              "private_data": ("direct",)}
+
+
+def reads_size(config) -> bool:
+  """Whether the analysis reads the private set's size ('direct': B of N per step;
+  'disjoint_teachers': the shards of range(N)); no other reads the private data."""
+  return config.privacy.dpdfd_analysis in ("direct", "disjoint_teachers")
 
 
 def neighbours(config) -> tuple[str, ...]:
   """The neighbouring relations the steps are claimed for: 'whole_batch' assumes nothing about
   the teachers (both); 'disjoint_teachers' those the teacher partition covers; 'direct' and
   'theorem3' replace-one (``privacy.dpdfd``)."""
-  relation = config.privacy.relation
-  if relation == "disjoint_teachers":
+  analysis = config.privacy.dpdfd_analysis
+  if analysis == "disjoint_teachers":
     return tuple(config_teachers_changed(config))
-  if relation == "whole_batch":
+  if analysis == "whole_batch":
     return ("replace_one", "add_or_remove_one")
   return ("replace_one",)
 
@@ -55,27 +61,27 @@ def neighbours(config) -> tuple[str, ...]:
 def release(config, noise: float, dataset_size: int | None = None,
             neighbours: str = "replace_one") -> privacy.DpdfdSteps:
   """The ledger record of the planned DPDFD steps at noise multiplier ``noise``, stated under
-  the relation ``neighbours``. The ensemble's 'disjoint_teachers' relation is granted only when
+  the relation ``neighbours``. The ensemble's 'disjoint_teachers' analysis is granted only when
   the teachers stage's shards (``data.config_shards``) are checked pairwise disjoint, at the
   number of teachers one change moves under the partition."""
-  d, relation = config.dpdfd, config.privacy.relation
-  if relation not in RELATIONS.get(d.teacher, ()):
+  d, analysis = config.dpdfd, config.privacy.dpdfd_analysis
+  if analysis not in ANALYSES.get(d.teacher, ()):
     raise ConfigError(
-        f"config.privacy.relation={relation!r} does not describe what dpdfd.teacher="
-        f"{d.teacher!r} releases; use one of {RELATIONS.get(d.teacher)} (privacy.dpdfd).")
+        f"config.privacy.dpdfd_analysis={analysis!r} does not describe what dpdfd.teacher="
+        f"{d.teacher!r} releases; use one of {ANALYSES.get(d.teacher)} (privacy.dpdfd).")
   n = config.num_teachers if d.teacher == "ensemble" else 1
   disjoint, changed = False, 1
-  if relation == "disjoint_teachers" or relation == "direct":
+  if analysis == "disjoint_teachers" or analysis == "direct":
     dataset_size = dataset_size or private_size(config)  # direct: B of N; shards of range(N)
-  if relation == "disjoint_teachers":
+  if analysis == "disjoint_teachers":
     data = load_private(config)
     disjoint = dpdfd_privacy.shards_disjoint(config_shards(config, data.x_train, data.y_train))
     changed = config_teachers_changed(config)[neighbours]
   return privacy.DpdfdSteps(noise, "multiplier", d.norm_bound, d.batch_size, d.num_steps,
-                            num_teachers=n, relation=relation,
+                            num_teachers=n, analysis=analysis,
                             normalization="batch" if d.operation == "batch" else "per_sample",
                             teachers_disjoint=disjoint,
-                            dataset_size=dataset_size if relation == "direct" else None,
+                            dataset_size=dataset_size if analysis == "direct" else None,
                             teachers_changed=changed, neighbours=neighbours)
 
 
@@ -114,6 +120,5 @@ def noise_multiplier(config, dataset_size: int | None = None) -> float:
 def releases(config, neighbours: str = "replace_one") -> list[privacy.Release]:
   """The planned DPDFD steps under the relation ``neighbours``, what the budget guard and
   ``sweep --accounting_only`` account before anything is trained."""
-  size = (private_size(config) if config.privacy.relation in ("direct", "disjoint_teachers")
-          else None)
+  size = private_size(config) if reads_size(config) else None
   return [release(config, noise_multiplier(config, size), size, neighbours)]

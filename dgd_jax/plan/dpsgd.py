@@ -147,7 +147,7 @@ def baseline_releases(config, neighbours: str = "replace_one", dataset_size: int
                       "label queries: set config.queries.plan='fixed' (the automatic plan "
                       "spends the whole budget on queries).")
   template = privacy.DpsgdSteps(d.noise or 1.0, d.batch_size, public_size(config, dataset_size),
-                                b.num_steps, d.norm_bound, d.sampling, relation=neighbours)
+                                b.num_steps, d.norm_bound, d.sampling, neighbours=neighbours)
 
   def calibrate() -> float:  # the least noise that fits beside every relation's queries
     shape = (template.batch_size, template.dataset_size, template.steps, template.norm_bound,
@@ -168,7 +168,7 @@ def _noise_with(steps: tuple, queries: tuple, target: float, delta: float,
   queries' relation), fit ``target``."""
   batch, size, count, norm, sampling = steps
   mechanism, noise, num, changed, neighbours = queries
-  template = privacy.DpsgdSteps(1.0, batch, size, count, norm, sampling, relation=neighbours)
+  template = privacy.DpsgdSteps(1.0, batch, size, count, norm, sampling, neighbours=neighbours)
   fixed = privacy.MECHANISMS[mechanism](noise, num, teachers_changed=changed,
                                         neighbours=neighbours)
   alone = privacy.epsilon_of(fixed, delta, accountant)
@@ -188,7 +188,7 @@ def recorded_baseline(results: dict, neighbours: str | None = None) -> list[priv
   if not r:
     return []
   record = privacy.DpsgdSteps.from_json(r)
-  return [dataclasses.replace(record, relation=neighbours) if neighbours else record]
+  return [dataclasses.replace(record, neighbours=neighbours) if neighbours else record]
 
 
 def neighbours(config) -> tuple[str, ...]:
@@ -201,4 +201,4 @@ def releases(config, neighbours: str = "add_or_remove_one") -> list[privacy.Rele
   """The planned DP-SGD steps, what the budget guard and ``sweep --accounting_only`` account
   before anything is trained."""
   return [dataclasses.replace(release(config, noise_multiplier(config)),
-                              relation=neighbours)]
+                              neighbours=neighbours)]

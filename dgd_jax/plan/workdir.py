@@ -72,13 +72,18 @@ ADDED_FIELDS = {("teachers", "mixup"): 0.0, ("teachers", "width"): 0.0,
                 ("model", "module"): "", ("model", "kwargs"): "",
                 ("privacy", "allow_large_delta"): False}
 REMOVED_FIELDS = {("teachers", "shared_init"): False}
+# Fields renamed since, old name: new name (one name per concept).
+RENAMED_FIELDS = {("privacy", "relation"): ("privacy", "dpdfd_analysis")}
 
 
 def as_written_now(stored: dict) -> dict:
   """A recorded config (config.json) or stage slice (stage.json) as this code writes it: each of
   ``ADDED_FIELDS`` it lacks at its value, each of ``REMOVED_FIELDS`` it holds at its value
-  dropped (only in blocks the slice has)."""
+  dropped, each of ``RENAMED_FIELDS`` under its new name (only in blocks the slice has)."""
   out = {k: dict(v) if isinstance(v, dict) else v for k, v in stored.items()}
+  for (block, old), (_, new) in RENAMED_FIELDS.items():
+    if isinstance(out.get(block), dict) and old in out[block] and new not in out[block]:
+      out[block][new] = out[block].pop(old)
   for (block, field), value in ADDED_FIELDS.items():
     if isinstance(out.get(block), dict):
       out[block].setdefault(field, value)

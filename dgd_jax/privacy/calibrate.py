@@ -4,9 +4,9 @@ monotone search, so the answer meets the target and one more release (or slightl
 does not.
 
 The release is given as a template record (``releases.*``): ``max_queries`` varies its count
-(queries, or steps for DPDFD), ``min_noise`` its noise parameter (b for LNMax, sigma for GNMax,
+(queries, or steps for DPDFD), ``min_noise`` its noise parameter (``noise_scale``: b for LNMax, sigma for GNMax,
 sigma2 for Confident-GNMax with sigma1 and the threshold fixed, sigma for DPDFD in the record's
-noise convention). ``others`` are the fixed releases recorded with it (e.g. DGD's eps1 as a
+noise convention; DP-SGD's ``noise_multiplier``). ``others`` are the fixed releases recorded with it (e.g. DGD's eps1 as a
 ``PureDpRelease``): the whole ledger, template plus others, must meet the target.
 """
 from __future__ import annotations

@@ -29,12 +29,12 @@ noise vector to the sum of the rows, as Algorithm 1 line 8 reads: it keeps the r
 independent N(0, std^2) draw to every entry (with n teachers, to the sum over teachers of each
 row). One step therefore releases G_bar + Z, Z ~ N(0, std^2 I_{BK}): one Gaussian mechanism on a
 B*K vector. Its L2 sensitivity Delta between neighbours gives RDP lam Delta^2 / (2 std^2) per step,
-which equals that of m releases of sensitivity Delta / sqrt(m) for any m; the relations below
+which equals that of m releases of sensitivity Delta / sqrt(m) for any m; the analyses below
 state each step as the count and sensitivity that say what moves (B rows of 2C each, or one
 matrix of 2C). Everything else (student, generator, the next steps' batches) is post-processing
 of these releases, so T steps compose adaptively.
 
-Relations (``relation``):
+Analyses (``analysis``):
 
 * ``"whole_batch"`` (default; assumes nothing about how the teacher(s) depend on the private
   data, so every row may change; valid under replace-one and add/remove-one).
@@ -89,15 +89,15 @@ from dgd_jax.privacy.conversion import DEFAULT_RDP_ORDERS
 from dgd_jax.runtime.errors import ConfigError
 
 NOISE_CONVENTIONS = ("multiplier", "std")
-RELATIONS = ("whole_batch", "disjoint_teachers", "direct", "theorem3")
+ANALYSES = ("whole_batch", "disjoint_teachers", "direct", "theorem3")
 NORMALIZATIONS = ("per_sample", "batch")
-DEFAULT_RELATION = "whole_batch"
+DEFAULT_ANALYSIS = "whole_batch"
 DEFAULT_NORMALIZATION = "per_sample"
 
 THEOREM3_CONDITIONS = (
     "the paper's claim (Theorem 3): n B T Gaussian releases of sensitivity 2C, sigma read as the "
     "absolute std, no subsampling. With one teacher and per-sample normalisation it is exactly "
-    "the code's release (relation whole_batch); with n > 1 teachers trained on disjoint shards "
+    "the code's release (analysis whole_batch); with n > 1 teachers trained on disjoint shards "
     "it is n times conservative; with teachers whose training data overlap it is n times too "
     "small in RDP (each row can move by 2nC)")
 
@@ -117,43 +117,43 @@ def absolute_noise_std(noise: float, noise_convention: str, norm_bound: float) -
 
 def shards_disjoint(shards) -> bool:
   """Whether the teachers' training-index shards (a sequence of index arrays) are pairwise
-  disjoint, the condition of relation 'disjoint_teachers'."""
+  disjoint, the condition of analysis 'disjoint_teachers'."""
   flat = np.concatenate([np.asarray(s).ravel() for s in shards])
   return np.unique(flat).size == flat.size
 
 
 def releases(norm_bound: float, batch_size: int, steps: int, num_teachers: int,
-             relation: str = DEFAULT_RELATION, normalization: str = DEFAULT_NORMALIZATION,
+             analysis: str = DEFAULT_ANALYSIS, normalization: str = DEFAULT_NORMALIZATION,
              teachers_disjoint: bool = False, teachers_changed: int = 1) -> tuple[int, float]:
-  """(number of Gaussian releases, L2 sensitivity of each) under ``relation`` and
+  """(number of Gaussian releases, L2 sensitivity of each) under ``analysis`` and
   ``normalization`` (module docstring). For 'direct' these are the T per-step releases, each
   run on a B-of-N subsample (``event`` adds the sampling)."""
   norm_bound = checks.positive("norm_bound (DPDFD C)", norm_bound)
   b = checks.count("batch_size", batch_size)
   t = checks.count("steps", steps)
   n = checks.count("num_teachers", num_teachers)
-  checks.choice("DPDFD relation", relation, RELATIONS)
+  checks.choice("DPDFD analysis", analysis, ANALYSES)
   checks.choice("DPDFD normalization", normalization, NORMALIZATIONS)
   c = norm_bound
-  if relation == "theorem3":
+  if analysis == "theorem3":
     return n * b * t, 2.0 * c  # Theorem 3: n B T releases of 2C
-  if relation == "direct":
+  if analysis == "direct":
     if n != 1:
-      raise ConfigError(f"relation 'direct' trains one model on the private data; got "
+      raise ConfigError(f"analysis 'direct' trains one model on the private data; got "
                         f"num_teachers={n}.")
     return t, 2.0 * c  # one label moves the [B, K] rows by < 2C in L2 (either normalisation)
-  if relation == "disjoint_teachers":
+  if analysis == "disjoint_teachers":
     if not teachers_disjoint:
       raise ConfigError(
-          "relation 'disjoint_teachers' needs teachers trained on pairwise disjoint shards, and "
+          "analysis 'disjoint_teachers' needs teachers trained on pairwise disjoint shards, and "
           "these teachers are not known to be (teachers_disjoint=False): their training data may "
           "overlap, so one private example can move every teacher's term of a row (2nC). Use "
-          "relation 'whole_batch'.")
+          "analysis 'whole_batch'.")
     if normalization != "per_sample":
       raise ConfigError(
-          "relation 'disjoint_teachers' needs per-sample normalisation: batch normalisation "
+          "analysis 'disjoint_teachers' needs per-sample normalisation: batch normalisation "
           "divides every teacher's rows by one norm over all teachers, so one teacher moves them "
-          "all. Use normalization 'per_sample' or relation 'whole_batch'.")
+          "all. Use normalization 'per_sample' or analysis 'whole_batch'.")
     k = checks.count("teachers_changed", teachers_changed)
     return b * t, 2.0 * k * c  # Sec. 4.4: k teachers change, each row moves by < 2kC
   if normalization == "batch":
@@ -162,19 +162,19 @@ def releases(norm_bound: float, batch_size: int, steps: int, num_teachers: int,
 
 
 def event(noise: float, noise_convention: str, norm_bound: float, batch_size: int, steps: int,
-          num_teachers: int = 1, relation: str = DEFAULT_RELATION,
+          num_teachers: int = 1, analysis: str = DEFAULT_ANALYSIS,
           normalization: str = DEFAULT_NORMALIZATION, teachers_disjoint: bool = False,
           dataset_size: int | None = None, teachers_changed: int = 1) -> dp_accounting.DpEvent:
   """dp-accounting event of the planned steps: GaussianDpEvent(std / sensitivity) composed over
   the releases; for 'direct', each step's Gaussian on a B-of-N subsample drawn without
   replacement (``SampledWithoutReplacementDpEvent``, replace-one)."""
-  count, sensitivity = releases(norm_bound, batch_size, steps, num_teachers, relation,
+  count, sensitivity = releases(norm_bound, batch_size, steps, num_teachers, analysis,
                                 normalization, teachers_disjoint, teachers_changed)
   std = absolute_noise_std(noise, noise_convention, norm_bound)
-  if relation != "direct":
+  if analysis != "direct":
     return events.gaussian_event(std, sensitivity, count)
   if dataset_size is None:
-    raise ConfigError("relation 'direct' samples B of the N private examples per step: pass "
+    raise ConfigError("analysis 'direct' samples B of the N private examples per step: pass "
                       "dataset_size (N).")
   n = checks.count("dataset_size", dataset_size)
   if n < batch_size:

@@ -27,7 +27,7 @@ Data-independent accountants (a DP guarantee for the plan; every planned release
   its order (Thm. 23, parameters fixed before the votes) with every other record's RDP curve,
   improved conversion at that order. The other data-independent accountants do not apply to
   such a ledger (they cannot hold a one-order record).
-* ``dpdfd_theorem3``: a single DPDFD record under relation 'theorem3': the paper's claim
+* ``dpdfd_theorem3``: a single DPDFD record under analysis 'theorem3': the paper's claim
   (Theorem 3), valid only under ``dpdfd.THEOREM3_CONDITIONS``.
 
 Data-dependent accountants (``data_dependent=True``; functions of the private data, not DP
@@ -146,7 +146,7 @@ def _grid_note(evs) -> str:
 def _replace_one_sampled(mechanisms) -> list[Release]:
   """DP-SGD records under replace-one (DGD's private baseline): dp-accounting analyses their
   Poisson-sampled steps under REPLACE_ONE with its PLD accountant only."""
-  return [r for r in mechanisms if isinstance(r, DpsgdSteps) and r.relation == "replace_one"]
+  return [r for r in mechanisms if isinstance(r, DpsgdSteps) and r.neighbours == "replace_one"]
 
 
 def _relation(mechanisms) -> dp_accounting.NeighboringRelation:
@@ -416,14 +416,14 @@ class PrivacyLedger:
   def _dpdfd_theorem3(self, mechanisms, delta, data_dependent):
     del data_dependent
     if (len(mechanisms) != 1 or not isinstance(mechanisms[0], DpdfdSteps)
-        or mechanisms[0].relation != "theorem3"):
+        or mechanisms[0].analysis != "theorem3"):
       return None
     r = mechanisms[0]
     eps, order = dpdfd.theorem3_epsilon(r.noise_std, r.norm_bound, r.batch_size, r.steps, delta,
                                         r.num_teachers, self.orders)
     return eps, order, (
         f"DPDFD Theorem 3 with sigma read as the absolute std {r.noise_std:.6g} (noise "
-        f"{r.noise:g} as {r.noise_convention}); n B T = {r.num_teachers * r.batch_size * r.steps} "
+        f"{r.noise_scale:g} as {r.noise_convention}); n B T = {r.num_teachers * r.batch_size * r.steps} "
         f"Gaussian releases of L2 sensitivity 2C, no subsampling: {dpdfd.THEOREM3_CONDITIONS}; "
         "order = lambda"), False
 

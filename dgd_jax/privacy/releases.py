@@ -181,28 +181,29 @@ class LNMaxQueries(TeacherRelease):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class HistogramQueries(TeacherRelease):
-  """``queries`` noisy vote histograms released whole, n + N(0, sigma^2 I) each: the Gaussian
+  """``queries`` noisy vote histograms released whole, n + N(0, sigma^2 I) each (sigma =
+  ``noise_scale``): the Gaussian
   mechanism of L2 sensitivity k sqrt(2) (one changed vote moves one count down and another up),
   whose RDP is GNMax's data-independent bound (PATE 2018 Prop. 8). GNMax's data-dependent
   analysis bounds the argmax alone, so this record never carries votes: every accountant
   charges the data-independent curve."""
 
-  sigma: float
+  noise_scale: float
   queries: int
 
   mechanism: ClassVar[str] = "gaussian_histogram"
   covers: ClassVar[str] = (
       "Covers the noisy vote histograms released whole (every count of every queried sample "
       "with its Gaussian noise). " + _DGD_EXCLUSIONS)
-  noise_field: ClassVar[str] = "sigma"
+  noise_field: ClassVar[str] = "noise_scale"
   count_field: ClassVar[str] = "queries"
 
   def __post_init__(self):
     self._check_neighbours()
-    self._check_queries(f"sigma ({self.mechanism} noise)")
+    self._check_queries(f"noise_scale ({self.mechanism} Gaussian sigma)")
 
   def event(self) -> dp_accounting.DpEvent:
-    return pate2018.gnmax_event(self.sigma, self.queries, self.teachers_changed)
+    return pate2018.gnmax_event(self.noise_scale, self.queries, self.teachers_changed)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -219,13 +220,13 @@ class ClassCountQueries(HistogramQueries):
       "it was synthesised for, with its Gaussian noise). " + _DGD_EXCLUSIONS)
 
   def event(self) -> dp_accounting.DpEvent:
-    return events.gaussian_event(self.sigma, self.teachers_changed * COUNT_SENSITIVITY,
+    return events.gaussian_event(self.noise_scale, self.teachers_changed * COUNT_SENSITIVITY,
                                  self.queries)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class GNMaxQueries(HistogramQueries):
-  """``queries`` GNMax label queries with Gaussian std ``sigma`` on each count: the argmax of
+  """``queries`` GNMax label queries with Gaussian std ``noise_scale`` on each count: the argmax of
   ``HistogramQueries``' release, so the same data-independent event; with ``votes``, PATE 2018's
   data-dependent curve of the argmax (Thm. 6)."""
 
@@ -239,19 +240,19 @@ class GNMaxQueries(HistogramQueries):
   def rdp_data_dependent(self, orders) -> np.ndarray:
     if self.votes is None:
       return self.rdp(orders)
-    return np.sum(pate2018.gnmax_rdp_data_dependent(self.votes, self.sigma, orders,
+    return np.sum(pate2018.gnmax_rdp_data_dependent(self.votes, self.noise_scale, orders,
                                                     self.teachers_changed), axis=0)
 
   @property
   def gnmax_parameters(self) -> tuple[float | None, float | None, float]:
     """(threshold, sigma1, sigma2) as PATE 2018's analyses take them: no threshold step."""
-    return None, None, self.sigma
+    return None, None, self.noise_scale
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ConfidentGNMaxQueries(TeacherRelease):
   """``queries`` Confident-GNMax queries: a noisy threshold check (std ``sigma1``) on every query,
-  a GNMax answer (std ``sigma2``) on the answered ones.
+  a GNMax answer (std ``noise_scale``, the paper's sigma2) on the answered ones.
 
   The data-independent event (``event``, ``rdp``) and the data-dependent curve
   (``rdp_data_dependent``) charge the threshold check AND the GNMax answer on every query: which
@@ -263,7 +264,7 @@ class ConfidentGNMaxQueries(TeacherRelease):
 
   threshold: float
   sigma1: float
-  sigma2: float
+  noise_scale: float
   queries: int
   answered: int | np.ndarray | None = None
   votes: np.ndarray | None = None
@@ -275,13 +276,13 @@ class ConfidentGNMaxQueries(TeacherRelease):
       "from the private data without noise (DGD, DGD+); none of them may be released as "
       "private. The data-independent epsilons charge the GNMax answer on every query; an "
       "answered-only cost is a realised value, not a DP guarantee.")
-  noise_field: ClassVar[str] = "sigma2"
+  noise_field: ClassVar[str] = "noise_scale"
   count_field: ClassVar[str] = "queries"
 
   @property
   def gnmax_parameters(self) -> tuple[float | None, float | None, float]:
     """(threshold, sigma1, sigma2) as PATE 2018's analyses take them."""
-    return self.threshold, self.sigma1, self.sigma2
+    return self.threshold, self.sigma1, self.noise_scale
 
   def __post_init__(self):
     self._check_neighbours()
@@ -289,7 +290,7 @@ class ConfidentGNMaxQueries(TeacherRelease):
     if not np.isfinite(self.threshold):
       raise ConfigError(f"threshold={self.threshold} must be a finite number of votes.")
     object.__setattr__(self, "sigma1", checks.positive("sigma1 (threshold noise)", self.sigma1))
-    queries = self._check_queries("sigma2 (GNMax noise)")
+    queries = self._check_queries("noise_scale (GNMax noise sigma2)")
     answered = self.answered
     if isinstance(answered, (list, tuple, np.ndarray)):
       mask = np.asarray(answered)
@@ -329,7 +330,7 @@ class ConfidentGNMaxQueries(TeacherRelease):
     # Every query: the threshold check and the GNMax answer (answered or not: data-independent).
     k = self.teachers_changed
     return dp_accounting.ComposedDpEvent([pate2018.threshold_event(self.sigma1, self.queries, k),
-                                          pate2018.gnmax_event(self.sigma2, self.queries, k)])
+                                          pate2018.gnmax_event(self.noise_scale, self.queries, k)])
 
   def _per_query_rdp(self, orders) -> tuple[np.ndarray, np.ndarray]:
     """(threshold-step RDP, GNMax RDP) per query, shape [queries, orders]: data-dependent with
@@ -338,10 +339,10 @@ class ConfidentGNMaxQueries(TeacherRelease):
     k = self.teachers_changed
     if self.votes is None:
       return (np.tile(pate2018.threshold_rdp(self.sigma1, lam, k), (self.queries, 1)),
-              np.tile(pate2018.gnmax_rdp(self.sigma2, lam, k), (self.queries, 1)))
+              np.tile(pate2018.gnmax_rdp(self.noise_scale, lam, k), (self.queries, 1)))
     return (pate2018.threshold_rdp_data_dependent(self.votes, self.threshold, self.sigma1, lam,
                                                   k),
-            pate2018.gnmax_rdp_data_dependent(self.votes, self.sigma2, lam, k))
+            pate2018.gnmax_rdp_data_dependent(self.votes, self.noise_scale, lam, k))
 
   def rdp_data_dependent(self, orders) -> np.ndarray:
     if self.votes is None:
@@ -373,7 +374,7 @@ class FilteredQueries(TeacherRelease):
   asked queries, ``stop_reason``) and ``votes`` (of the asked queries) feed the data-dependent
   diagnostics only."""
 
-  sigma2: float
+  noise_scale: float
   queries: int
   filter_epsilon: float
   filter_delta: float
@@ -393,12 +394,13 @@ class FilteredQueries(TeacherRelease):
       "Renyi order before any query, Feldman & Zrnic 2021). Not covered: the teachers, and "
       "any baseline, generator, synthetic data or VAE derived from the private data without "
       "noise (DGD, DGD+).")
-  noise_field: ClassVar[str] = "sigma2"
+  noise_field: ClassVar[str] = "noise_scale"
   count_field: ClassVar[str] = "queries"
 
   def __post_init__(self):
     self._check_neighbours()
-    object.__setattr__(self, "sigma2", checks.positive("sigma2 (GNMax noise)", self.sigma2))
+    object.__setattr__(self, "noise_scale", checks.positive("noise_scale (GNMax noise sigma2)",
+                                                            self.noise_scale))
     object.__setattr__(self, "queries", checks.count("queries", self.queries))
     if (self.threshold is None) != (self.sigma1 is None):
       raise ConfigError("a filtered Confident-GNMax record needs both threshold and sigma1; "
@@ -449,8 +451,8 @@ class FilteredQueries(TeacherRelease):
   def _plan(self, queries: int, answered=None, votes=None) -> Release:
     teacher = dict(teachers_changed=self.teachers_changed, neighbours=self.neighbours)
     if self.threshold is None:
-      return GNMaxQueries(self.sigma2, queries, votes, **teacher)
-    return ConfidentGNMaxQueries(self.threshold, self.sigma1, self.sigma2, queries, answered,
+      return GNMaxQueries(self.noise_scale, queries, votes, **teacher)
+    return ConfidentGNMaxQueries(self.threshold, self.sigma1, self.noise_scale, queries, answered,
                                  votes, **teacher)
 
   def event(self) -> dp_accounting.DpEvent:
@@ -468,7 +470,7 @@ class FilteredQueries(TeacherRelease):
   def step_rdp(self) -> tuple[float, float]:
     """(threshold step, GNMax step) RDP of one query at ``filter_order``."""
     step1, step2 = renyi_filter.step_rdp(
-        "gnmax" if self.threshold is None else "confident_gnmax", self.sigma2, self.sigma1,
+        "gnmax" if self.threshold is None else "confident_gnmax", self.noise_scale, self.sigma1,
         [self.filter_order], self.teachers_changed)
     return float(step1[0]), float(step2[0])
 
@@ -519,24 +521,25 @@ class FilteredQueries(TeacherRelease):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class DpdfdSteps(TeacherRelease):
-  """``steps`` DPDFD training steps (Algorithm 1) with noise ``noise`` in ``noise_convention``
+  """``steps`` DPDFD training steps (Algorithm 1) with noise ``noise_scale`` in ``noise_convention``
   ('multiplier': std = noise * C, Eq. 4; 'std': std = noise, Fig. 1 / Theorem 3).
 
-  ``relation`` (``privacy.dpdfd``): 'whole_batch' (default; nothing assumed about the teachers:
+  ``analysis`` (``privacy.dpdfd``): 'whole_batch' (default; nothing assumed about the teachers:
   B T releases of 2C for one teacher with per-sample rows, T of 2C under batch normalisation,
   B T of 2nC for n teachers); 'disjoint_teachers' (n teachers on disjoint shards, replace-one:
   B T releases of 2C; needs ``teachers_disjoint``); 'direct' (label DP only: T Gaussian steps of
   2C, each on B of ``dataset_size`` examples drawn without replacement); 'theorem3' (the paper's
   claim, ``dpdfd.THEOREM3_CONDITIONS``). ``teachers_changed`` scales 'disjoint_teachers' only;
-  'whole_batch' holds under either relation, 'direct' and 'theorem3' under replace-one."""
+  'whole_batch' holds under either neighbouring relation, 'direct' and 'theorem3' under
+  replace-one."""
 
-  noise: float
+  noise_scale: float
   noise_convention: str
   norm_bound: float
   batch_size: int
   steps: int
   num_teachers: int = 1
-  relation: str = dpdfd.DEFAULT_RELATION
+  analysis: str = dpdfd.DEFAULT_ANALYSIS
   normalization: str = dpdfd.DEFAULT_NORMALIZATION
   teachers_disjoint: bool = False
   dataset_size: int | None = None
@@ -544,41 +547,41 @@ class DpdfdSteps(TeacherRelease):
   mechanism: ClassVar[str] = "dpdfd"
   covers: ClassVar[str] = (
       "The teacher model(s) are not private. Each step releases B rows of normalised "
-      "gradients, each with its own noise. Relation 'whole_batch' assumes nothing about the "
+      "gradients, each with its own noise. Analysis 'whole_batch' assumes nothing about the "
       "teachers (one teacher: B T releases of 2C, or T of 2C under batch normalisation; n "
-      "teachers: B T of 2nC, or T of 2 sqrt(n) C). Relation 'disjoint_teachers' (teachers on "
-      "disjoint shards, one change moving k of them): B T releases of 2kC. Relation 'direct' "
+      "teachers: B T of 2nC, or T of 2 sqrt(n) C). Analysis 'disjoint_teachers' (teachers on "
+      "disjoint shards, one change moving k of them): B T releases of 2kC. Analysis 'direct' "
       "(training on the private data, B of N drawn without replacement per step, replace-one) is "
-      + dpdfd.DIRECT_LABEL_DP + ". Relation 'theorem3' is " + dpdfd.THEOREM3_CONDITIONS + ".")
-  noise_field: ClassVar[str] = "noise"
+      + dpdfd.DIRECT_LABEL_DP + ". Analysis 'theorem3' is " + dpdfd.THEOREM3_CONDITIONS + ".")
+  noise_field: ClassVar[str] = "noise_scale"
   count_field: ClassVar[str] = "steps"
 
   def __post_init__(self):
     self._check_neighbours()
-    if self.neighbours != "replace_one" and self.relation in ("direct", "theorem3"):
-      raise ConfigError(f"DPDFD relation {self.relation!r} is stated for replace-one neighbours "
+    if self.neighbours != "replace_one" and self.analysis in ("direct", "theorem3"):
+      raise ConfigError(f"DPDFD analysis {self.analysis!r} is stated for replace-one neighbours "
                         f"only; got neighbours={self.neighbours!r}.")
     self.event()  # validates every field
 
   @property
   def noise_std(self) -> float:
-    return dpdfd.absolute_noise_std(self.noise, self.noise_convention, self.norm_bound)
+    return dpdfd.absolute_noise_std(self.noise_scale, self.noise_convention, self.norm_bound)
 
   def teachers_moved(self) -> int | None:
-    return self.teachers_changed if self.relation == "disjoint_teachers" else None
+    return self.teachers_changed if self.analysis == "disjoint_teachers" else None
 
   def event(self) -> dp_accounting.DpEvent:
-    return dpdfd.event(self.noise, self.noise_convention, self.norm_bound, self.batch_size,
-                       self.steps, self.num_teachers, self.relation, self.normalization,
+    return dpdfd.event(self.noise_scale, self.noise_convention, self.norm_bound, self.batch_size,
+                       self.steps, self.num_teachers, self.analysis, self.normalization,
                        self.teachers_disjoint, self.dataset_size, self.teachers_changed)
 
   def describe(self) -> dict:
     count, sensitivity = dpdfd.releases(self.norm_bound, self.batch_size, self.steps,
-                                        self.num_teachers, self.relation, self.normalization,
+                                        self.num_teachers, self.analysis, self.normalization,
                                         self.teachers_disjoint, self.teachers_changed)
     out = {**super().describe(), "noise_std": self.noise_std, "gaussian_releases": count,
            "l2_sensitivity": sensitivity}
-    if self.relation == "direct":
+    if self.analysis == "direct":
       out["sampling"] = (f"{self.batch_size} of {self.dataset_size} without replacement per "
                          "step (replace-one)")
       out["privacy_unit"] = "label"
@@ -596,7 +599,7 @@ class DpsgdSteps(Release):
   the expected batch size), and releases the sum of the sampled examples' gradients, each clipped
   to L2 norm ``norm_bound`` C, plus N(0, (``noise_multiplier`` C)^2 I).
 
-  Neighbours (``relation``): 'add_or_remove_one' (default: one example added or removed; the
+  Neighbours (``neighbours``): 'add_or_remove_one' (default: one example added or removed; the
   sum's L2 sensitivity is C) or 'replace_one' (one example substituted, as the teacher-vote
   records are stated, so that DGD's private baseline composes with its label queries). Either
   way each step is ``PoissonSampledDpEvent(q, GaussianDpEvent(noise_multiplier))`` with the
@@ -611,7 +614,7 @@ class DpsgdSteps(Release):
   steps: int
   norm_bound: float = 1.0
   sampling: str = "poisson"
-  relation: str = "add_or_remove_one"
+  neighbours: str = "add_or_remove_one"
 
   mechanism: ClassVar[str] = "dpsgd"
   covers: ClassVar[str] = (
@@ -626,10 +629,6 @@ class DpsgdSteps(Release):
       "budget (none is used: group normalisation is per example).")
   noise_field: ClassVar[str] = "noise_multiplier"
   count_field: ClassVar[str] = "steps"
-
-  @property
-  def neighbours(self) -> str:
-    return self.relation
 
   def __post_init__(self):
     object.__setattr__(self, "noise_multiplier",
@@ -646,13 +645,14 @@ class DpsgdSteps(Release):
       raise ConfigError(f"sampling={self.sampling!r}: the DP-SGD accountant here supports "
                         f"{DPSGD_SAMPLINGS} only (Poisson sampling, PoissonSampledDpEvent); use "
                         "--sampling=poisson.")
-    checks.choice("relation", self.relation, tuple(events.NEIGHBOURS))
+    checks.choice("neighbours", self.neighbours, tuple(events.NEIGHBOURS))
 
   @classmethod
   def from_json(cls, r: dict) -> "DpsgdSteps":
-    """The record of steps that ran, from its ``describe()`` (a stage result's ledger)."""
+    """The record of steps that ran, from its ``describe()`` (a stage result's ledger; one
+    written before the field was named ``neighbours`` holds it as ``relation``)."""
     return cls(r["noise_multiplier"], r["batch_size"], r["dataset_size"], r["steps"],
-               r["norm_bound"], r["sampling"], r["relation"])
+               r["norm_bound"], r["sampling"], r.get("neighbours", r.get("relation")))
 
   @property
   def sampling_probability(self) -> float:
@@ -667,7 +667,7 @@ class DpsgdSteps(Release):
   @property
   def l2_sensitivity(self) -> float:
     """How far one neighbour moves a step's clipped sum: C (add/remove), 2C (replace-one)."""
-    return self.norm_bound * (2 if self.relation == "replace_one" else 1)
+    return self.norm_bound * (2 if self.neighbours == "replace_one" else 1)
 
   def step_event(self) -> dp_accounting.DpEvent:
     # One step: the Poisson-subsampled Gaussian mechanism (Abadi et al. 2016, Alg. 1).
@@ -678,7 +678,7 @@ class DpsgdSteps(Release):
     return dp_accounting.SelfComposedDpEvent(self.step_event(), self.steps)
 
   def rdp(self, orders) -> np.ndarray:
-    if self.relation == "replace_one":
+    if self.neighbours == "replace_one":
       raise ConfigError("dp-accounting has no replace-one RDP analysis of Poisson sampling: "
                         "account replace-one DP-SGD with the pld accountant.")
     return super().rdp(orders)
@@ -786,16 +786,17 @@ def _need(mechanism: str, **values) -> None:
 
 def build_release(mechanism: str, *, queries: int | None, noise_scale: float | None = None,
                   threshold: float | None = None, sigma1: float | None = None,
-                  sigma2: float | None = None, votes=None, answered=None,
+                  votes=None, answered=None,
                   norm_bound: float | None = None, batch_size: int | None = None,
                   num_teachers: int = 1, noise_convention: str | None = None,
-                  relation: str = dpdfd.DEFAULT_RELATION,
+                  analysis: str = dpdfd.DEFAULT_ANALYSIS,
                   normalization: str = dpdfd.DEFAULT_NORMALIZATION,
                   teachers_disjoint: bool = False, dataset_size: int | None = None,
                   sampling: str = "poisson", teachers_changed: int = 1,
                   neighbours: str | None = None) -> Release:
   """One release record from planner-style parameters (``noise_scale`` is Laplace b for lnmax,
-  the Gaussian sigma for gnmax, DPDFD's sigma for dpdfd and the noise multiplier for dpsgd;
+  the Gaussian sigma for gnmax and the histogram records, the answer's sigma2 for
+  confident_gnmax (``sigma1`` its threshold noise), DPDFD's sigma for dpdfd and the noise multiplier for dpsgd;
   ``queries`` is DPDFD's and DP-SGD's steps T; ``teachers_changed`` and ``neighbours`` as in
   ``TeacherRelease``; ``neighbours`` None: the record's default, replace-one for the teacher
   records and add/remove-one for DP-SGD)."""
@@ -816,8 +817,9 @@ def build_release(mechanism: str, *, queries: int | None, noise_scale: float | N
     _need(mechanism, noise_scale=noise_scale, queries=queries)
     return MECHANISMS[mechanism](noise_scale, queries, **teacher)
   if mechanism == "confident_gnmax":
-    _need(mechanism, threshold=threshold, sigma1=sigma1, sigma2=sigma2, queries=queries)
-    return ConfidentGNMaxQueries(threshold, sigma1, sigma2, queries, answered, votes, **teacher)
+    _need(mechanism, threshold=threshold, sigma1=sigma1, noise_scale=noise_scale, queries=queries)
+    return ConfidentGNMaxQueries(threshold, sigma1, noise_scale, queries, answered, votes,
+                                 **teacher)
   if votes is not None:
     raise ConfigError(f"{mechanism} has no vote histograms: drop --votes.")
   if mechanism == "dpsgd":
@@ -825,10 +827,10 @@ def build_release(mechanism: str, *, queries: int | None, noise_scale: float | N
           dataset_size=dataset_size)
     return DpsgdSteps(noise_scale, batch_size, dataset_size, queries,
                       norm_bound=1.0 if norm_bound is None else norm_bound, sampling=sampling,
-                      relation=neighbours or "add_or_remove_one")
+                      neighbours=neighbours or "add_or_remove_one")
   _need(mechanism, noise_scale=noise_scale, queries=queries, norm_bound=norm_bound,
         batch_size=batch_size, noise_convention=noise_convention)
-  if relation == "direct":
+  if analysis == "direct":
     _need(mechanism, dataset_size=dataset_size)
   return DpdfdSteps(noise_scale, noise_convention, norm_bound, batch_size, queries, num_teachers,
-                    relation, normalization, teachers_disjoint, dataset_size, **teacher)
+                    analysis, normalization, teachers_disjoint, dataset_size, **teacher)

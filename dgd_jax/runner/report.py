@@ -138,7 +138,7 @@ def replace_one_epsilon(config, report: dict) -> tuple[float, str] | None:
     return (min(p["by_neighbours"]["replace_one"]["epsilons"].values()),
             "the tightest data-independent epsilon for replace-one neighbours")
   if {r["mechanism"] for r in p["releases"]} == {"dpsgd"}:
-    steps = [dataclasses.replace(privacy.DpsgdSteps.from_json(r), relation="replace_one")
+    steps = [dataclasses.replace(privacy.DpsgdSteps.from_json(r), neighbours="replace_one")
              for r in p["releases"]]
     return (privacy.PrivacyLedger(steps).epsilon(report["delta"], "pld").epsilon,
             "the same DP-SGD steps accounted for replace-one neighbours (pld)")

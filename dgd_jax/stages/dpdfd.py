@@ -92,8 +92,7 @@ def programs(config, data) -> dict[str, Program]:
   and self-training steps, at the config's shapes. The noise multiplier is the run's (it is a
   constant of the program and changes no shape)."""
   d, k, shape = config.dpdfd, data.num_classes, data.image_shape
-  size = len(data.x_train) if config.privacy.relation in ("direct",
-                                                          "disjoint_teachers") else None
+  size = len(data.x_train) if dpdfd_plan.reads_size(config) else None
   cfg = dpdfd_plan.step_settings(d, dpdfd_plan.noise_multiplier(config, size))
   student = classifier(config, k)
   state = jax.eval_shape(lambda: new_state(config, k, shape, jax.random.key(0)))
@@ -200,8 +199,7 @@ def _step(ctx: Context, student, state: dpdfd.DpdfdState, cfg: dpdfd.StepSetting
 
 def run(ctx: Context) -> dict:
   config = ctx.config
-  size = len(ctx.dataset.x_train) if config.privacy.relation in ("direct",
-                                                                 "disjoint_teachers") else None
+  size = len(ctx.dataset.x_train) if dpdfd_plan.reads_size(config) else None
   sigma = dpdfd_plan.noise_multiplier(config, size)
   student, state, cfg = _states(ctx, sigma)
   d = config.dpdfd

@@ -102,5 +102,5 @@ def run(ctx: Context) -> dict:
       "train_seconds": train_seconds,
       "privacy_unit": "example",
       "covered": covered,
-      "privacy": privacy.relations_json({record.relation: ledger}, p.delta, p.accountant),
+      "privacy": privacy.relations_json({record.neighbours: ledger}, p.delta, p.accountant),
   }

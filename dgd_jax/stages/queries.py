@@ -234,7 +234,7 @@ def apply_filter(config, plans: dict, indices, votes, labels, answered):
   kept = tuple(a[:asked] for a in (indices, votes, labels, answered))
   records = {r: plans[r].realise(asked, kept[3], stop, kept[1]) for r in plans}
   return kept, records, {**runs[binding].to_json(), "queries": len(indices),
-                         "relation": binding, "epsilon": config.privacy.max_epsilon}
+                         "neighbours": binding, "epsilon": config.privacy.max_epsilon}
 
 
 def release_smooth_sensitivity(config, rng: Callable[[], np.random.Generator], votes,
