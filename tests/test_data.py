@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import gzip
 import os
+import pickle
+import tarfile
 
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from dgd_jax.data import (DatasetError, idx, load_dataset, teacher_partitions, teacher_shards,
-                          teachers_changed)
+from dgd_jax.data import (DatasetError, cifar, idx, load_dataset, teacher_partitions,
+                          teacher_shards, teachers_changed)
 from dgd_jax.runtime.errors import ConfigError
 
 
@@ -45,6 +47,73 @@ def test_mnist_under_mock_data(tmp_path):
   assert set(np.unique(d.y_train)) <= set(range(10))
 
 
+def _cifar_splits(rng, train: int, test: int) -> dict:
+  return {"train": (rng.integers(0, 256, (train, 32, 32, 3), dtype=np.uint8),
+                    rng.integers(0, 10, train)),
+          "test": (rng.integers(0, 256, (test, 32, 32, 3), dtype=np.uint8),
+                   rng.integers(0, 10, test))}
+
+
+@pytest.mark.parametrize("form", ["archive", "extracted"])
+def test_cifar10_from_the_official_python_archive(tmp_path, form):
+  """CIFAR-10 reads a local cifar-10-python.tar.gz (or its extracted folder) without
+  TensorFlow: the images in order, channels last, the planes decoded as the archive stores
+  them (R, G, B rows of 32x32)."""
+  splits = _cifar_splits(np.random.default_rng(0), 50, 20)
+  manual = tmp_path / "manual"
+  manual.mkdir()
+  cifar.write(str(manual / cifar.ARCHIVE), splits)
+  if form == "extracted":
+    with tarfile.open(manual / cifar.ARCHIVE) as tar:
+      tar.extractall(manual, filter="data")
+    os.remove(manual / cifar.ARCHIVE)
+  d = load_dataset("cifar10", data_dir=str(tmp_path / "tfds"), manual_dir=str(manual),
+                   download=False)
+  assert d.x_train.shape == (50, 32, 32, 3) and d.x_test.shape == (20, 32, 32, 3)
+  assert d.num_classes == 10
+  for key, (x, y) in (("train", splits["train"]), ("test", splits["test"])):
+    np.testing.assert_allclose(getattr(d, f"x_{key}"), x / 127.5 - 1.0, atol=1e-6)
+    np.testing.assert_array_equal(getattr(d, f"y_{key}"), y)
+  # The archive's layout, written by hand: a row of 3072 bytes is the red plane (row-major),
+  # then green, then blue.
+  row = np.zeros((1, 3072), np.uint8)
+  row[0, :1024], row[0, 1024 + 33] = 255, 7  # all red; green at pixel (1, 1)
+  image, _ = cifar._batch(pickle.dumps({b"data": row, b"labels": [3]}, protocol=2), "hand")
+  assert (image[0, ..., 0] == 255).all() and image[0, 1, 1, 1] == 7
+  assert image.sum() == 255 * 1024 + 7
+
+
+def test_cifar10_under_mock_data(tmp_path):
+  with tfds.testing.mock_data(num_examples=12):
+    d = load_dataset("cifar10", data_dir=str(tmp_path))
+  assert d.x_train.shape == (12, 32, 32, 3) and d.num_classes == 10
+
+
+def test_cifar10_refuses_what_is_not_its_archive(tmp_path):
+  """A batch that names code (a pickle can run any function) is refused as not CIFAR data;
+  a missing batch and a missing archive name what to place where."""
+  manual = tmp_path / "manual"
+  manual.mkdir()
+  with pytest.raises(DatasetError, match="cifar-10-python.tar.gz"):
+    load_dataset("cifar10", data_dir=str(tmp_path / "a"), manual_dir=str(manual), download=False)
+  folder = manual / cifar.FOLDER
+  folder.mkdir()
+  cifar.write(str(tmp_path / "ok.tar.gz"), _cifar_splits(np.random.default_rng(1), 10, 5))
+  with tarfile.open(tmp_path / "ok.tar.gz") as tar:
+    tar.extractall(manual, filter="data")
+  os.remove(folder / "data_batch_3")
+  with pytest.raises(DatasetError, match="lacks data_batch_3"):
+    load_dataset("cifar10", data_dir=str(tmp_path / "b"), manual_dir=str(manual), download=False)
+
+  class Code:
+    def __reduce__(self):
+      return (os.system, ("true",))
+
+  (folder / "data_batch_3").write_bytes(pickle.dumps({b"data": Code(), b"labels": []}))
+  with pytest.raises(DatasetError, match="holds arrays only; this one names"):
+    load_dataset("cifar10", data_dir=str(tmp_path / "c"), manual_dir=str(manual), download=False)
+
+
 def test_idx_dir(idx_dir):
   d = load_dataset(f"idx:{idx_dir}")
   assert d.x_train.shape == (64, 28, 28, 1) and d.x_test.shape == (32, 28, 28, 1)
@@ -64,7 +133,7 @@ def test_npz_file(npz_file):
 @pytest.mark.parametrize("name, message", [
     ("idx:/no/such/dir", "no such directory"),
     ("npz:/no/such/file.npz", "no such file"),
-    ("no_such_dataset_xyz", "Unknown dataset 'no_such_dataset_xyz'. Known: fashion_mnist, mnist"),
+    ("no_such_dataset_xyz", "Unknown dataset .no_such_dataset_xyz.. Known: fashion_mnist, mn"),
 ])
 def test_missing_or_unknown(name, message):
   with pytest.raises(DatasetError, match=message):

@@ -1,6 +1,6 @@
-"""TensorFlow-free TFDS builders for MNIST and Fashion-MNIST.
+"""TensorFlow-free TFDS builders for MNIST, Fashion-MNIST and CIFAR-10.
 
-Stock TFDS prepares ``mnist``/``fashion_mnist`` only with TensorFlow installed. These
+Stock TFDS prepares ``mnist``/``fashion_mnist``/``cifar10`` only with TensorFlow installed. These
 builders store uint8 tensors in array_record files and are read with
 ``builder.as_data_source`` (the ``tfds.data_source`` path), so they need no TensorFlow.
 
@@ -8,20 +8,29 @@ Offline they read the four IDX ``.gz`` files from a manual directory (Fashion-MN
 ``/usr/share/datasets/fashion-mnist`` from the Debian package ``dataset-fashion-mnist``).
 Online they fetch the official files with the TFDS download manager, which verifies the
 sizes and SHA-256 sums in ``checksums.tsv`` beside this file. Manual files are checked by
-parsing (magic numbers, lengths), not by checksum: Debian re-gzips them.
+parsing (magic numbers, lengths), not by checksum: Debian re-gzips them. CIFAR-10 reads the
+official ``cifar-10-python.tar.gz`` (or its extracted folder) the same way (``cifar``); a
+downloaded archive is checked against the official size and MD5.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 
 import numpy as np
 import tensorflow_datasets as tfds
 
-from dgd_jax.data import idx
+from dgd_jax.data import cifar, idx
+from dgd_jax.runtime.errors import DatasetError
 
 
 class _IdxImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """Shared body of the IDX builders; subclasses set the names, URL and class names."""
+
+  @staticmethod
+  def missing_files(manual_dir: str) -> list[str]:
+    """The files a manual directory lacks ([] when it holds the dataset)."""
+    return idx.missing_files(manual_dir)
 
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "dgd_jax builder: uint8 tensors in array_record, no TensorFlow."}
@@ -82,3 +91,59 @@ class DgdFashionMnist(_IdxImageBuilder, skip_registration=True):
   MANUAL_DOWNLOAD_INSTRUCTIONS = (
       "On Debian/Ubuntu: `apt-get install dataset-fashion-mnist` puts the four IDX files in "
       "/usr/share/datasets/fashion-mnist; or place them in the manual directory yourself.")
+
+
+class DgdCifar10(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+  """CIFAR-10 (Krizhevsky 2009), 50k train / 10k test, 32x32x3, from the python archive."""
+
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "dgd_jax builder: uint8 tensors in array_record, no TensorFlow."}
+  MANUAL_DOWNLOAD_INSTRUCTIONS = (
+      f"Place {cifar.ARCHIVE} (from {cifar.URL}), or the {cifar.FOLDER} folder it extracts to, "
+      "in the manual directory.")
+
+  @staticmethod
+  def missing_files(manual_dir: str) -> list[str]:
+    return cifar.missing(manual_dir)
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return self.dataset_info_from_configs(
+        features=tfds.features.FeaturesDict({
+            "image": tfds.features.Tensor(shape=cifar.IMAGE_SHAPE, dtype=np.uint8),
+            "label": tfds.features.ClassLabel(names=list(cifar.CLASS_NAMES)),
+        }),
+        supervised_keys=("image", "label"),
+        homepage="https://www.cs.toronto.edu/~kriz/cifar.html",
+        disable_shuffling=True,  # keep the batches' order
+    )
+
+  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+    try:
+      manual = os.fspath(dl_manager.manual_dir)
+    except AssertionError:  # no manual dir configured, or it is empty
+      manual = None
+    if manual and not cifar.missing(manual):
+      path = manual
+    else:
+      path = os.fspath(dl_manager.download(cifar.URL))
+      _check_download(path)
+    splits = cifar.read(path)
+    return {name: self._generate_examples(*splits[name]) for name in ("train", "test")}
+
+  def _generate_examples(self, images: np.ndarray, labels: np.ndarray):
+    for i, (image, label) in enumerate(zip(images, labels)):
+      yield i, {"image": image, "label": int(label)}
+
+
+def _check_download(path: str) -> None:
+  """A downloaded CIFAR-10 archive has the official size and MD5, or is refused."""
+  size = os.path.getsize(path)
+  md5 = hashlib.md5()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      md5.update(block)
+  if (size, md5.hexdigest()) != (cifar.ARCHIVE_BYTES, cifar.ARCHIVE_MD5):
+    raise DatasetError(f"the downloaded {cifar.ARCHIVE} ({size} bytes, MD5 {md5.hexdigest()}) "
+                       f"is not the official one ({cifar.ARCHIVE_BYTES} bytes, MD5 "
+                       f"{cifar.ARCHIVE_MD5}): download it again, or place a copy in the "
+                       "manual directory.")

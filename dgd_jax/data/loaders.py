@@ -1,12 +1,13 @@
 """One entry point for every dataset: ``load_dataset(name, ...)`` -> ``Dataset``.
 
 Names:
-  * ``fashion_mnist``, ``mnist``: dgd_jax's own TF-free TFDS builders (``builders.py``),
-    prepared once into the TFDS data dir from a manual directory of IDX files or by download.
+  * ``fashion_mnist``, ``mnist``, ``cifar10``: dgd_jax's own TF-free TFDS builders
+    (``builders.py``), prepared once into the TFDS data dir from a manual directory (the IDX
+    files; CIFAR-10's ``cifar-10-python.tar.gz``) or by download.
   * ``idx:<dir>``: the four standard IDX ``.gz`` files in ``<dir>`` (bring your own data).
   * ``npz:<file>``: a NumPy archive with ``x_train, y_train, x_test, y_test``; images uint8
     [N, H, W] or [N, H, W, C] in 0..255, labels integers in 0..K-1.
-  * any other TFDS catalog name (``svhn_cropped``, ``cifar10``, ...): stock TFDS, which
+  * any other TFDS catalog name (``svhn_cropped``, ...): stock TFDS, which
     needs TensorFlow (``pip install 'dgd_jax[tf]'``).
 
 Images come out as float32 in [-1, 1] (x / 127.5 - 1) with a trailing channel axis,
@@ -29,7 +30,7 @@ from dgd_jax.data import idx
 from dgd_jax.runtime.errors import DatasetError
 
 DEFAULT_MANUAL_DIRS = {"fashion_mnist": "/usr/share/datasets/fashion-mnist"}
-BUILT_IN = ("fashion_mnist", "mnist")
+BUILT_IN = ("fashion_mnist", "mnist", "cifar10")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,19 +241,20 @@ def _load_builtin(name: str, data_dir: str | None, manual_dir: str | None,
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   from dgd_jax.data import builders  # pylint: disable=g-import-not-at-top
 
-  cls = {"mnist": builders.DgdMnist, "fashion_mnist": builders.DgdFashionMnist}[name]
+  cls = {"mnist": builders.DgdMnist, "fashion_mnist": builders.DgdFashionMnist,
+         "cifar10": builders.DgdCifar10}[name]
   builder = cls(data_dir=data_dir, file_format="array_record")
   if not builder.is_prepared():
     manual_dir = manual_dir or DEFAULT_MANUAL_DIRS.get(name)
-    have_manual = bool(manual_dir) and os.path.isdir(manual_dir) and not idx.missing_files(
+    have_manual = bool(manual_dir) and os.path.isdir(manual_dir) and not cls.missing_files(
         manual_dir)
     if manual_dir and os.path.isdir(manual_dir) and not have_manual:
       raise DatasetError(f"{name}: manual directory {manual_dir} lacks "
-                         f"{', '.join(idx.missing_files(manual_dir))}. "
+                         f"{', '.join(cls.missing_files(manual_dir))}. "
                          + cls.MANUAL_DOWNLOAD_INSTRUCTIONS)
     if not have_manual and not download:
       raise DatasetError(
-          f"{name} is not prepared in {builder.data_dir} and no IDX files were found"
+          f"{name} is not prepared in {builder.data_dir} and no local copy was found"
           f"{' in ' + manual_dir if manual_dir else ''}. "
           + cls.MANUAL_DOWNLOAD_INSTRUCTIONS
           + " Then pass --config.manual_dir=<dir>, or set --config.download=True online.")
@@ -280,7 +282,7 @@ def _load_stock_tfds(name: str, data_dir: str | None) -> Dataset:
   if name not in tfds.list_builders(with_community_datasets=False):
     raise DatasetError(
         f"Unknown dataset {name!r}. Known: {', '.join(BUILT_IN)} (built in, no TensorFlow), "
-        "idx:<dir>, npz:<file>, or a TFDS catalog name such as svhn_cropped or cifar10.")
+        "idx:<dir>, npz:<file>, or a TFDS catalog name such as svhn_cropped.")
   if importlib.util.find_spec("tensorflow") is None:
     raise DatasetError(
         f"{name} is a stock TFDS dataset, which needs TensorFlow: pip install 'dgd_jax[tf]' "
