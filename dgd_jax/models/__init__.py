@@ -4,5 +4,6 @@ from dgd_jax.models.adapter import WithFeatures
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.models.generator import Generator
 from dgd_jax.models.vae import VAE
+from dgd_jax.models.vit import ViT
 
-__all__ = ["VAE", "Classifier", "Generator", "WithFeatures"]
+__all__ = ["VAE", "Classifier", "Generator", "ViT", "WithFeatures"]
