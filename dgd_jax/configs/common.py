@@ -299,6 +299,18 @@ def base_config(dataset: str, preset: str, smoke: bool = False) -> ml_collection
   # classifier of a run (baseline, teachers, student) in every method but dpsgd.
   config.model.module = ""
   config.model.kwargs = ""  # JSON object of the module's keyword arguments, e.g. '{"features": 64}'
+  # A public pretrained backbone (models.backbone) for the classifiers named in ``roles``
+  # ('teachers', 'student': DGD's student, 'baseline': every other classifier; dpsgd takes
+  # it with dpsgd.model='backbone'): '' = none, 'vit' = a ViT of ``variant`` ('Ti/16',
+  # 'S/16', 'B/16', ...) started from ``checkpoint`` (a public big_vision / AugReg .npz or
+  # an orbax directory; '' = a random init) with a fresh head, training ``trainable``
+  # ('all' | 'head' | 'last:K'); images resized to ``image_size`` first (0 = as they are).
+  config.model.backbone = ""
+  config.model.variant = "B/16"
+  config.model.checkpoint = ""
+  config.model.trainable = "all"
+  config.model.image_size = 0
+  config.model.roles = ("teachers", "baseline", "student")
 
   config.log_every = 100
   config.checkpoint_every = 500

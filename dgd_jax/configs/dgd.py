@@ -2,7 +2,7 @@ r"""DGD (Discriminative-Generative Distillation, Ge et al. 2023): baseline, teac
 data-free generator, VAE, noisy label queries on a few synthetic samples, student.
 
 Argument: '<dataset>[,cpu|standard][,eps10|eps3|eps1][,table1|plus][,private_baseline]
-[,generator]'.
+[,generator][,vit]'.
 ``eps10`` (default), ``eps3`` and ``eps1`` set the budget (DGD Table I: epsilon 10 and 1;
 delta 1e-5). By default the query plan
 (aggregator, noise, number of queries) is chosen for the budget (``query_plan``) and the
@@ -16,11 +16,17 @@ data-free diagnostic, ``QUICK``); ``generator`` keeps DGD's generator there, and
 teachers.
 The budget guard refuses a plan whose data-independent epsilon (``privacy.accountant``, delta
 1e-5) exceeds ``privacy.max_epsilon``. ``private_baseline`` trains the baseline with DP-SGD
-and accounts it with the queries in one epsilon (``private``).
+and accounts it with the queries in one epsilon (``private``). ``vit`` gives the teachers a
+vision transformer (``vit_teachers``: DGD Table II's ViT-B/16 from a public checkpoint at the
+paper preset, a small one from a random init on the CPU presets); ``cifar10,paper`` is Table
+II itself (``vit``, 100 teachers, the budget eps3 unless one is given).
 
 COMMAND (quick CPU preset):
   python -m dgd_jax.main --config=dgd_jax/configs/dgd.py:fashion_mnist,cpu \
       --workdir=workdirs/dgd_cpu
+COMMAND (DGD Table II: CIFAR-10, 100 ViT-B/16 teachers from a public checkpoint, eps 3; a GPU):
+  python -m dgd_jax.main --config=dgd_jax/configs/dgd.py:cifar10,paper \
+      --config.model.checkpoint=/data/ViT-B_16.npz --workdir=workdirs/dgd_cifar10
 COMMAND (standard CPU preset, eps 1):
   python -m dgd_jax.main --config=dgd_jax/configs/dgd.py:fashion_mnist,standard,eps1 \
       --workdir=workdirs/dgd_standard_eps1
@@ -44,18 +50,20 @@ PRIVATE_BASELINE_QUERIES = {"eps10": 1000, "eps3": 300, "eps1": 50}
 # teachers trained twice as long at eps 10, a paper-width student). Flags: 'table1' (the paper's
 # own method: Eq. 2 alone and the fixed LNMax plan), 'plus' (DGD+: the fixed plan with GNMax
 # sigma 40), 'private_baseline' (``private``), 'generator' (the CPU presets with DGD's
-# generator instead of DeepInversion).
+# generator instead of DeepInversion), 'vit' (the teachers a ViT: ``vit_teachers``).
 GRAMMAR = common.Grammar(
     "dgd.py", presets=common.PRESETS + ("standard",),
-    choices=(common.Choice("budget", tuple(BUDGETS), "eps10"),),
-    flags=("table1", "plus", "private_baseline", "generator"))
+    choices=(common.Choice("budget", tuple(BUDGETS), None),),  # eps10; Table II: eps3
+    flags=("table1", "plus", "private_baseline", "generator", "vit"))
+TABLE2_DATASET = "cifar10"  # its paper preset is DGD Table II (``vit_teachers``)
 
 
 def get_config(arg: str | None = None):
   arg = common.parse_arg(arg, GRAMMAR)
-  budget = arg["budget"]
+  table2 = arg.dataset == TABLE2_DATASET and arg.preset == "paper"
+  budget = arg["budget"] or ("eps3" if table2 else "eps10")  # Table II is at epsilon 3
   standard = arg.preset == "standard"
-  table1, plus, private_baseline, generator = (arg.flag(f) for f in GRAMMAR.flags)
+  table1, plus, private_baseline, generator, vit = (arg.flag(f) for f in GRAMMAR.flags)
   config = baseline_config.make(arg.dataset, "cpu" if standard else arg.preset, arg.smoke)
   paper = config.preset == "paper"
   if standard:
@@ -96,6 +104,8 @@ def get_config(arg: str | None = None):
       config.student.self_training = 3
   if private_baseline:
     private(config, budget)
+  if vit or table2:
+    vit_teachers(config)
   return config
 
 
@@ -191,6 +201,37 @@ def inversion(config) -> None:
   config.student.mixup = 0.4
   config.student.propagation = 10
   config.student.ensemble = 0  # chosen for the release's noise per teacher
+
+
+# DGD Table II: 100 teachers, each a ViT pretrained on ImageNet (top-1 81.4%), fine-tuned on
+# its shard with a new 10-way head; the baseline and the student stay the paper CNN.
+TABLE2_TEACHERS = 100
+# What each of the 100 ViT-B/16 teachers trains: all of them with Adam need about 138 GB for
+# parameters and moments alone (100 x 86M x 16 bytes), over one H200's 141 GB; the last block,
+# the final norm and the head (about 7M each) leave room for activations at 224 x 224.
+TABLE2_TRAINABLE = "last:1"
+# The CPU presets' ViT teachers: patch 8 on 32 x 32 images (a 4 x 4 grid), width 64, 2 blocks,
+# trained for CPU_VIT_STEPS (patch 4 costs 4.5 times as much per step).
+CPU_VIT = "mu/8"
+CPU_VIT_STEPS = 300
+
+
+def vit_teachers(config) -> None:
+  """The teachers a ViT (``config.model.backbone``; ``models.backbone``). The paper preset:
+  DGD Table II's 100 ViT-B/16 teachers from ``config.model.checkpoint`` (a public
+  big_vision / AugReg ImageNet checkpoint: the path is the user's to give), images resized to
+  its 224 x 224, training ``TABLE2_TRAINABLE``. The CPU presets: a small ViT (``CPU_VIT``)
+  from a random init, every weight trained, on the images as they are."""
+  paper = config.preset == "paper"
+  config.model.update(backbone="vit", roles=("teachers",),
+                      variant="B/16" if paper else CPU_VIT,
+                      trainable=TABLE2_TRAINABLE if paper else "all",
+                      image_size=224 if paper else 0)
+  if paper:
+    config.num_teachers = TABLE2_TEACHERS
+    config.teachers.update(learning_rate=1e-4, num_steps=1000)  # fine-tuning, not training
+  else:
+    config.teachers.num_steps = CPU_VIT_STEPS
 
 
 def private(config, budget: str) -> None:

@@ -1,7 +1,9 @@
 r"""DP-SGD (Abadi et al. 2016) on jax-privacy: the reference every method is compared with.
 Models (Tramer & Boneh, ICLR 2021): ScatterNet features + a linear layer (default, the most
 accurate here), ScatterNet + a small CNN (``scatternet_cnn``), or the end-to-end tanh CNN
-(``cnn``). Poisson sampling of an expected batch, per-example clipping, Gaussian noise whose
+(``cnn``), or the public pretrained backbone ``config.model`` names, its head (or last
+blocks) trained on its frozen features (``backbone``: set ``--config.model.checkpoint``; the
+reference of De et al. 2022). Poisson sampling of an expected batch, per-example clipping, Gaussian noise whose
 multiplier is calibrated to ``privacy.max_epsilon`` (dp-accounting PLD, delta 1e-5).
 
 COMMAND (ScatterNet + linear, eps 3):
@@ -23,7 +25,7 @@ import ml_collections
 from dgd_jax.configs import common
 
 EPSILONS = {"eps1": 1.0, "eps3": 3.0, "eps10": 10.0}
-MODELS = ("scatternet_linear", "scatternet_cnn", "cnn")
+MODELS = ("scatternet_linear", "scatternet_cnn", "cnn", "backbone")
 # The recipes' batches are for Fashion-MNIST's 60,000 training images: the presets keep their
 # sampling rate q = B / 60,000 and their epochs on data of any size (dpsgd_plan.schedule).
 RECIPE_SIZE = 60_000
@@ -37,6 +39,9 @@ RECIPES = {
     "scatternet_linear": dict(batch_size=8192, learning_rate=16.0, epochs=40, microbatch_size=8),
     "scatternet_cnn": dict(batch_size=2048, learning_rate=4.0, epochs=40, microbatch_size=32),
     "cnn": dict(batch_size=2048, learning_rate=4.0, epochs=40, microbatch_size=32),
+    # A linear head on frozen ViT features (De et al. 2022 fine-tune with large batches and
+    # few epochs); not tuned here.
+    "backbone": dict(batch_size=4096, learning_rate=4.0, epochs=20, microbatch_size=32),
 }
 
 
@@ -44,7 +49,7 @@ def dpsgd_config(model: str, epochs: float | None = None) -> ml_collections.Conf
   recipe = RECIPES[model]
   epochs = recipe["epochs"] if epochs is None else epochs
   return ml_collections.ConfigDict(dict(
-      model=model,  # scatternet_linear | scatternet_cnn | cnn (models.dpsgd.MODELS)
+      model=model,  # scatternet_linear | scatternet_cnn | cnn (models.dpsgd.MODELS) | backbone
       batch_size=0,  # expected Poisson batch q N; 0: round(sampling_rate x N)
       num_steps=0,  # 0: ceil(epochs x N / batch_size)
       sampling_rate=recipe["batch_size"] / RECIPE_SIZE,  # q, for batch_size = 0
@@ -73,6 +78,8 @@ def get_config(arg: str | None = None):
   config = common.base_config(arg.dataset, arg.preset, arg.smoke)
   config.method = "dpsgd"
   config.dpsgd = dpsgd_config(arg["model"])
+  if arg["model"] == "backbone":  # ViT-B/16 features at 224 x 224, its head trained
+    config.model.update(backbone="vit", variant="B/16", trainable="head", image_size=224)
   # PLD (dp-accounting's privacy-loss-distribution accountant) is the tightest valid bound for
   # Poisson-sampled Gaussian steps: calibrated under it the same epsilon needs less noise
   # than under RDP, so the model learns more at the same budget.

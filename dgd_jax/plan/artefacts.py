@@ -21,6 +21,7 @@ from dgd_jax.models.adapter import WithFeatures
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.models.generator import Generator
 from dgd_jax.models.vae import VAE
+from dgd_jax.plan import backbone
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan.context import Context, Program, abstract, abstract_key
 from dgd_jax.runtime import distributed
@@ -74,8 +75,11 @@ def classifier(config, num_classes: int, block: str | None = None,
   """The paper classifier at the config's width (baseline, teachers and students), or at
   ``config.<block>.width`` where that block sets one (> 0; e.g. a wider student), or the
   user's module (``config.model.module``, ``user_model``: every classifier of the run, at
-  its own size). ``lowering='conv'`` for a paper classifier that is never vmapped
-  (models/classifier.py)."""
+  its own size), or the public pretrained backbone where ``config.model.roles`` names the
+  block's role (``plan.backbone``). ``lowering='conv'`` for a paper classifier that is never
+  vmapped (models/classifier.py)."""
+  if backbone.takes(config, block):
+    return backbone.classifier(config, num_classes)
   if config.model.module:
     return user_model(config, num_classes)
   width = (config[block].get("width", 0) if block and block in config else 0)

@@ -15,17 +15,22 @@ from dgd_jax import privacy
 from dgd_jax.data import config_teachers_changed
 from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.models import scattering
+from dgd_jax.plan import backbone
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan.context import planned_noise, private_size
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import dpsgd as dpsgd_training
 
 
+BACKBONE = "backbone"  # config.dpsgd.model: the public pretrained backbone config.model names
+
+
 def check(config) -> None:
   """ConfigError naming the field and the fix for values DP-SGD cannot use."""
   d = config.dpsgd
-  if d.model not in dpsgd_models.MODELS:
-    raise ConfigError(f"config.dpsgd.model={d.model!r}; use one of {tuple(dpsgd_models.MODELS)}.")
+  models = tuple(dpsgd_models.MODELS) + (BACKBONE,)
+  if d.model not in models:
+    raise ConfigError(f"config.dpsgd.model={d.model!r}; use one of {models}.")
   for name in ("num_steps", "batch_size"):
     if d[name] == 0:
       raise ConfigError(f"config.dpsgd.{name}=0 is derived from the data's size: plan the run "
@@ -123,6 +128,11 @@ def inputs(config, images: np.ndarray) -> np.ndarray:
 
 def model_of(config, num_classes: int):
   d = config.dpsgd
+  if d.model == BACKBONE:
+    if not config.model.backbone:
+      raise ConfigError("config.dpsgd.model='backbone' needs config.model.backbone (e.g. "
+                        "'vit') and its config.model.checkpoint.")
+    return backbone.classifier(config, num_classes)
   if d.model in dpsgd_models.SCATTERING:
     return dpsgd_models.MODELS[d.model](num_classes=num_classes, groups=d.groups,
                                         norm_affine=d.norm_affine)

@@ -70,7 +70,10 @@ ADDED_FIELDS = {("teachers", "mixup"): 0.0, ("teachers", "width"): 0.0,
                 ("queries", "ss_beta"): 0.0, ("queries", "ss_sigma"): 0.0,
                 ("dpsgd", "sampling_rate"): 0.0, ("dpsgd", "epochs"): 0.0,
                 ("model", "module"): "", ("model", "kwargs"): "",
-                ("privacy", "allow_large_delta"): False}
+                ("privacy", "allow_large_delta"): False, ("model", "backbone"): "",
+                ("model", "variant"): "B/16", ("model", "checkpoint"): "",
+                ("model", "trainable"): "all", ("model", "image_size"): 0,
+                ("model", "roles"): ["teachers", "baseline", "student"]}
 REMOVED_FIELDS = {("teachers", "shared_init"): False}
 # Fields renamed since, old name: new name (one name per concept).
 RENAMED_FIELDS = {("privacy", "relation"): ("privacy", "dpdfd_analysis")}

@@ -7,6 +7,7 @@ import os
 from dgd_jax import privacy
 from dgd_jax.configs.common import SMOKE_STEPS
 from dgd_jax.labelling import aggregation
+from dgd_jax.plan import backbone
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING, RELATION_NAMES
 from dgd_jax.runner import methods
@@ -61,7 +62,8 @@ def _privacy(config, results: dict) -> dict:
           for relation, r in p["by_neighbours"].items()},
       # The LDP client's own (local, pure) epsilon per sample it sends, where there is one.
       "ldp_local_epsilon": stage.get("ldp_local_epsilon"),
-      "covers": {"covered": stage.get("covered") or method.covers.format(**stage),
+      "covers": {"covered": (stage.get("covered") or method.covers.format(**stage))
+                            + backbone.cost_note(config),
                  "not_covered": [method.note(config)]
                                 # the warning belongs to a data-dependent headline only
                                 + [n for n in p["not_covered"]

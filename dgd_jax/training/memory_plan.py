@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import flax.linen as nn
 import jax
@@ -47,8 +48,17 @@ def nbytes(tree) -> int:
   return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
 
 
+# Plans for a device other than this host's (bytes): e.g. an H200's 141 GB while compiling its
+# preset's programs on a CPU host (tests/test_compile.py).
+DEVICE_BYTES_ENV = "DGD_DEVICE_BYTES"
+H200_BYTES = 141 * 10**9  # the datasheet's HBM3e
+
+
 def device_bytes() -> tuple[int, str]:
-  """Free bytes on one local device and where the number comes from."""
+  """Free bytes on one local device and where the number comes from (``DEVICE_BYTES_ENV``
+  where it is set)."""
+  if os.environ.get(DEVICE_BYTES_ENV):
+    return int(float(os.environ[DEVICE_BYTES_ENV])), DEVICE_BYTES_ENV
   devices = jax.local_devices()
   try:
     stats = devices[0].memory_stats()

@@ -1,0 +1,184 @@
+"""A public pretrained backbone in a classifier's place: what trains, what stays frozen.
+
+``Pretrained(module, checkpoint, trainable)`` wraps a classifier (``models.vit.ViT``, or any
+module with the paper classifier's interface) whose weights start from a public checkpoint
+(``models.pretrained``: big_vision / AugReg ``.npz`` or orbax) with a fresh ``num_classes``
+head. ``trainable`` says what each copy trains:
+
+* ``'all'``: every weight, from the checkpoint (full fine-tuning);
+* ``'head'``: the head only, on the frozen backbone's features;
+* ``'last:K'``: the last K transformer blocks, the final norm and the head.
+
+The frozen weights are not parameters: they are constants of the program, read once from the
+checkpoint (``frozen_weights``), so they take no optimizer state, no DP-SGD noise and no copy
+per teacher: under ``jax.vmap`` over an ensemble's parameters they stay one unbatched array,
+and where the images are shared (the teachers' votes) the frozen layers run once for all
+members. Only the trainable part is the module's parameter tree (``{'trainable': ...}``).
+
+Privacy: the checkpoint is public (pretrained on public data), so starting from it and
+computing its frozen features costs no epsilon; every method's accounting covers what the
+trainable part learns from the private data exactly as before. A checkpoint pretrained on
+data that overlaps the private set is not public, and nothing here can check that.
+
+``image_size`` > 0 resizes the images (bilinear) to the resolution the checkpoint was
+pretrained at before the backbone sees them; the position embeddings are resized instead
+where it is 0 (``pretrained.into``).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dgd_jax.models import pretrained
+from dgd_jax.runtime.errors import ConfigError
+
+TRAINABLE = ("all", "head", "last:K")
+_LAST = re.compile(r"last:(\d+)$")
+_BLOCK = re.compile(r"encoderblock_(\d+)$")
+
+
+def check_trainable(trainable: str) -> str:
+  """``trainable`` if it is one of ``TRAINABLE`` (K a positive integer), else ConfigError."""
+  m = _LAST.match(trainable)
+  if trainable in ("all", "head") or (m and int(m.group(1)) > 0):
+    return trainable
+  raise ConfigError(f"trainable={trainable!r}: use 'all', 'head' or 'last:K' with K >= 1 "
+                    "(the last K transformer blocks, the final norm and the head).")
+
+
+def is_trainable(path: tuple[str, ...], trainable: str, depth: int) -> bool:
+  """Whether the parameter at ``path`` (keys from the tree's root) trains under ``trainable``
+  in a backbone of ``depth`` blocks (``encoderblock_{i}``)."""
+  if trainable == "all" or path[0] == "head":
+    return True
+  if trainable == "head":
+    return False
+  k = int(_LAST.match(trainable).group(1))
+  if "encoder_norm" in path:
+    return True
+  blocks = [int(m.group(1)) for m in map(_BLOCK.match, path) if m]
+  return bool(blocks) and blocks[0] >= depth - k
+
+
+def depth_of(params: dict) -> int:
+  """The number of ``encoderblock_{i}`` in a parameter tree (0 for a model without)."""
+  found = set()
+
+  def visit(tree):
+    for key, value in tree.items():
+      m = _BLOCK.match(key)
+      if m:
+        found.add(int(m.group(1)))
+      elif isinstance(value, dict):
+        visit(value)
+  visit(params)
+  return len(found)
+
+
+def split(params: dict, trainable: str) -> tuple[dict, dict]:
+  """(trainable, frozen) parts of a parameter tree; each keeps the tree's nesting."""
+  depth = depth_of(params)
+  if trainable.startswith("last:") and depth == 0:
+    raise ConfigError(f"trainable={trainable!r} needs a transformer with encoderblock_i "
+                      "layers; this model has none: use 'all' or 'head'.")
+  if trainable.startswith("last:") and int(trainable[5:]) > depth:
+    raise ConfigError(f"trainable={trainable!r}: the backbone has {depth} blocks; choose "
+                      f"K <= {depth}, or 'all'.")
+  parts = ({}, {})
+
+  def visit(tree, path):
+    for key, value in tree.items():
+      if isinstance(value, dict):
+        visit(value, path + (key,))
+        continue
+      part = parts[0 if is_trainable(path + (key,), trainable, depth) else 1]
+      node = part
+      for p in path:
+        node = node.setdefault(p, {})
+      node[key] = value
+  visit(params, ())
+  return parts
+
+
+def merge(a: dict, b: dict) -> dict:
+  """One tree holding the leaves of two disjoint trees."""
+  out = dict(a)
+  for key, value in b.items():
+    out[key] = merge(out[key], value) if key in out else value
+  return out
+
+
+def _fresh(module: nn.Module, key, image_shape) -> dict:
+  return module.init(key, jnp.zeros((1,) + tuple(image_shape), jnp.float32))["params"]
+
+
+@functools.lru_cache(maxsize=4)
+def _checkpoint(path: str, mtime: float) -> dict:
+  del mtime  # part of the cache key: a rewritten file is read again
+  return pretrained.load(path)
+
+
+def start(module: nn.Module, checkpoint: str, key, image_shape) -> dict:
+  """The module's parameters from ``checkpoint`` with a fresh head drawn from ``key`` (a
+  fresh init everywhere when ``checkpoint`` is '')."""
+  fresh = _fresh(module, key, image_shape)
+  if not checkpoint:
+    return fresh
+  if not os.path.isfile(checkpoint) and not os.path.isdir(checkpoint):
+    raise ConfigError(f"checkpoint {checkpoint!r} does not exist: give the path of a public "
+                      "ViT checkpoint (big_vision / AugReg .npz, or an orbax directory).")
+  return pretrained.into({"params": fresh}, _checkpoint(checkpoint, os.path.getmtime(
+      checkpoint)), reset_head=True)["params"]
+
+
+_FROZEN: dict = {}
+
+
+def frozen_weights(module: nn.Module, checkpoint: str, trainable: str, image_shape) -> dict:
+  """The frozen part of ``start``, as NumPy constants, computed once per (module,
+  checkpoint, trainable, shape); with no checkpoint, a fresh init from the public key 0."""
+  cache_key = (repr(module), checkpoint, trainable, tuple(image_shape))
+  if cache_key not in _FROZEN:
+    with jax.ensure_compile_time_eval():
+      full = start(module, checkpoint, jax.random.key(0), image_shape)
+    _FROZEN[cache_key] = jax.tree.map(np.asarray, split(full, trainable)[1])
+  return _FROZEN[cache_key]
+
+
+class Pretrained(nn.Module):
+  """``module`` started from ``checkpoint``, training ``trainable`` only (module docstring).
+  ``__call__`` is the classifier interface: logits, or (logits, features)."""
+
+  module: nn.Module
+  checkpoint: str = ""
+  trainable: str = "all"
+  image_size: int = 0  # > 0: images resized to image_size x image_size first
+
+  @property
+  def num_classes(self) -> int:
+    return self.module.num_classes
+
+  def _input_shape(self, x: jnp.ndarray) -> tuple[int, int, int]:
+    h, w, c = x.shape[-3:]
+    return (self.image_size, self.image_size, c) if self.image_size else (h, w, c)
+
+  @nn.compact
+  def __call__(self, x: jnp.ndarray, with_features: bool = False, train: bool = False):
+    check_trainable(self.trainable)
+    shape = self._input_shape(x)
+    trainable = self.param(
+        "trainable", lambda key: split(start(self.module, self.checkpoint, key, shape),
+                                       self.trainable)[0])
+    frozen = jax.tree.map(jnp.asarray, frozen_weights(self.module, self.checkpoint,
+                                                      self.trainable, shape))
+    if self.image_size:
+      x = jax.image.resize(x, x.shape[:-3] + shape, "bilinear")
+    rngs = {"dropout": self.make_rng("dropout")} if train and self.has_rng("dropout") else {}
+    return self.module.apply({"params": merge(trainable, frozen)}, x,
+                             with_features=with_features, train=train, rngs=rngs)

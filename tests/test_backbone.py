@@ -1,0 +1,164 @@
+"""A public pretrained backbone in the classifiers' place (models.backbone, plan.backbone):
+what trains and what stays frozen, the frozen part shared by an ensemble, the checkpoint's
+weights reaching the logits, and the switch for every method's classifiers."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from dgd_jax.configs import dgd as dgd_config
+from dgd_jax.configs import dpsgd as dpsgd_config
+from dgd_jax.models import backbone, pretrained
+from dgd_jax.models.backbone import Pretrained
+from dgd_jax.models.vit import ViT
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import backbone as backbone_plan
+from dgd_jax.plan import dpsgd as dpsgd_plan
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.training import train
+
+SHAPE = (32, 32, 3)
+TINY = "mu/4"  # the CPU presets' ViT
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+  """A 'public' checkpoint: a tiny ViT with a 7-way head from a random init, saved."""
+  path = str(tmp_path_factory.mktemp("ckpt") / "vit.npz")
+  source = ViT(num_classes=7, variant=TINY)
+  params = source.init(jax.random.key(3), jnp.zeros((1,) + SHAPE))["params"]
+  params["head"]["kernel"] = jax.random.normal(jax.random.key(4), params["head"]["kernel"].shape)
+  pretrained.save_npz(path, params)
+  return path, params
+
+
+def leaves(tree) -> dict:
+  return {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+@pytest.mark.parametrize("trainable, trained", [
+    ("all", None), ("head", ("head",)), ("last:1", ("head", "encoder_norm", "encoderblock_1"))])
+def test_only_what_trains_is_a_parameter(checkpoint, trainable, trained):
+  path, source = checkpoint
+  model = Pretrained(ViT(num_classes=10, variant=TINY), path, trainable)
+  params = model.init(jax.random.key(0), jnp.zeros((2,) + SHAPE))["params"]["trainable"]
+  names = leaves(params)
+  if trained is None:
+    assert len(names) == len(leaves(source))
+  else:
+    assert names and all(any(t in n for t in trained) for n in names), names
+    assert not any("embedding" in n or "encoderblock_0" in n for n in names)
+  head = params["head"]["kernel"]
+  assert head.shape[-1] == 10  # a fresh head of the new classes
+  for name, value in names.items():  # everything else starts from the checkpoint
+    if "head" not in name:
+      np.testing.assert_array_equal(value, leaves(source)[name])
+
+
+def test_the_checkpoint_reaches_the_logits_and_frozen_weights_get_no_gradient(checkpoint):
+  path, source = checkpoint
+  x = jax.random.uniform(jax.random.key(1), (4,) + SHAPE, minval=-1, maxval=1)
+  model = Pretrained(ViT(num_classes=7, variant=TINY), path, "head")
+  params = model.init(jax.random.key(0), x)
+  params = jax.tree.map(lambda a: a, params)
+  params["params"]["trainable"]["head"] = source["head"]  # the checkpoint's own head
+  ours = model.apply(params, x)
+  theirs = ViT(num_classes=7, variant=TINY).apply({"params": source}, x)
+  np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+  assert np.abs(ours).max() > 0.1
+  logits, features = model.apply(params, x, with_features=True)
+  assert features.shape[0] == 4 and logits.shape == (4, 7)
+  grads = jax.grad(lambda p: model.apply(p, x).sum())(params)
+  assert set(grads["params"]["trainable"]) == {"head"}  # nothing else to move
+
+  # Another checkpoint file at the same path moves the frozen features.
+  other = jax.tree.map(lambda a: a + 0.1, source)
+  other_path = path.replace(".npz", "_other.npz")
+  pretrained.save_npz(other_path, other)
+  moved = Pretrained(ViT(num_classes=7, variant=TINY), other_path, "head").apply(params, x)
+  assert not np.allclose(moved, ours)
+
+
+def test_an_ensemble_shares_the_frozen_backbone(checkpoint):
+  """Vmapped over three members' heads, the frozen part stays one unbatched constant: the
+  members' logits equal three separate applies, and the ensemble's parameters are heads."""
+  path, _ = checkpoint
+  model = Pretrained(ViT(num_classes=10, variant=TINY), path, "head")
+  x = jax.random.uniform(jax.random.key(1), (5,) + SHAPE, minval=-1, maxval=1)
+  keys = jax.random.split(jax.random.key(0), 3)
+  stacked = jax.vmap(lambda k: model.init(k, x[:1]))(keys)
+  stacked = jax.tree.map(lambda a: a + jax.random.normal(jax.random.key(9), a.shape) * 0.1,
+                         stacked)
+  together = jax.vmap(lambda p: model.apply(p, x))(stacked)
+  for i in range(3):
+    alone = model.apply(jax.tree.map(lambda a, i=i: a[i], stacked), x)
+    np.testing.assert_allclose(together[i], alone, rtol=1e-5, atol=1e-5)
+  sizes = sum(a.size for a in jax.tree.leaves(stacked))
+  assert sizes == 3 * (64 * 10 + 10)  # three heads of width 64, nothing else
+
+
+def test_a_head_trains_with_adam_on_the_frozen_features(checkpoint):
+  path, _ = checkpoint
+  model = Pretrained(ViT(num_classes=3, variant=TINY), path, "head")
+  rng = np.random.default_rng(0)
+  x = rng.uniform(-1, 1, (64,) + SHAPE).astype(np.float32)
+  y = (x[..., 0].mean((1, 2)) > 0).astype(np.int32)
+  x, y = jnp.asarray(x), jnp.asarray(y)
+  state = train.create_train_state(model, optax.adam(1e-2), jax.random.key(0), SHAPE)
+  step = jax.jit(lambda s, k: train.train_step(s, k, x, y, 32))
+  before = train.accuracy(model.apply, state.params, np.asarray(x), np.asarray(y))
+  for i in range(60):
+    state, _ = step(state, jax.random.key(i))
+  after = train.accuracy(model.apply, state.params, np.asarray(x), np.asarray(y))
+  assert after > max(before, 0.7), (before, after)
+
+
+def test_bad_settings_are_refused(checkpoint, tmp_path):
+  path, _ = checkpoint
+  with pytest.raises(ConfigError, match="trainable='last:0'"):
+    backbone.check_trainable("last:0")
+  with pytest.raises(ConfigError, match="the backbone has 2 blocks"):
+    Pretrained(ViT(num_classes=3, variant=TINY), path, "last:5").init(
+        jax.random.key(0), jnp.zeros((1,) + SHAPE))
+  with pytest.raises(ConfigError, match="does not exist"):
+    Pretrained(ViT(num_classes=3, variant=TINY), str(tmp_path / "none.npz"), "head").init(
+        jax.random.key(0), jnp.zeros((1,) + SHAPE))
+
+
+def test_the_config_switch_serves_every_method(checkpoint):
+  """DGD Table II's preset gives the teachers the ViT and keeps the CNN elsewhere; the roles
+  give it to any classifier; DP-SGD takes it as its model."""
+  path, _ = checkpoint
+  config = dgd_config.get_config("cifar10,paper")
+  assert config.num_teachers == 100 and config.privacy.max_epsilon == 3.0
+  assert (config.model.backbone, config.model.variant, config.model.trainable) == (
+      "vit", "B/16", "last:1")
+  teacher = artefacts.teacher_model(config, 10)
+  assert isinstance(teacher, Pretrained) and teacher.image_size == 224
+  assert not isinstance(artefacts.classifier(config, 10), Pretrained)
+  assert not isinstance(artefacts.classifier(config, 10, "student"), Pretrained)
+  config.model.roles = ("teachers", "student", "baseline")
+  assert isinstance(artefacts.classifier(config, 10, "student"), Pretrained)
+  config.model.roles = ("teacher",)
+  with pytest.raises(ConfigError, match="is not a role"):
+    artefacts.classifier(config, 10, "teachers")
+  assert dgd_config.get_config("cifar10,paper,eps10").privacy.max_epsilon == 10.0
+  cpu = dgd_config.get_config("fashion_mnist,cpu,vit")
+  assert (cpu.model.variant, cpu.model.trainable, cpu.model.image_size) == (
+      dgd_config.CPU_VIT, "all", 0)
+
+  dp = dpsgd_config.get_config("cifar10,backbone")
+  dp.model.update(checkpoint=path, variant=TINY, image_size=0)
+  model = dpsgd_plan.model_of(dp, 10)
+  assert isinstance(model, Pretrained) and model.trainable == "head"
+  dp.model.backbone = ""
+  with pytest.raises(ConfigError, match="needs config.model.backbone"):
+    dpsgd_plan.model_of(dp, 10)
+  assert backbone_plan.role(None) == "baseline"
+  assert "cost no epsilon" in backbone_plan.cost_note(config)  # report.md's coverage line
+  assert "DP-SGD model" in backbone_plan.cost_note(dpsgd_config.get_config("cifar10,backbone"))
+  assert backbone_plan.cost_note(dgd_config.get_config("fashion_mnist,cpu")) == ""
+  assert backbone_plan.cost_note(dpsgd_config.get_config("fashion_mnist")) == ""
