@@ -9,31 +9,50 @@ import sys
 
 import pytest
 
+from dgd_jax.cli import device_check
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
-@pytest.mark.slow
 @pytest.mark.integration
 def test_dry_run_writes_every_figure(idx_dir, tmp_path):
+  """Every phase of the check at tiny shapes: the engine, the programs of DGD (Fashion-MNIST
+  and the CIFAR-10 ViT preset on its synthetic stand-in) and DP-SGD compiled and timed with
+  a step's schedule extrapolated, and DP-SGD's stages run; only JSON comes back."""
   out = tmp_path / "out"
   run = subprocess.run(
       [sys.executable, "-m", "dgd_jax.cli.device_check", f"--out={out}", f"--data={idx_dir}",
-       "--dry_run", "--compiled=baseline:,dpsgd:eps3", "--runs=dpsgd:eps3"],
-      cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+       "--dry_run", "--programs=dgd:eps10,dgd:cifar10+eps3+vit,dpsgd:eps3",
+       "--runs=dpsgd:eps3"],
+      cwd=REPO, capture_output=True, text=True, timeout=900, check=False)
   assert run.returncode == 0, run.stderr[-3000:]
+  assert sorted(p.name for p in out.iterdir()) == ["device_check.json"]
   figures = json.loads((out / "device_check.json").read_text())
   assert figures["dry_run"] and figures["machine"]["backend"] == "cpu"
   assert figures["matmul"]["float32_highest_gflops"] > 0
   engine = figures["teacher_engine"]
   assert [(r["conv1"], r["conv2"]) for r in engine] == [(16, 32), (64, 128)]
   assert all(r["examples_per_second"] > 0 for r in engine)
-  assert set(figures["compiled"]) == {"baseline.py", "dpsgd.py:eps3"}
-  assert "train_step" in figures["compiled"]["baseline.py"]["baseline"]
-  assert "dpsgd_step" in figures["compiled"]["dpsgd.py:eps3"]["dpsgd"]
+  programs = figures["programs"]
+  assert set(programs) == {"dgd.py:eps10", "dgd.py:cifar10,eps3,vit", "dpsgd.py:eps3"}
+  for preset in programs.values():
+    assert all("seconds_per_call" in p for stage in preset.values() for p in stage.values()), (
+        preset)
+  for preset in ("dgd.py:eps10", "dgd.py:cifar10,eps3,vit"):
+    assert {"baseline", "teachers", "queries", "student"} <= set(programs[preset])
+  baseline = programs["dgd.py:eps10"]["baseline"]["train_step"]
+  assert baseline["calls"] == 1 and baseline["extrapolated_seconds"] > 0  # smoke: one step
+  assert "dpsgd_step" in programs["dpsgd.py:eps3"]["dpsgd"]
   stages = figures["stages_dpsgd_eps3"]
   assert stages["dpsgd"]["stage_seconds"] > 0 and 0 <= stages["report"]["test_accuracy"] <= 1
   assert stages["report"]["epsilon"] <= 3.0
+
+
+def test_a_phase_past_its_cap_records_what_it_left(tmp_path):
+  """A phase whose cap is spent starts nothing more and says so."""
+  check = device_check.Check(str(tmp_path), True, budget=100.0, caps={"programs": 0.0})
+  figures = device_check.programs(check, ["dgd:eps10", "dpsgd:eps3"], "", "", True)
+  assert figures == {"dgd.py:eps10": {"skipped": "cap"}, "dpsgd.py:eps3": {"skipped": "cap"}}
 
 
 def test_launcher_refuses_without_the_prepared_wheels(tmp_path):

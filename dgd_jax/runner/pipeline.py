@@ -24,7 +24,7 @@ from dgd_jax.plan import artefacts
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan import queries as query_plan
-from dgd_jax.plan.context import Config, Context, private_size
+from dgd_jax.plan.context import Config, Context, Program, private_size
 from dgd_jax.plan.workdir import Stage, Workdir
 from dgd_jax.privacy import checks as privacy_checks
 from dgd_jax.privacy.noise import NoiseSource
@@ -190,21 +190,27 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
     return _run_stages(config, wd, planned, noise, [warning] if warning else [], data)
 
 
+def stage_programs(config: Config, stages: tuple[str, ...] | None = None
+                   ) -> dict[str, dict[str, Program]]:
+  """Every jitted program of the run ``run(config, ...)`` would make, by planned stage (each
+  stage's ``StageSpec.programs``), at the config's full shapes on the private data's shapes,
+  without training, querying or writing anything."""
+  config, names = checked_plan(config, stages)
+  data = load_private(config)
+  return {name: STAGES[name].programs(config, data) if STAGES[name].programs else {}
+          for name in names}
+
+
 def compile_programs(config: Config, stages: tuple[str, ...] | None = None,
                      log: Callable[[str, str, dict], None] = lambda stage, name, m: None
                      ) -> dict[str, dict[str, dict]]:
-  """Compiles ahead of time every jitted program of the run ``run(config, ...)`` would make
-  (each planned stage's ``StageSpec.programs``) at the config's full shapes, on the private
-  data's shapes, without training, querying or writing anything: what proves a preset on this
+  """Compiles ahead of time every program of ``stage_programs``: what proves a preset on this
   host's backend (a GPU/TPU preset's shapes, compiled on the CPU here, or on the accelerator
   it is for). Returns {stage: {program: XLA's memory analysis in bytes (argument, output,
   temp, alias; ``budget`` where the stage's memory plan allows the program a total)}}; a
   program over its budget raises ConfigError. ``log(stage, program, bytes)`` after each."""
-  config, names = checked_plan(config, stages)
-  data = load_private(config)
   out = {}
-  for name in names:
-    programs = STAGES[name].programs(config, data) if STAGES[name].programs else {}
+  for name, programs in stage_programs(config, stages).items():
     out[name] = {}
     for program_name, program in programs.items():
       analysis = program.compile().memory_analysis()
