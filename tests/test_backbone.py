@@ -8,8 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+import tensorflow_datasets as tfds
 
 from dgd_jax.configs import dgd as dgd_config
+from dgd_jax.configs import dpdfd as dpdfd_config
 from dgd_jax.configs import dpsgd as dpsgd_config
 from dgd_jax.models import backbone, pretrained
 from dgd_jax.models.backbone import Pretrained
@@ -17,8 +19,10 @@ from dgd_jax.models.vit import ViT
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import backbone as backbone_plan
 from dgd_jax.plan import dpsgd as dpsgd_plan
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import train
+import tiny_configs
 
 SHAPE = (32, 32, 3)
 TINY = "mu/4"  # the CPU presets' ViT
@@ -162,3 +166,39 @@ def test_the_config_switch_serves_every_method(checkpoint):
   assert "DP-SGD model" in backbone_plan.cost_note(dpsgd_config.get_config("cifar10,backbone"))
   assert backbone_plan.cost_note(dgd_config.get_config("fashion_mnist,cpu")) == ""
   assert backbone_plan.cost_note(dpsgd_config.get_config("fashion_mnist")) == ""
+
+
+@pytest.mark.integration
+def test_pate_runs_with_vit_teachers_and_dpdfd_compiles_with_a_vit_baseline(npz_file, tmp_path):
+  """The switch through whole methods: PATE trains, queries and reports with ViT teachers
+  (report.md's coverage line naming the backbone); DPDFD's programs build on a ViT
+  baseline as its sensitive model."""
+  config = tiny_configs.pate(npz_file)
+  config.model.update(backbone="vit", variant="mu/4", roles=("teachers",))  # 28 x 28: 7 x 7
+  report = pipeline.run(config, str(tmp_path / "pate"))
+  assert "Public backbone: the teachers start from ViT-mu/4" in report["covers"]["covered"]
+  assert 0 <= report["test_accuracy"] <= 1 and report["epsilon"] > 0
+  teachers = artefacts.teacher_model(config, 10)
+  assert isinstance(teachers, Pretrained) and not isinstance(
+      artefacts.classifier(config, 10, "student"), Pretrained)
+
+  dpdfd = dpdfd_config.get_config(f"npz:{npz_file},cpu")
+  dpdfd.model.update(backbone="vit", variant="mu/4", roles=("baseline",))
+  compiled = pipeline.compile_programs(dpdfd)
+  assert compiled["baseline"]["train_step"] and compiled["dpdfd"]["step"]
+
+
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_cifar10_vit_preset_runs_every_stage_on_mock_cifar10(tmp_path):
+  """dgd.py:cifar10,cpu,vit with every schedule cut to one step (smoke), on TFDS's mock
+  CIFAR-10 read through dgd_jax's builder: every stage runs at the preset's shapes."""
+  with tfds.testing.mock_data(num_examples=2000):
+    config = dgd_config.get_config("cifar10,cpu,vit,smoke")
+    config.data_dir = str(tmp_path / "tfds")
+    report = pipeline.run(config, str(tmp_path / "run"))
+  assert report["stages"]["teachers"]["num_teachers"] == 25  # 2,000 images: N // 80
+  assert set(report["stages"]) >= {"baseline", "teachers", "generator", "queries", "student"}
+  assert 0 <= report["test_accuracy"] <= 1 and report["epsilon"] <= 10.0
+  assert "Public backbone: the teachers start from ViT-mu/8" in report["covers"]["covered"]
