@@ -30,11 +30,33 @@ PRESETS = [
 ]
 IDS = [f"{m}:{a}" + "".join(f"+{e}" for e in extra) for m, a, extra in PRESETS]
 
+# The stages each preset runs by default, written out here (not read from the plan), so that a
+# change to what a preset runs shows up as a test failure.
+_DGD = ("baseline", "teachers", "generator", "queries", "student")
+_PATE = ("teachers", "queries", "student")
+PRESET_STAGES = {
+    "baseline": ("baseline",), "teachers": ("teachers",), "teacher_sweep": ("teacher_sweep",),
+    "dgd": _DGD, "pate": _PATE, "ldp": ("baseline", "ldp"), "dpsgd": ("dpsgd",),
+    "dpdfd": ("baseline", "dpdfd", "dpdfd_samples"),
+    "dpdfd:ensemble": ("baseline", "teachers", "generator", "dpdfd"),
+    "dpdfd:direct": ("dpdfd",),
+}
+
+
+def preset_stages(module: str, arg: str) -> tuple[str, ...]:
+  """``PRESET_STAGES`` of a preset: its own entry where its argument names one, else its
+  config file's."""
+  for token in arg.split(","):
+    if f"{module}:{token}" in PRESET_STAGES:
+      return PRESET_STAGES[f"{module}:{token}"]
+  return PRESET_STAGES[module]
+
 # The CPU presets (and DP-SGD's default), which derive their counts and schedules from the
 # data they are given: compiled on 1,500 and 8,000 mock images in CI's second tier
 # (tests/test_compile.py) and run there through every stage in the smoke tier
 # (tests/test_smoke.py).
-CPU_PRESETS = [("baseline", "cpu"), ("teachers", "cpu"), ("dgd", "cpu"), ("dgd", "cpu,eps1"),
+CPU_PRESETS = [("baseline", "cpu"), ("teachers", "cpu"), ("teacher_sweep", "cpu"),
+               ("dgd", "cpu"), ("dgd", "cpu,eps1"),
                ("pate", "cpu"), ("dpdfd", "cpu"), ("dpdfd", "cpu,ensemble"),
                ("dpdfd", "cpu,direct"), ("ldp", "cpu"), ("dpsgd", "eps3")]
 MOCK_SIZES = (1500, 8000)  # private training images
