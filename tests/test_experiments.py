@@ -23,9 +23,8 @@ EXPERIMENTS = sorted((REPO / "experiments").glob("*.py"))
 GENERATORS = {"pate2018_reference_vectors.py"}
 RESEARCH = [p for p in EXPERIMENTS if p.name not in GENERATORS]
 ENV = dict(os.environ, JAX_PLATFORMS="cpu")
-# A research script's own run on the shared tiny finished run: the research tier, outside CI
-# (docs/PERFORMANCE.md, "Test tiers"); run it before changing a script or what it reads:
-# bash launch/test.sh -m research. CI checks every script's --help and the shared run's reader.
+# A research script's own run on the shared tiny finished run: the research tier, CI's fourth
+# (docs/PERFORMANCE.md, "Test tiers"): bash launch/test.sh -m research.
 def research_run(test):
   return pytest.mark.research(pytest.mark.slow(pytest.mark.integration(test)))
 
