@@ -19,8 +19,8 @@ _ATTR = re.compile(r"^([\w/]+(?:\.\w+)*)\.(\w+)(\(.*\))?$")
 
 
 class Names:
-  """A command module's top-level names, read from its source: importing two commands would
-  define their absl flags twice."""
+  """A command module's top-level names, read from its source: importing a command beside
+  another (or beside a test that did) would define their absl flags twice."""
 
   def __init__(self, name: str):
     tree = ast.parse(pathlib.Path(importlib.util.find_spec(name).origin).read_text())
@@ -37,7 +37,8 @@ def modules() -> dict[str, list]:
   for info in pkgutil.walk_packages(dgd_jax.__path__, "dgd_jax."):
     if info.name.endswith("__main__"):
       continue
-    command = info.name.startswith("dgd_jax.cli.")
+    source = pathlib.Path(importlib.util.find_spec(info.name).origin).read_text()
+    command = "flags.DEFINE" in source  # a command: its flags are defined once per process
     module = Names(info.name) if command else importlib.import_module(info.name)
     parts = info.name.split(".")[1:]
     for i in range(len(parts)):
