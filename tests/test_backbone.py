@@ -20,7 +20,7 @@ from dgd_jax.plan import artefacts
 from dgd_jax.plan import backbone as backbone_plan
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.runner import pipeline
-from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.runtime.errors import ConfigError, WorkdirConflictError
 from dgd_jax.training import train
 import tiny_configs
 
@@ -173,11 +173,20 @@ def test_pate_runs_with_vit_teachers_and_dpdfd_compiles_with_a_vit_baseline(npz_
   """The switch through whole methods: PATE trains, queries and reports with ViT teachers
   (report.md's coverage line naming the backbone); DPDFD's programs build on a ViT
   baseline as its sensitive model."""
+  path = str(tmp_path / "public.npz")  # a 'public' checkpoint for 28 x 28 x 1 images
+  vit = ViT(num_classes=3, variant="mu/4")  # 7 x 7 patches of 4
+  pretrained.save_npz(path, vit.init(jax.random.key(5), jnp.zeros((1, 28, 28, 1)))["params"])
   config = tiny_configs.pate(npz_file)
-  config.model.update(backbone="vit", variant="mu/4", roles=("teachers",))  # 28 x 28: 7 x 7
+  config.model.update(backbone="vit", variant="mu/4", roles=("teachers",), checkpoint=path,
+                      trainable="head")
   report = pipeline.run(config, str(tmp_path / "pate"))
-  assert "Public backbone: the teachers start from ViT-mu/4" in report["covers"]["covered"]
+  assert f"the teachers start from ViT-mu/4 at the checkpoint {path}" in (
+      report["covers"]["covered"])
   assert 0 <= report["test_accuracy"] <= 1 and report["epsilon"] > 0
+  # Another checkpoint at the same path is refused: the teachers were trained from the first.
+  pretrained.save_npz(path, vit.init(jax.random.key(6), jnp.zeros((1, 28, 28, 1)))["params"])
+  with pytest.raises(WorkdirConflictError, match="checkpoint"):
+    pipeline.run(config, str(tmp_path / "pate"))
   teachers = artefacts.teacher_model(config, 10)
   assert isinstance(teachers, Pretrained) and not isinstance(
       artefacts.classifier(config, 10, "student"), Pretrained)

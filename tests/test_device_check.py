@@ -20,10 +20,13 @@ def test_dry_run_writes_every_figure(idx_dir, tmp_path):
   and the CIFAR-10 ViT preset on its synthetic stand-in) and DP-SGD compiled and timed with
   a step's schedule extrapolated, and DP-SGD's stages run; only JSON comes back."""
   out = tmp_path / "out"
+  peer = tmp_path / "peer.py"  # the PyTorch peer's interface, without PyTorch
+  peer.write_text("import json, sys\n"
+                  "print(json.dumps({'impl': 'torch-loop', 'argv': sys.argv[1:]}))\n")
   run = subprocess.run(
       [sys.executable, "-m", "dgd_jax.cli.device_check", f"--out={out}", f"--data={idx_dir}",
        "--dry_run", "--programs=dgd:eps10,dgd:cifar10+eps3+vit,dpsgd:eps3",
-       "--runs=dpsgd:eps3"],
+       "--runs=dpsgd:eps3", f"--torch_peer={peer}"],
       cwd=REPO, capture_output=True, text=True, timeout=900, check=False)
   assert run.returncode == 0, run.stderr[-3000:]
   assert sorted(p.name for p in out.iterdir()) == ["device_check.json"]
@@ -33,6 +36,7 @@ def test_dry_run_writes_every_figure(idx_dir, tmp_path):
   engine = figures["teacher_engine"]
   assert [(r["conv1"], r["conv2"]) for r in engine] == [(16, 32), (64, 128)]
   assert all(r["examples_per_second"] > 0 for r in engine)
+  assert [r["argv"][-1] for r in figures["torch_peer"]] == ["32", "128"]  # --conv2 of each
   programs = figures["programs"]
   assert set(programs) == {"dgd.py:eps10", "dgd.py:cifar10,eps3,vit", "dpsgd.py:eps3"}
   for preset in programs.values():

@@ -48,8 +48,8 @@ def check_trainable(trainable: str) -> str:
   m = _LAST.match(trainable)
   if trainable in ("all", "head") or (m and int(m.group(1)) > 0):
     return trainable
-  raise ConfigError(f"trainable={trainable!r}: use 'all', 'head' or 'last:K' with K >= 1 "
-                    "(the last K transformer blocks, the final norm and the head).")
+  raise ConfigError(f"trainable={trainable!r}: use one of {TRAINABLE} with K >= 1 (the last "
+                    "K transformer blocks, the final norm and the head).")
 
 
 def is_trainable(path: tuple[str, ...], trainable: str, depth: int) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
 
 import flax.linen as nn
 from absl import logging
@@ -56,6 +58,34 @@ def _warn_random_init(variant: str, trainable: str) -> None:
   logging.warning("config.model.checkpoint is empty: the ViT-%s starts from a random init%s; "
                   "pass a public pretrained checkpoint (BUILD.md, Datasets) for a pretrained "
                   "backbone.", variant, frozen)
+
+
+def _files(path: str) -> list[str]:
+  return [path] if os.path.isfile(path) else sorted(
+      os.path.join(d, f) for d, _, names in os.walk(path) for f in names)
+
+
+@functools.lru_cache(maxsize=4)
+def _content(path: str, stamp: tuple) -> str:
+  del stamp  # part of the cache key: a rewritten checkpoint is read again
+  h = hashlib.blake2b(digest_size=16)
+  for name in _files(path):
+    h.update(os.path.relpath(name, path).encode())
+    with open(name, "rb") as f:
+      for block in iter(lambda f=f: f.read(1 << 24), b""):
+        h.update(block)
+  return h.hexdigest()
+
+
+def fingerprint(config) -> str:
+  """'+<hash of the checkpoint's bytes>' where the run starts from a checkpoint, else '':
+  bound to the workdir beside the data's fingerprint, so that another file at the same path
+  is refused instead of reusing stages trained from the old one."""
+  path = config.model.checkpoint if config.model.backbone else ""
+  if not path or not os.path.exists(path):
+    return ""  # no checkpoint, or a missing one (refused where it is read)
+  stamp = tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in _files(path))
+  return "+" + _content(path, stamp)
 
 
 def cost_note(config) -> str:

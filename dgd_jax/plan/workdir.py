@@ -316,9 +316,10 @@ class Workdir:
       if isinstance(recorded, dict) and recorded.get("fingerprint") != fingerprint_:
         raise WorkdirConflictError(
             f"{self.path} was made from other data: {recorded.get('dataset')} had content "
-            f"fingerprint {recorded.get('fingerprint')}, {name} now has {fingerprint_}. "
-            "Nothing was changed. Use a new --workdir for the new data, or restore the data "
-            "it was made from.")
+            f"fingerprint {recorded.get('fingerprint')}, {name} now has {fingerprint_} (a "
+            "'+' part is the pretrained checkpoint's). Nothing was changed. Use a new "
+            "--workdir for the new data, or restore the data (and checkpoint) it was made "
+            "from.")
     elif self.writer:
       makedirs(self.path)
       write_json(path, {"dataset": name, "fingerprint": fingerprint_})

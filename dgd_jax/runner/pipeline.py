@@ -21,6 +21,7 @@ from dgd_jax.configs.common import smoke_schedules
 from dgd_jax.data import load_private
 from dgd_jax.data.partitions import config_teachers_changed
 from dgd_jax.plan import artefacts
+from dgd_jax.plan import backbone
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan import queries as query_plan
@@ -183,7 +184,7 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
       stage.check()
       if stage.done():
         stage.result()  # a damaged result.json is refused before anything is written
-    wd.bind_data(config.dataset, data.fingerprint())
+    wd.bind_data(config.dataset, data.fingerprint() + backbone.fingerprint(config))
     begun = [s.name for s in planned
              if methods.draws_noise(s.name, config) and os.path.exists(s.meta_path)]
     noise = wd.noise_source(config.noise_seed, begun)
