@@ -1,4 +1,4 @@
-"""Fashion-MNIST at CIFAR-10's shapes, for running the CIFAR-10 ViT presets on real images.
+"""Fashion-MNIST at CIFAR-10's shapes, for the CIFAR-10 ViT presets.
 
 Question: does DGD with ViT teachers (``dgd.py:<data>,cpu,vit``) run end to end at CIFAR-10's
 shapes on this host, which has no CIFAR-10, and what does it learn there?

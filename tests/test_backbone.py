@@ -191,6 +191,11 @@ def test_pate_runs_with_vit_teachers_and_dpdfd_compiles_with_a_vit_baseline(npz_
   assert isinstance(teachers, Pretrained) and not isinstance(
       artefacts.classifier(config, 10, "student"), Pretrained)
 
+  dgd = dgd_config.get_config(f"npz:{npz_file},cpu")  # DeepInversion matches conv outputs
+  dgd.model.update(backbone="vit", variant="mu/4", roles=("baseline",))
+  with pytest.raises(ConfigError, match="the ViT backbone .* has no nn.Conv layer"):
+    pipeline.compile_programs(dgd)
+
   dpdfd = dpdfd_config.get_config(f"npz:{npz_file},cpu")
   dpdfd.model.update(backbone="vit", variant="mu/4", roles=("baseline",))
   compiled = pipeline.compile_programs(dpdfd)

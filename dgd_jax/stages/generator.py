@@ -20,6 +20,7 @@ import jax
 import numpy as np
 import optax
 
+from dgd_jax.plan import backbone
 from dgd_jax.plan.artefacts import (SYNTHETIC, SYNTHETIC_LABELS, classifier, fit_config,
                                      generator_settings, load_classifier, new_generator)
 from dgd_jax.plan.context import Context, Program, abstract, abstract_key
@@ -105,10 +106,13 @@ def synthetic_student_accuracy(ctx: Context, x_syn: np.ndarray, labels: np.ndarr
 def check_layers(config, targets: list) -> None:
   """Refuses statistics matching for a baseline with no convolution to match."""
   if not targets:
+    model = (f"the ViT backbone (config.model.backbone={config.model.backbone!r})"
+             if backbone.takes(config, "baseline") else
+             f"config.model.module={config.model.module!r}")
     raise ConfigError(f"config.generator.w_stats={config.generator.w_stats} matches the "
-                      "statistics of the baseline's convolution outputs, and "
-                      f"config.model.module={config.model.module!r} has no nn.Conv layer: set "
-                      "--config.generator.w_stats=0, or use a convolutional model.")
+                      f"statistics of the baseline's convolution outputs, and {model} has no "
+                      "nn.Conv layer: set --config.generator.w_stats=0, or use a "
+                      "convolutional baseline.")
 
 
 def programs(config, data) -> dict[str, Program]:
