@@ -229,7 +229,8 @@ def vit_teachers(config) -> None:
                       image_size=224 if paper else 0)
   if paper:
     config.num_teachers = TABLE2_TEACHERS
-    config.teachers.update(learning_rate=1e-4, num_steps=1000)  # fine-tuning, not training
+    # fine-tuning, not training from scratch (not tuned: no GPU has run Table II yet)
+    config.teachers.update(learning_rate=1e-4, num_steps=1000)
   else:
     config.teachers.num_steps = CPU_VIT_STEPS
 

@@ -1,10 +1,10 @@
 r"""DP-SGD (Abadi et al. 2016) on jax-privacy: the reference every method is compared with.
 Models (Tramer & Boneh, ICLR 2021): ScatterNet features + a linear layer (default, the most
-accurate here), ScatterNet + a small CNN (``scatternet_cnn``), or the end-to-end tanh CNN
-(``cnn``), or the public pretrained backbone ``config.model`` names, its head (or last
-blocks) trained on its frozen features (``backbone``: set ``--config.model.checkpoint``; the
-reference of De et al. 2022). Poisson sampling of an expected batch, per-example clipping, Gaussian noise whose
-multiplier is calibrated to ``privacy.max_epsilon`` (dp-accounting PLD, delta 1e-5).
+accurate here), ScatterNet + a small CNN (``scatternet_cnn``), the end-to-end tanh CNN
+(``cnn``), or the head of the public pretrained backbone ``config.model`` names, on its frozen
+features (``backbone``: ViT-B/16 at 224 x 224; set ``--config.model.checkpoint``; De et al.
+2022's reference). Poisson sampling of an expected batch, per-example clipping, Gaussian noise
+whose multiplier is calibrated to ``privacy.max_epsilon`` (dp-accounting PLD, delta 1e-5).
 
 COMMAND (ScatterNet + linear, eps 3):
   python -m dgd_jax.main --config=dgd_jax/configs/dpsgd.py:fashion_mnist,eps3 \

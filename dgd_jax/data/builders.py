@@ -24,6 +24,14 @@ from dgd_jax.data import cifar, idx
 from dgd_jax.runtime.errors import DatasetError
 
 
+def _manual_dir(dl_manager: tfds.download.DownloadManager) -> str | None:
+  """The manual directory the download manager was given, or None (none, or an empty one)."""
+  try:
+    return os.fspath(dl_manager.manual_dir)
+  except AssertionError:
+    return None
+
+
 class _IdxImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """Shared body of the IDX builders; subclasses set the names, URL and class names."""
 
@@ -50,10 +58,7 @@ class _IdxImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     )
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    try:
-      manual = os.fspath(dl_manager.manual_dir)
-    except AssertionError:  # no manual dir configured, or it is empty
-      manual = None
+    manual = _manual_dir(dl_manager)
     if manual and not idx.missing_files(manual):
       paths = {k: os.path.join(manual, n) for k, n in idx.FILES.items()}
     else:
@@ -118,10 +123,7 @@ class DgdCifar10(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     )
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    try:
-      manual = os.fspath(dl_manager.manual_dir)
-    except AssertionError:  # no manual dir configured, or it is empty
-      manual = None
+    manual = _manual_dir(dl_manager)
     if manual and not cifar.missing(manual):
       path = manual
     else:

@@ -80,9 +80,9 @@ def planned(config, neighbours: str, before=()) -> privacy.Release:
   sigma1, threshold = (plan.sigma1, plan.threshold) if confident else (None, None)
   orders = np.asarray(privacy.DEFAULT_RDP_ORDERS)
   spent = sum((r.rdp(orders) for r in before), np.zeros_like(orders))
-  order = renyi_filter.filter_order(p.max_epsilon, p.delta, plan.mechanism, plan.noise_scale, sigma1,
-                                    orders=orders, teachers_changed=plan.teachers_changed,
-                                    spent_before=spent)
+  order = renyi_filter.filter_order(p.max_epsilon, p.delta, plan.mechanism, plan.noise_scale,
+                                    sigma1, orders=orders,
+                                    teachers_changed=plan.teachers_changed, spent_before=spent)
   return privacy.FilteredQueries(
       plan.noise_scale, plan.queries, p.max_epsilon, p.delta, order, threshold, sigma1,
       spent_before=float(spent[np.argmin(np.abs(orders - order))]),
