@@ -130,11 +130,9 @@ def start(module: nn.Module, checkpoint: str, key, image_shape) -> dict:
   fresh = _fresh(module, key, image_shape)
   if not checkpoint:
     return fresh
-  if not os.path.isfile(checkpoint) and not os.path.isdir(checkpoint):
-    raise ConfigError(f"checkpoint {checkpoint!r} does not exist: give the path of a public "
-                      "ViT checkpoint (big_vision / AugReg .npz, or an orbax directory).")
-  return pretrained.into({"params": fresh}, _checkpoint(checkpoint, os.path.getmtime(
-      checkpoint)), reset_head=True)["params"]
+  stamp = os.path.getmtime(checkpoint) if os.path.exists(checkpoint) else 0.0
+  return pretrained.into({"params": fresh}, _checkpoint(checkpoint, stamp),  # load's errors
+                         reset_head=True)["params"]
 
 
 _FROZEN: dict = {}
