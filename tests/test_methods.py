@@ -330,3 +330,13 @@ def test_a_toy_method_is_one_record_plus_its_own_module(npz_file, tmp_path, monk
   with pytest.raises(ConfigError, match="above the maximum epsilon"):
     pipeline.run(config, str(tmp_path / "u"))
   assert not (tmp_path / "u" / "toy").exists()
+
+
+def test_report_md_states_dgds_exclusions_once(finished_dgd):
+  """The method's note says what DGD's epsilon leaves out; the release records' own copy of
+  it (``privacy.TEACHER_EXCLUSIONS``, for the privacy command) is not repeated in report.md."""
+  _, workdir, _ = finished_dgd
+  md = open(os.path.join(workdir, "report.md"), encoding="utf-8").read()
+  assert md.count("the VAE carry no differential-privacy guarantee") == 1  # the DGD note
+  assert privacy.TEACHER_EXCLUSIONS not in md
+  assert "- Covers the noisy label answers only." in md  # the record, without them

@@ -36,7 +36,7 @@ from dgd_jax.privacy.releases import (MECHANISMS, ClassCountQueries, ConfidentGN
                                       DpdfdSteps, DpsgdSteps,
                                       FilteredQueries, GNMaxQueries, HistogramQueries,
                                       LNMaxQueries, PureDpRelease, Release,
-                                      SmoothSensitivityCost)
+                                      SmoothSensitivityCost, TEACHER_EXCLUSIONS)
 
 __all__ = [
     "ACCOUNTANTS", "DATA_DEPENDENT_ONLY", "DATA_DEPENDENT_WARNING", "DEFAULT_MOMENT_ORDERS",
@@ -45,7 +45,7 @@ __all__ = [
     "DpdfdSteps", "DpsgdSteps",
     "EpsilonReport", "FilteredQueries",
     "GNMaxQueries", "HistogramQueries", "LNMaxQueries", "PrivacyLedger", "PureDpRelease",
-    "Release", "SmoothSensitivityCost", "classic_epsilon",
+    "Release", "SmoothSensitivityCost", "TEACHER_EXCLUSIONS", "classic_epsilon",
     "dpsgd_noise_multiplier", "epsilon_of", "improved_epsilon", "ldp_local_epsilon", "max_queries", "min_noise",
     "moments_epsilon", "relations_json", "vae_latent_epsilon", "vae_latent_noise_scale",
 ]

@@ -16,13 +16,16 @@ from dgd_jax.privacy import checks, dpdfd, events, pate2017, pate2018, renyi_fil
 from dgd_jax.runtime.errors import ConfigError
 
 
-# What a label-query epsilon leaves out in DGD and PATE (each record's ``covers``).
-_DGD_EXCLUSIONS = (
-    "Not covered: the teachers; in DGD, the baseline classifier (trained on the private data "
-    "without noise), the generator trained against it, its synthetic data and the VAE trained on "
-    "them. The DGD student also learns from those, so this epsilon bounds the label queries, not "
-    "everything the student saw; none of these models may be released as private. (PATE assumes "
-    "the student's unlabelled data is public.)")
+# What a label-query epsilon leaves out, in DGD and PATE alike: the end of every teacher-vote
+# record's ``covers``. A method's report states its own version once instead (``runner.methods``
+# notes; ``runner.report`` drops this one there).
+TEACHER_EXCLUSIONS = (
+    "Not covered: the teachers (trained without noise; never to be released), and whatever "
+    "produced the queried inputs: in DGD the baseline classifier (trained on the private data "
+    "without noise), the generator trained against it or the samples inverted from it, its "
+    "synthetic data and the VAE trained on them, which the DGD student also learns from, so "
+    "the epsilon bounds the label queries, not everything the student saw; in PATE the "
+    "unlabelled pool, assumed public. None of these models may be released as private.")
 
 
 def _describe_votes(votes) -> dict | None:
@@ -151,7 +154,7 @@ class LNMaxQueries(TeacherRelease):
   votes: np.ndarray | None = None
 
   mechanism: ClassVar[str] = "lnmax"
-  covers: ClassVar[str] = "Covers the noisy label answers only. " + _DGD_EXCLUSIONS
+  covers: ClassVar[str] = "Covers the noisy label answers only. " + TEACHER_EXCLUSIONS
   noise_field: ClassVar[str] = "noise_scale"
   count_field: ClassVar[str] = "queries"
 
@@ -194,7 +197,7 @@ class HistogramQueries(TeacherRelease):
   mechanism: ClassVar[str] = "gaussian_histogram"
   covers: ClassVar[str] = (
       "Covers the noisy vote histograms released whole (every count of every queried sample "
-      "with its Gaussian noise). " + _DGD_EXCLUSIONS)
+      "with its Gaussian noise). " + TEACHER_EXCLUSIONS)
   noise_field: ClassVar[str] = "noise_scale"
   count_field: ClassVar[str] = "queries"
 
@@ -217,7 +220,7 @@ class ClassCountQueries(HistogramQueries):
   mechanism: ClassVar[str] = "gaussian_class_count"
   covers: ClassVar[str] = (
       "Covers the noisy vote counts released (of each queried sample, the count of the class "
-      "it was synthesised for, with its Gaussian noise). " + _DGD_EXCLUSIONS)
+      "it was synthesised for, with its Gaussian noise). " + TEACHER_EXCLUSIONS)
 
   def event(self) -> dp_accounting.DpEvent:
     return events.gaussian_event(self.noise_scale, self.teachers_changed * COUNT_SENSITIVITY,
@@ -234,8 +237,7 @@ class GNMaxQueries(HistogramQueries):
 
   mechanism: ClassVar[str] = "gnmax"
   covers: ClassVar[str] = (
-      "Covers the noisy label answers only. Not covered: the teachers, and any baseline, "
-      "generator or synthetic data derived from the private data without noise (DGD+).")
+      "Covers the noisy label answers only. " + TEACHER_EXCLUSIONS)
 
   def rdp_data_dependent(self, orders) -> np.ndarray:
     if self.votes is None:
@@ -271,11 +273,9 @@ class ConfidentGNMaxQueries(TeacherRelease):
 
   mechanism: ClassVar[str] = "confident_gnmax"
   covers: ClassVar[str] = (
-      "Covers the noisy threshold checks and label answers only. Not covered: the teachers "
-      "(no DP guarantee), and any baseline classifier, generator, synthetic data or VAE derived "
-      "from the private data without noise (DGD, DGD+); none of them may be released as "
-      "private. The data-independent epsilons charge the GNMax answer on every query; an "
-      "answered-only cost is a realised value, not a DP guarantee.")
+      "Covers the noisy threshold checks and label answers only. The data-independent "
+      "epsilons charge the GNMax answer on every query; an answered-only cost is a realised "
+      "value, not a DP guarantee. " + TEACHER_EXCLUSIONS)
   noise_field: ClassVar[str] = "noise_scale"
   count_field: ClassVar[str] = "queries"
 
@@ -391,9 +391,7 @@ class FilteredQueries(TeacherRelease):
   covers: ClassVar[str] = (
       "Covers the noisy threshold checks and label answers of the queries asked under the "
       "Renyi filter (answered-only charging is a DP guarantee there: the budget was fixed per "
-      "Renyi order before any query, Feldman & Zrnic 2021). Not covered: the teachers, and "
-      "any baseline, generator, synthetic data or VAE derived from the private data without "
-      "noise (DGD, DGD+).")
+      "Renyi order before any query, Feldman & Zrnic 2021). " + TEACHER_EXCLUSIONS)
   noise_field: ClassVar[str] = "noise_scale"
   count_field: ClassVar[str] = "queries"
 

@@ -65,8 +65,10 @@ def _privacy(config, results: dict) -> dict:
       "covers": {"covered": (stage.get("covered") or method.covers.format(**stage))
                             + backbone.cost_note(config),
                  "not_covered": [method.note(config)]
-                                # the warning belongs to a data-dependent headline only
-                                + [n for n in p["not_covered"]
+                                # the warning belongs to a data-dependent headline only;
+                                # the records' exclusions are the method note's, said once
+                                + [n.replace(privacy.TEACHER_EXCLUSIONS, "").strip()
+                                   for n in p["not_covered"]
                                    if data_dependent or n != DATA_DEPENDENT_WARNING]
                                 + method.uncovered(config, results)},
   }
