@@ -70,3 +70,13 @@ def test_launcher_refuses_without_the_prepared_wheels(tmp_path):
                        text=True, check=False)
   assert run.returncode == 1 and "launch/device_prepare.sh" in run.stderr
   assert not (repo / ".device").exists()
+
+
+def test_a_cifar10_preset_is_table_ii_on_the_synthetic_stand_in():
+  """What the check compiles for 'dgd:cifar10+eps3+vit' is DGD Table II's config, but for
+  where its images come from."""
+  from dgd_jax.configs import dgd  # pylint: disable=g-import-not-at-top
+  config = device_check.config_of("dgd", "cifar10,eps3,vit", "", "/x/shapes.npz", False)
+  table2 = dgd.get_config("cifar10,paper")
+  assert config.dataset == "npz:/x/shapes.npz"
+  assert {**config.to_dict(), "dataset": ""} == {**table2.to_dict(), "dataset": ""}

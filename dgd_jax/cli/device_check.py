@@ -120,27 +120,26 @@ def parse_caps(items) -> dict:
   return caps
 
 
-def dataset(config: str, arg: str, data: str, synthetic: str) -> tuple[str, str]:
-  """(dataset token, the rest of the argument): Fashion-MNIST (``data``, an IDX folder, or the
-  default), or for an argument naming 'cifar10' the synthetic npz of its shapes."""
-  del config
+CIFAR10 = "cifar10"  # in a preset's argument: CIFAR-10's config, on the synthetic stand-in
+
+
+def argument(config: str, arg: str, data: str, dry_run: bool) -> str:
+  """The config argument the check runs a preset with: on Fashion-MNIST (``data``, an IDX
+  folder, or the default), or on CIFAR-10 where the argument names it; the CPU preset in a
+  dry run."""
   parts = [p for p in arg.split(",") if p]
-  if "cifar10" in parts:
-    parts.remove("cifar10")
-    return f"npz:{synthetic}", ",".join(parts)
-  return (f"idx:{data}" if data else "fashion_mnist"), arg
-
-
-def argument(config: str, arg: str, data: str, synthetic: str, dry_run: bool) -> str:
-  """The config argument the check runs a preset with (the CPU preset in a dry run)."""
-  name, rest = dataset(config, arg, data, synthetic)
-  return ",".join(p for p in (name, rest, "cpu" if dry_run and config == "dgd" else "") if p)
+  name = CIFAR10 if CIFAR10 in parts else (f"idx:{data}" if data else "fashion_mnist")
+  rest = [p for p in parts if p != CIFAR10] + (["cpu"] if dry_run and config == "dgd" else [])
+  return ",".join([name] + rest)
 
 
 def config_of(config: str, arg: str, data: str, synthetic: str, dry_run: bool):
-  """The preset's config (with the dry run's changes where they apply)."""
+  """The preset's config (with the dry run's changes where they apply); a CIFAR-10 preset's
+  images come from the synthetic npz of its shapes, the rest of its config is CIFAR-10's."""
   out = importlib.import_module(f"dgd_jax.configs.{config}").get_config(
-      argument(config, arg, data, synthetic, dry_run))
+      argument(config, arg, data, dry_run))
+  if out.dataset == CIFAR10:
+    out.dataset = f"npz:{synthetic}"
   for field, value in dry_run_fields(out, dry_run).items():
     block, _, name = field.rpartition(".")
     (out[block] if block else out)[name] = value
@@ -153,8 +152,10 @@ def dry_run_fields(config, dry_run: bool) -> dict:
 
 
 def overrides(config, dry_run: bool) -> list[str]:
-  """The dry run's changes as command-line flags for ``dgd_jax.main``."""
-  return [f"--config.{f}={v}" for f, v in dry_run_fields(config, dry_run).items()]
+  """The dry run's changes, and the images' source, as command-line flags for
+  ``dgd_jax.main``."""
+  return ([f"--config.dataset={config.dataset}"]
+          + [f"--config.{f}={v}" for f, v in dry_run_fields(config, dry_run).items()])
 
 
 def write_synthetic_cifar10(path: str, dry_run: bool) -> str:
@@ -300,7 +301,7 @@ def stage_times(check: Check, stop: float, workdir: str, config: str, arg: str, 
   left until ``stop``: its seconds, or where it was cut."""
   cfg = pipeline.run_config(config_of(config, arg, data, synthetic, dry_run))
   spec = (importlib.import_module(f"dgd_jax.configs.{config}").__file__ + ":"
-          + argument(config, arg, data, synthetic, dry_run))
+          + argument(config, arg, data, dry_run))
   names, out = list(methods.plan_stages(cfg)), {}
   for i, stage in enumerate(names):
     share = (stop - time.perf_counter()) / (len(names) - i)
