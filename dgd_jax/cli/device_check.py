@@ -44,6 +44,7 @@ import numpy as np
 from absl import app, flags
 
 from dgd_jax.cli import bench
+from dgd_jax.plan.context import memory
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime.files import read_json, write_json
@@ -249,9 +250,7 @@ def timed(program, count: int) -> dict:
   t0 = time.perf_counter()
   compiled = program.compile()
   compile_seconds = time.perf_counter() - t0
-  analysis = compiled.memory_analysis()
-  sizes = {f: int(getattr(analysis, f"{f}_size_in_bytes"))
-           for f in ("argument", "output", "temp", "alias")} if analysis else {}
+  sizes = memory(compiled)
   args = jax.tree.map(zeros_like_abstract, program.args)
   jax.block_until_ready(compiled(*args))
   t0 = time.perf_counter()

@@ -203,8 +203,8 @@ def inversion(config) -> None:
   config.student.ensemble = 0  # chosen for the release's noise per teacher
 
 
-# DGD Table II: 100 teachers, each a ViT pretrained on ImageNet (top-1 81.4%), fine-tuned on
-# its shard with a new 10-way head; the baseline and the student stay the paper CNN.
+# DGD Table II: 100 teachers, each a ViT pretrained on ImageNet and fine-tuned on its shard
+# with a new 10-way head; the baseline and the student stay the paper CNN.
 TABLE2_TEACHERS = 100
 # What each of the 100 ViT-B/16 teachers trains: all of them with Adam need about 138 GB for
 # parameters and moments alone (100 x 86M x 16 bytes), over one H200's 141 GB; the last block,

@@ -32,6 +32,7 @@ import re
 
 import flax.linen as nn
 import jax
+from flax import traverse_util
 import jax.numpy as jnp
 import numpy as np
 
@@ -68,17 +69,8 @@ def is_trainable(path: tuple[str, ...], trainable: str, depth: int) -> bool:
 
 def depth_of(params: dict) -> int:
   """The number of ``encoderblock_{i}`` in a parameter tree (0 for a model without)."""
-  found = set()
-
-  def visit(tree):
-    for key, value in tree.items():
-      m = _BLOCK.match(key)
-      if m:
-        found.add(int(m.group(1)))
-      elif isinstance(value, dict):
-        visit(value)
-  visit(params)
-  return len(found)
+  return len({m.group(1) for path in traverse_util.flatten_dict(params)
+              for m in map(_BLOCK.match, path) if m})
 
 
 def split(params: dict, trainable: str) -> tuple[dict, dict]:
@@ -91,27 +83,15 @@ def split(params: dict, trainable: str) -> tuple[dict, dict]:
     raise ConfigError(f"trainable={trainable!r}: the backbone has {depth} blocks; choose "
                       f"K <= {depth}, or 'all'.")
   parts = ({}, {})
-
-  def visit(tree, path):
-    for key, value in tree.items():
-      if isinstance(value, dict):
-        visit(value, path + (key,))
-        continue
-      part = parts[0 if is_trainable(path + (key,), trainable, depth) else 1]
-      node = part
-      for p in path:
-        node = node.setdefault(p, {})
-      node[key] = value
-  visit(params, ())
-  return parts
+  for path, leaf in traverse_util.flatten_dict(params).items():
+    parts[0 if is_trainable(path, trainable, depth) else 1][path] = leaf
+  return tuple(traverse_util.unflatten_dict(part) for part in parts)
 
 
 def merge(a: dict, b: dict) -> dict:
   """One tree holding the leaves of two disjoint trees."""
-  out = dict(a)
-  for key, value in b.items():
-    out[key] = merge(out[key], value) if key in out else value
-  return out
+  return traverse_util.unflatten_dict({**traverse_util.flatten_dict(a),
+                                       **traverse_util.flatten_dict(b)})
 
 
 def _fresh(module: nn.Module, key, image_shape) -> dict:

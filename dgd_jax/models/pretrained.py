@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
+from flax import traverse_util
 
 from dgd_jax.runtime.errors import ConfigError
 
@@ -52,27 +53,14 @@ def _params_of(tree: Mapping) -> Mapping:
   return inner if isinstance(inner, Mapping) else tree
 
 
-def flatten(tree: Mapping, prefix: str = "") -> dict[str, Any]:
+def flatten(tree: Mapping) -> dict[str, Any]:
   """A nested dict as {'a/b/c': leaf}, in the tree's order."""
-  flat = {}
-  for key, value in tree.items():
-    if isinstance(value, Mapping):
-      flat.update(flatten(value, f"{prefix}{key}/"))
-    else:
-      flat[f"{prefix}{key}"] = value
-  return flat
+  return traverse_util.flatten_dict(tree, sep="/")
 
 
 def nest(flat: Mapping[str, Any]) -> dict:
   """{'a/b/c': leaf} as a nested dict."""
-  tree: dict = {}
-  for key, value in flat.items():
-    *parents, name = key.split("/")
-    node = tree
-    for p in parents:
-      node = node.setdefault(p, {})
-    node[name] = value
-  return tree
+  return traverse_util.unflatten_dict(dict(flat), sep="/")
 
 
 def to_big_vision(tree: Mapping) -> dict:

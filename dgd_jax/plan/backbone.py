@@ -84,7 +84,7 @@ def fingerprint(config) -> str:
   path = config.model.checkpoint if config.model.backbone else ""
   if not path or not os.path.exists(path):
     return ""  # no checkpoint, or a missing one (refused where it is read)
-  stamp = tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in _files(path))
+  stamp = tuple((f, st.st_size, st.st_mtime_ns) for f in _files(path) for st in [os.stat(f)])
   return "+" + _content(path, stamp)
 
 

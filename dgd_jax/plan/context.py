@@ -122,6 +122,14 @@ class Program:
     return jax.jit(self.fn).lower(*self.args).compile()
 
 
+def memory(compiled) -> dict[str, int]:
+  """XLA's memory analysis of a compiled program in bytes: argument, output, temp, alias
+  ({} where the backend gives none)."""
+  analysis = compiled.memory_analysis()
+  return {f: int(getattr(analysis, f"{f}_size_in_bytes"))
+          for f in ("argument", "output", "temp", "alias")} if analysis else {}
+
+
 def abstract(x, dtype=None, sharding=None) -> jax.ShapeDtypeStruct:
   """A ``jax.ShapeDtypeStruct`` of an array's (or a shape's) shape and dtype."""
   shape = tuple(x) if isinstance(x, (tuple, list)) else x.shape

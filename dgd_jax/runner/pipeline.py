@@ -25,7 +25,7 @@ from dgd_jax.plan import backbone
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan import queries as query_plan
-from dgd_jax.plan.context import Config, Context, Program, private_size
+from dgd_jax.plan.context import Config, Context, Program, memory, private_size
 from dgd_jax.plan.workdir import Stage, Workdir
 from dgd_jax.privacy import checks as privacy_checks
 from dgd_jax.privacy.noise import NoiseSource
@@ -214,13 +214,11 @@ def compile_programs(config: Config, stages: tuple[str, ...] | None = None,
   for name, programs in stage_programs(config, stages).items():
     out[name] = {}
     for program_name, program in programs.items():
-      analysis = program.compile().memory_analysis()
-      sizes = {f: int(getattr(analysis, f"{f}_size_in_bytes"))
-               for f in ("argument", "output", "temp", "alias")} if analysis else {}
+      sizes = memory(program.compile())
       if program.budget is not None:
+        used = sizes and sizes["argument"] + sizes["output"] + sizes["temp"] - sizes["alias"]
         sizes["budget"] = program.budget
-        used = sizes["argument"] + sizes["output"] + sizes["temp"] - sizes["alias"]
-        if analysis and used > program.budget:
+        if used and used > program.budget:
           raise ConfigError(
               f"{name}.{program_name} needs {used / 2**30:.3g} GiB at this config's shapes, "
               f"over its memory plan's {program.budget / 2**30:.3g} GiB: the plan "
