@@ -120,6 +120,38 @@ def test_a_head_trains_with_adam_on_the_frozen_features(checkpoint):
   assert after > max(before, 0.7), (before, after)
 
 
+def test_a_head_trains_on_features_computed_once_as_on_the_images(checkpoint):
+  """Head-only: the frozen features, computed once in padded batches, give the same logits
+  and the same training steps as the images they came from."""
+  path, _ = checkpoint
+  model = Pretrained(ViT(num_classes=3, variant=TINY), path, "head")
+  rng = np.random.default_rng(1)
+  x = rng.uniform(-1, 1, (12,) + SHAPE).astype(np.float32)
+  y = jnp.asarray(rng.integers(0, 3, 12), jnp.int32)
+  feats = backbone.features(model, x, batch=5)  # 5 + 5 + 2, the last padded
+  np.testing.assert_allclose(feats, backbone.features(model, x, batch=16), rtol=1e-5, atol=1e-5)
+  assert feats.shape == (12, artefacts.teacher_input_shape(model, SHAPE)[0])
+  states = [train.create_train_state(model, optax.adam(1e-1), jax.random.key(0), SHAPE)] * 2
+  for i in range(3):
+    states = [train.train_step(s, jax.random.key(i), jnp.asarray(inputs), y, 4)[0]
+              for s, inputs in zip(states, (x, feats))]
+  on_images, on_features = states
+  assert not np.allclose(leaves(on_images.params)["['params']['trainable']['head']['kernel']"],
+                         0)  # trained away from the zero init
+  np.testing.assert_allclose(model.apply(on_images.params, x),
+                             model.apply(on_features.params, feats), rtol=1e-4, atol=1e-4)
+  for a, b in zip(jax.tree.leaves(on_images.params), jax.tree.leaves(on_features.params)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+  with pytest.raises(ConfigError, match="initialises from images"):
+    model.init(jax.random.key(0), jnp.asarray(feats))
+  full = Pretrained(ViT(num_classes=3, variant=TINY), path, "all")
+  with pytest.raises(ConfigError, match="needs trainable='head'"):
+    full.apply(states[0].params, jnp.asarray(feats))
+  with pytest.raises(ConfigError, match="trainable='head'"):
+    backbone.features(full, x)
+  assert artefacts.teacher_inputs(full, x) is x  # a fine-tuned backbone reads images
+
+
 def test_bad_settings_are_refused(checkpoint, tmp_path):
   path, _ = checkpoint
   with pytest.raises(ConfigError, match="trainable='last:0'"):
@@ -190,6 +222,19 @@ def test_pate_runs_with_vit_teachers_and_dpdfd_compiles_with_a_vit_baseline(npz_
   teachers = artefacts.teacher_model(config, 10)
   assert isinstance(teachers, Pretrained) and not isinstance(
       artefacts.classifier(config, 10, "student"), Pretrained)
+
+  # DP-SGD's reference row: the head alone on the frozen features, computed once.
+  dp = dpsgd_config.get_config(f"npz:{npz_file},eps3,backbone")
+  dp.model.update(checkpoint=path, variant="mu/4", image_size=0)
+  dp.dpsgd.update(batch_size=128, num_steps=3, microbatch_size=32)
+  programs = pipeline.compile_programs(dp)["dpsgd"]
+  assert list(programs) == ["features", "dpsgd_step"]
+  result = pipeline.run(dp, str(tmp_path / "dpsgd"))
+  assert result["stages"]["dpsgd"]["num_params"] == 64 * 10 + 10, result["stages"]["dpsgd"]
+  assert 0 <= result["test_accuracy"] <= 1
+  assert "DP-SGD model start from ViT-mu/4" in result["covers"]["covered"]
+  assert list(pipeline.compile_programs(config)["teachers"]) == [
+      "init", "features", "train_step", "votes"]
 
   dgd = dgd_config.get_config(f"npz:{npz_file},cpu")  # DeepInversion matches conv outputs
   dgd.model.update(backbone="vit", variant="mu/4", roles=("baseline",))

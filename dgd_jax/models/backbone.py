@@ -20,6 +20,11 @@ computing its frozen features costs no epsilon; every method's accounting covers
 trainable part learns from the private data exactly as before. A checkpoint pretrained on
 data that overlaps the private set is not public, and nothing here can check that.
 
+With ``trainable='head'`` the backbone's output does not change while the head trains, so
+its features are computed once (``features``: the head's inputs [N, D] for the whole set)
+and the head trains on them: ``Pretrained`` takes either images or those features
+(``head_only``). It still initialises from images, whose shape the fresh head is made for.
+
 ``image_size`` > 0 resizes the images (bilinear) to the resolution the checkpoint was
 pretrained at before the backbone sees them; the position embeddings are resized instead
 where it is 0 (``pretrained.into``).
@@ -129,9 +134,52 @@ def frozen_weights(module: nn.Module, checkpoint: str, trainable: str, image_sha
   return _FROZEN[cache_key]
 
 
+def head_only(module: nn.Module) -> bool:
+  """Whether ``module`` trains its head alone on frozen features (``trainable='head'``): its
+  training inputs can be ``features`` computed once instead of images."""
+  return isinstance(module, Pretrained) and module.trainable == "head"
+
+
+FEATURE_BATCH = 256  # images per call of ``features``' program
+
+
+def feature_program(module: "Pretrained"):
+  """The jitted program from a batch of images to the frozen backbone's pooled features (the
+  head's inputs; the head's values do not enter them)."""
+  def run(x):
+    shapes = jax.eval_shape(module.init, jax.random.key(0), x[:1])
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    return module.apply(zeros, x, with_features=True)[1]
+  return jax.jit(run)
+
+
+def features(module: "Pretrained", images: np.ndarray, batch: int = FEATURE_BATCH
+             ) -> np.ndarray:
+  """The frozen backbone's pooled features [N, D] of ``images`` [N, H, W, C], in batches of
+  ``batch`` (the last one padded, so that one program serves every batch)."""
+  if not head_only(module):
+    raise ConfigError("features are the inputs of a head trained alone: they need a "
+                      "Pretrained module with trainable='head'.")
+  run, out = feature_program(module), []
+  for i in range(0, len(images), batch):
+    xb = np.asarray(images[i:i + batch], np.float32)
+    pad = batch - len(xb)
+    if pad:
+      xb = np.concatenate([xb, np.zeros((pad,) + xb.shape[1:], xb.dtype)])
+    out.append(np.asarray(run(xb))[:batch - pad])
+  return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+
+def init_shape(module: nn.Module, input_shape: tuple, image_shape: tuple) -> tuple:
+  """The shape ``module`` initialises from when it trains on ``input_shape``: the images'
+  for a head-only backbone (its fresh head is made for them), else the inputs'."""
+  return tuple(image_shape) if head_only(module) else tuple(input_shape)
+
+
 class Pretrained(nn.Module):
   """``module`` started from ``checkpoint``, training ``trainable`` only (module docstring).
-  ``__call__`` is the classifier interface: logits, or (logits, features)."""
+  ``__call__`` is the classifier interface: logits, or (logits, features), from images, or
+  with ``trainable='head'`` from the features ``features`` computed ([N, D])."""
 
   module: nn.Module
   checkpoint: str = ""
@@ -149,6 +197,8 @@ class Pretrained(nn.Module):
   @nn.compact
   def __call__(self, x: jnp.ndarray, with_features: bool = False, train: bool = False):
     check_trainable(self.trainable)
+    if x.ndim == 2:
+      return self._head(x, with_features)
     shape = self._input_shape(x)
     trainable = self.param(
         "trainable", lambda key: split(start(self.module, self.checkpoint, key, shape),
@@ -160,3 +210,16 @@ class Pretrained(nn.Module):
     rngs = {"dropout": self.make_rng("dropout")} if train and self.has_rng("dropout") else {}
     return self.module.apply({"params": merge(trainable, frozen)}, x,
                              with_features=with_features, train=train, rngs=rngs)
+
+  def _head(self, x: jnp.ndarray, with_features: bool):
+    """The head alone on features [B, D] (``features``): x @ kernel + bias."""
+    if self.trainable != "head":
+      raise ConfigError(f"a [batch, features] input reaches the head alone, which needs "
+                        f"trainable='head' (got {self.trainable!r}): pass images.")
+    if self.is_initializing():
+      raise ConfigError("a head-only backbone initialises from images (its fresh head is "
+                        "made for their features): init it with an image batch "
+                        "(backbone.init_shape), then train on features.")
+    head = self.param("trainable", lambda key: None)["head"]
+    logits = x @ head["kernel"] + head["bias"]
+    return (logits, x) if with_features else logits

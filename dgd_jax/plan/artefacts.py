@@ -17,6 +17,7 @@ import optax
 from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from dgd_jax.models import backbone as backbone_model
 from dgd_jax.models.adapter import WithFeatures
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.models.generator import Generator
@@ -152,14 +153,20 @@ def teacher_programs(config, data, rows: list[np.ndarray], member_update=None
   state = jax.tree.map(lambda s: abstract(s, sharding=on_mesh),
                        jax.eval_shape(init, abstract_key()))
   shards, local = ensemble.Partitions.stack(rows).localize(mesh.size)
-  examples = (abstract(shards.shape + data.image_shape, data.x_train.dtype, on_mesh),
+  x_shape = teacher_input_shape(model, data.image_shape)
+  examples = (abstract(shards.shape + x_shape, jnp.float32, on_mesh),
               abstract(shards.shape, data.y_train.dtype, on_mesh),
               abstract(local.indices, sharding=on_mesh), abstract(local.sizes, sharding=on_mesh))
   step = ensemble.make_train_step(mesh, cfg.batch_size, plan.chunk, member_update)
   predict = ensemble.make_predict_fn(mesh, model.apply, plan.chunk)
   queries = abstract((ensemble.QUERY_CHUNK,) + data.image_shape, data.x_train.dtype)
+  features = {}
+  if backbone_model.head_only(model):  # the frozen backbone on one batch, before training
+    batch = abstract((backbone_model.FEATURE_BATCH,) + data.image_shape, jnp.float32)
+    features = {"features": Program(backbone_model.feature_program(model), (batch,))}
   return {
       "init": Program(init, (abstract_key(),)),
+      **features,
       "train_step": Program(step, (state, abstract_key()) + examples, budget=plan.total),
       "votes": Program(lambda params, x: ensemble.histogram(predict(params, x),
                                                             data.num_classes),
@@ -167,12 +174,29 @@ def teacher_programs(config, data, rows: list[np.ndarray], member_update=None
   }
 
 
+def teacher_input_shape(model: nn.Module, image_shape: tuple) -> tuple:
+  """The shape of one training input of the teachers: the frozen backbone's feature vector
+  for head-only teachers (``teacher_inputs``), else the image's."""
+  if not backbone_model.head_only(model):
+    return tuple(image_shape)
+  x = abstract((1,) + tuple(image_shape), jnp.float32)
+  return tuple(jax.eval_shape(backbone_model.feature_program(model), x).shape[1:])
+
+
+def teacher_inputs(model: nn.Module, images: np.ndarray) -> np.ndarray:
+  """What the teachers train on: the frozen backbone's features of every private image,
+  computed once, for head-only teachers (``models.backbone.features``), else the images."""
+  if backbone_model.head_only(model):
+    return backbone_model.features(model, images)
+  return images
+
+
 def new_teachers(config, data, n: int, key: jax.Array):
   """n freshly initialised teachers on the teacher mesh, and what runs them: returns
-  (state [n, ...], predict_fn, mesh, chunk, fit config)."""
+  (state [n, ...], predict_fn, mesh, chunk, fit config, model)."""
   model, cfg, mesh, chunk = teacher_plan(config, data, n)
   state = ensemble.init_teachers(model, train.optimizer(cfg), key, n, data.image_shape, mesh)
-  return state, ensemble.make_predict_fn(mesh, model.apply, chunk), mesh, chunk, cfg
+  return state, ensemble.make_predict_fn(mesh, model.apply, chunk), mesh, chunk, cfg, model
 
 
 def generator_model(block, image_shape: tuple[int, ...], standardize_output: bool
@@ -238,12 +262,14 @@ def load_classifier(ctx: Context, stage: str, lowering: str = "im2col"):
 
 def load_dpsgd(ctx: Context):
   """A finished DP-SGD stage's released model: (model, params, inputs), ``inputs(images)``
-  what the model reads (ScatterNet features, data-independent, or the images)."""
+  what the model reads (``dpsgd_plan.inputs``)."""
   config = ctx.config
   model = dpsgd_plan.model_of(config, ctx.dataset.num_classes)
-  inputs = lambda images: dpsgd_plan.inputs(config, images)
+  inputs = lambda images: dpsgd_plan.inputs(config, model, images)
+  shape = backbone_model.init_shape(model, inputs(ctx.dataset.x_train[:1]).shape[1:],
+                                    ctx.dataset.image_shape)
   params = train.load_params(_checkpoints(ctx, "dpsgd"), jax.eval_shape(
-      model.init, jax.random.key(0), inputs(ctx.dataset.x_train[:1])))
+      model.init, jax.random.key(0), jnp.zeros((1,) + shape, jnp.float32)))
   return model, params, inputs
 
 

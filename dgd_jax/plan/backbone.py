@@ -36,6 +36,12 @@ def takes(config, block: str | None) -> bool:
   return role(block) in m.roles
 
 
+def head_only(config, block: str | None) -> bool:
+  """Whether the classifier of ``block`` is the backbone training its head alone, on features
+  computed once (``models.backbone.features``) instead of images."""
+  return takes(config, block) and config.model.trainable == "head"
+
+
 def classifier(config, num_classes: int) -> nn.Module:
   """The backbone classifier: ``config.model``'s ViT variant from its checkpoint, training
   ``config.model.trainable``."""

@@ -15,6 +15,7 @@ from dgd_jax import privacy
 from dgd_jax.data import config_teachers_changed
 from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.models import scattering
+from dgd_jax.models import backbone as backbone_model
 from dgd_jax.plan import backbone
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan.context import planned_noise, private_size
@@ -118,9 +119,12 @@ def noise_multiplier(config, dataset_size: int | None = None) -> float:
       release(config, 1.0, dataset_size), p.max_epsilon, p.delta, p.accountant))
 
 
-def inputs(config, images: np.ndarray) -> np.ndarray:
-  """What the model reads: ScatterNet coefficients (data-independent) or the images."""
+def inputs(config, model, images: np.ndarray) -> np.ndarray:
+  """What ``model`` (``model_of``) reads: ScatterNet coefficients (data-independent), a
+  head-only backbone's frozen features (public weights, computed once), or the images."""
   d = config.dpsgd
+  if backbone_model.head_only(model):
+    return backbone_model.features(model, images)
   if d.model not in dpsgd_models.SCATTERING:
     return images
   return scattering.features(images, d.scattering_scales, d.scattering_orientations)

@@ -1,5 +1,6 @@
 """DP-SGD stage (Abadi et al. 2016, Algorithm 1) on jax-privacy (``dgd_jax.training.dpsgd``): the
-model (ScatterNet features + a linear or small head, or the end-to-end tanh CNN) trained on
+model (ScatterNet features + a linear or small head, the end-to-end tanh CNN, or a public
+backbone's head on its frozen features, computed once) trained on
 the private set, accounted by the ledger's ``DpsgdSteps`` record, the reference every method
 is compared with at equal epsilon."""
 from __future__ import annotations
@@ -12,7 +13,7 @@ import optax
 from flax.training import train_state
 
 from dgd_jax import privacy
-from dgd_jax.models import dpsgd as dpsgd_models, scattering
+from dgd_jax.models import backbone, dpsgd as dpsgd_models, scattering
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan.context import NOISE_KEY, Context, Program, abstract
 from dgd_jax.training import dpsgd
@@ -34,13 +35,19 @@ def programs(config, data) -> dict[str, Program]:
   record = dpsgd_plan.release(config, dpsgd_plan.noise_multiplier(config, n), n)
   x = abstract(data.x_train)
   out = {}
+  model = dpsgd_plan.model_of(config, data.num_classes)
   if d.model in dpsgd_models.SCATTERING:  # scattering.features' chunk program
     scatter = lambda xb: scattering.scatter(xb, d.scattering_scales, d.scattering_orientations)
     out["scattering"] = Program(scatter, (abstract((scattering.CHUNK,) + data.image_shape),))
     one = jax.eval_shape(scatter, abstract((1,) + data.image_shape))
     x = abstract((len(data.x_train),) + one.shape[1:])
-  model = dpsgd_plan.model_of(config, data.num_classes)
-  state = jax.eval_shape(lambda: _state(config, model, x.shape[1:], jax.random.key(0)))
+  if backbone.head_only(model):  # the frozen backbone's program on one batch of images
+    features = backbone.feature_program(model)
+    batch = abstract((backbone.FEATURE_BATCH,) + data.image_shape, jnp.float32)
+    out["features"] = Program(features, (batch,))
+    x = abstract((len(data.x_train),) + jax.eval_shape(features, batch).shape[1:])
+  init = backbone.init_shape(model, x.shape[1:], data.image_shape)
+  state = jax.eval_shape(lambda: _state(config, model, init, jax.random.key(0)))
   out["dpsgd_step"] = Program(*dpsgd.step_program(state, model, x, abstract(data.y_train),
                                                   record, d.microbatch_size))
   return out
@@ -66,14 +73,16 @@ def run(ctx: Context) -> dict:
   ledger = privacy.PrivacyLedger([record])
   if p.max_epsilon > 0:
     ledger.check_budget(p.max_epsilon, p.delta, p.accountant)
+  model = dpsgd_plan.model_of(config, data.num_classes)
   t0 = time.perf_counter()
-  x_train, x_test = dpsgd_plan.inputs(config, data.x_train), dpsgd_plan.inputs(config, data.x_test)
+  x_train = dpsgd_plan.inputs(config, model, data.x_train)
+  x_test = dpsgd_plan.inputs(config, model, data.x_test)
   feature_seconds = time.perf_counter() - t0
 
-  model = dpsgd_plan.model_of(config, data.num_classes)
   init_key = ctx.key("dpsgd")  # public: the initialisation
   noise_key, batches = ctx.noise_key("dpsgd"), ctx.noise_rng("dpsgd_batches")  # secret
-  state, ema = _state(config, model, x_train.shape[1:], init_key), d.ema
+  init = backbone.init_shape(model, x_train.shape[1:], data.image_shape)
+  state, ema = _state(config, model, init, init_key), d.ema
   fit = train.FitConfig(num_steps=d.num_steps, batch_size=d.batch_size,
                         learning_rate=d.learning_rate, checkpoint_every=config.checkpoint_every,
                         log_every=config.log_every)

@@ -18,8 +18,9 @@ import numpy as np
 
 from dgd_jax.data import config_shards
 from dgd_jax.labelling import aggregation
+from dgd_jax.plan import backbone
 from dgd_jax.plan import ldp as ldp_plan
-from dgd_jax.plan.artefacts import new_teachers, teacher_programs
+from dgd_jax.plan.artefacts import new_teachers, teacher_inputs, teacher_programs
 from dgd_jax.plan.context import Context
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
@@ -56,8 +57,8 @@ def update_rules(config) -> dict:
 
 
 def check(config) -> None:
-  """Refuses a negative mixup and more than one member update rule: a teacher trains with
-  one."""
+  """Refuses a negative mixup, more than one member update rule (a teacher trains with one)
+  and a rule that changes images where the teachers train on features."""
   if config.teachers.mixup < 0:
     raise ConfigError(f"config.teachers.mixup={config.teachers.mixup}; it must be >= 0 "
                       "(0: no mixup).")
@@ -66,6 +67,11 @@ def check(config) -> None:
     (first, value), *rest = rules.items()
     raise ConfigError(f"config.{first}={value} with {', '.join(name for name, _ in rest)}: "
                       "the teachers train with one update rule; turn all but one off.")
+  image_rules = set(rules) & {"teachers.augment", "ldp.robust_teachers"}
+  if image_rules and backbone.head_only(config, "teachers"):
+    raise ConfigError(f"config.{min(image_rules)} changes the teachers' images, but with "
+                      "config.model.trainable='head' they train on the backbone's features, "
+                      "computed once: set trainable to 'last:1' or 'all', or turn it off.")
 
 
 def member_update(config, num_classes: int):
@@ -90,11 +96,12 @@ def train_members(ctx: Context, rows: list[np.ndarray], name: str):
   config, data = ctx.config, ctx.dataset
   parts = ensemble.Partitions.stack(rows)
   init_key, train_key = jax.random.split(ctx.key(name))
-  state, predict, mesh, chunk, cfg = new_teachers(config, data, len(rows), init_key)
-  examples = ensemble.place_examples(mesh, parts, data.x_train, data.y_train)
+  state, predict, mesh, chunk, cfg, model = new_teachers(config, data, len(rows), init_key)
+  t0 = time.perf_counter()  # the seconds include a head-only backbone's features
+  x_train = teacher_inputs(model, data.x_train)  # head-only: the features, computed once
+  examples = ensemble.place_examples(mesh, parts, x_train, data.y_train)
   step = ensemble.make_train_step(mesh, cfg.batch_size, chunk,
                                   member_update(config, data.num_classes))
-  t0 = time.perf_counter()
   state = train.run_steps(state, lambda s, k: step(s, k, *examples),
                           train_key, cfg, ctx.stage.checkpoint_dir, name, ctx.log,
                           examples_per_step=len(rows) * cfg.batch_size)
