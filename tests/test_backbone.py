@@ -20,6 +20,7 @@ from dgd_jax.plan import artefacts
 from dgd_jax.plan import backbone as backbone_plan
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.runner import pipeline
+from dgd_jax.stages import teachers as teachers_stage
 from dgd_jax.runtime.errors import ConfigError, WorkdirConflictError
 from dgd_jax.training import train
 import tiny_configs
@@ -181,6 +182,10 @@ def test_the_config_switch_serves_every_method(checkpoint):
   config.model.roles = ("teacher",)
   with pytest.raises(ConfigError, match="is not a role"):
     artefacts.classifier(config, 10, "teachers")
+  config.model.roles = ("teachers",)
+  config.model.trainable, config.teachers.mixup, config.teachers.augment = "head", 0.0, True
+  with pytest.raises(ConfigError, match="they train on the backbone's features"):
+    teachers_stage.check(config)  # a shifted image has no feature computed once
   assert dgd_config.get_config("cifar10,paper,eps10").privacy.max_epsilon == 10.0
   cpu = dgd_config.get_config("fashion_mnist,cpu,vit")
   assert (cpu.model.variant, cpu.model.trainable, cpu.model.image_size) == (
