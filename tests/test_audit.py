@@ -14,7 +14,7 @@ import tiny_configs
 from dgd_jax.cli.audit import audit_run
 from dgd_jax.configs import dgd as dgd_config
 from dgd_jax.models.classifier import Classifier
-from dgd_jax.privacy import audit
+from dgd_jax.audit import attacks
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError, PrivacyAuditError, WorkdirConflictError
@@ -28,14 +28,14 @@ def test_auc_counts_pairs_and_ties():
   rng = np.random.default_rng(0)
   m, n = rng.integers(0, 5, 40).astype(float), rng.integers(0, 5, 30).astype(float)
   pairs = (m[:, None] > n[None]).mean() + 0.5 * (m[:, None] == n[None]).mean()
-  assert audit.auc(m, n) == pytest.approx(pairs)
-  assert audit.auc(np.array([2.0, 3.0]), np.array([0.0, 1.0])) == 1.0
-  assert audit.auc(np.array([0.0, 1.0]), np.array([2.0, 3.0])) == 0.0
+  assert attacks.auc(m, n) == pytest.approx(pairs)
+  assert attacks.auc(np.array([2.0, 3.0]), np.array([0.0, 1.0])) == 1.0
+  assert attacks.auc(np.array([0.0, 1.0]), np.array([2.0, 3.0])) == 0.0
 
 
 def test_tpr_at_fpr_uses_the_strict_threshold():
   nonmembers = np.arange(100.0)  # 1% FPR: only scores above 99 count
-  assert audit.tpr_at_fpr(np.array([99.0, 99.5, 100.0, 5.0]), nonmembers) == 0.5
+  assert attacks.tpr_at_fpr(np.array([99.0, 99.5, 100.0, 5.0]), nonmembers) == 0.5
 
 
 def fit_classifier(x, y, steps, tmp_path, name):
@@ -59,9 +59,9 @@ def test_attack_finds_members_of_an_overfit_model_and_not_of_an_unseen_one(tmp_p
   unseen = fit_classifier(x[other], y[other], 300, tmp_path, "unseen")
   results = {}
   for name, (apply_fn, params) in (("overfit", overfit), ("unseen", unseen)):
-    scores = (audit.loss_scores(apply_fn, params, x[members], y[members]),
-              audit.loss_scores(apply_fn, params, x[nonmembers], y[nonmembers]))
-    results[name] = audit.membership(lambda r, s=scores: s, splits=5, examples=100, seed=0)
+    scores = (attacks.loss_scores(apply_fn, params, x[members], y[members]),
+              attacks.loss_scores(apply_fn, params, x[nonmembers], y[nonmembers]))
+    results[name] = attacks.membership(lambda r, s=scores: s, splits=5, examples=100, seed=0)
   assert results["overfit"]["auc"] > 0.95, results["overfit"]
   assert results["overfit"]["tpr_at_1pct_fpr"] > 0.2
   assert abs(results["unseen"]["auc"] - 0.5) < 0.1, results["unseen"]
@@ -75,9 +75,9 @@ def test_attack_finds_members_of_an_overfit_model_and_not_of_an_unseen_one(tmp_p
 def test_similarity_identifies_reconstructions_close_to_their_class_mean():
   rng = np.random.default_rng(0)
   means = rng.normal(size=(4, 8, 8, 1))
-  s = audit.similarity(means + 0.1 * rng.normal(size=means.shape), means)
+  s = attacks.similarity(means + 0.1 * rng.normal(size=means.shape), means)
   assert s["classes_identified"] == 4 and s["correlation_with_own_class_mean"] > 0.9
-  shuffled = audit.similarity(means[::-1], means)
+  shuffled = attacks.similarity(means[::-1], means)
   assert shuffled["classes_identified"] == 0
 
 
@@ -87,7 +87,7 @@ def test_inversion_raises_the_target_class_probability():
   params = model.init(jax.random.key(0), np.zeros((1, 28, 28, 1)))
   target = 3
   before = jax.nn.softmax(model.apply(params, np.zeros((1, 28, 28, 1))))[0, target]
-  x = audit.invert_classes(model.apply, params, [target], (28, 28, 1), jax.random.key(1),
+  x = attacks.invert_classes(model.apply, params, [target], (28, 28, 1), jax.random.key(1),
                            steps=30, batch=4)[0]
   after = jax.nn.softmax(model.apply(params, x))[:, target]
   assert x.shape == (4, 28, 28, 1) and np.all(np.abs(x) <= 1)
@@ -140,7 +140,7 @@ def test_a_bound_above_the_stated_epsilon_fails_loudly(finished_dgd_copy, monkey
   _, workdir, _ = finished_dgd_copy
   monkeypatch.setitem(methods.METHODS, "dgd", dataclasses.replace(
       methods.METHODS["dgd"], audited=lambda c: ("student",)))
-  monkeypatch.setattr(audit, "epsilon_lower_bound", lambda *a, **k: 1e6)
+  monkeypatch.setattr(attacks, "epsilon_lower_bound", lambda *a, **k: 1e6)
   with pytest.raises(PrivacyAuditError, match="student's empirical epsilon lower bound 1e"):
     audit_run(workdir, TINY_AUDIT)
   with open(os.path.join(workdir, "report.md")) as f:

@@ -111,7 +111,7 @@ def test_each_module_imports_only_its_own_layer_or_lower_ones():
 
 
 # The config-free library: docs/ARCHITECTURE.md's library folders.
-LIBRARY = ("training", "synthesis", "labelling", "runtime", "privacy", "models")
+LIBRARY = ("audit", "training", "synthesis", "labelling", "runtime", "privacy", "models")
 
 
 def test_the_library_folders_never_read_a_config():
@@ -144,6 +144,29 @@ def test_stages_import_neither_each_other_nor_the_pipeline():
       imported = _imports(path, modules)
       bad = {m for m in imported if m in forbidden or m.startswith("dgd_jax.stages")}
       assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def _folder(name: str, path: str) -> str:
+  """The folder (first package under dgd_jax) a module at ``path`` lives in; 'dgd_jax' for
+  the flat ones."""
+  parts = name.split(".")
+  return parts[1] if len(parts) > 2 or (len(parts) == 2 and path.endswith("__init__.py")) \
+      else "dgd_jax"
+
+
+def test_no_two_folders_import_each_other():
+  """Folders form a directed graph without a tie: where one folder imports another, the
+  other imports nothing from it (each arrow points down the house)."""
+  modules = _modules()
+  arrows: dict[tuple[str, str], list[str]] = {}
+  for name, path in modules.items():
+    for m in _imports(path, modules):
+      a, b = _folder(name, path), _folder(m, modules[m])
+      if a != b:
+        arrows.setdefault((a, b), []).append(f"{name} -> {m}")
+  ties = [f"{a} <-> {b}: {arrows[a, b]} and {arrows[b, a]}"
+          for a, b in arrows if a < b and (b, a) in arrows]
+  assert not ties, "\n".join(ties)
 
 
 def test_no_import_cycle():

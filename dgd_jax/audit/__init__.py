@@ -1,1 +1,2 @@
-"""The ``python -m dgd_jax.audit`` command's name; its code is dgd_jax/cli/audit.py."""
+"""The privacy audit: its attacks (``attacks``) and the ``python -m dgd_jax.audit`` command,
+whose code is dgd_jax/cli/audit.py."""

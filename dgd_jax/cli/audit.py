@@ -1,4 +1,4 @@
-r"""Privacy audit of a finished run (see ``dgd_jax.privacy.audit`` and ``stages/audit.py``):
+r"""Privacy audit of a finished run (see ``dgd_jax.audit.attacks`` and ``stages/audit.py``):
 
   python -m dgd_jax.audit --workdir=workdirs/quickstart_cpu [--splits=10] [--prior=auto]
 

@@ -1,13 +1,13 @@
 """Audit stage (``python -m dgd_jax.audit --workdir=<run>``): membership inference against
 the baseline, single teachers and the student, and model inversion against the baseline
-and the student (``dgd_jax.privacy.audit``). Writes ``audit/inversion.png``; its result is
+and the student (``dgd_jax.audit.attacks``). Writes ``audit/inversion.png``; its result is
 report.json's ``audit``.
 
 Members are each model's private training examples (the student's "members" are the
 private training set, which it never saw directly); non-members are held-out examples no
 model trained on: the test split (PATE: the part outside the student's public pool). Each
 model's membership scores also give an empirical lower bound on epsilon (jax-privacy's
-auditor, ``audit.membership``); the report holds it against the replace-one epsilon of the
+auditor, ``attacks.membership``); the report holds it against the replace-one epsilon of the
 run's releases for the models that epsilon covers whole (``Method.audited``,
 ``report.audit_check``). DP-SGD's model is attacked by membership
 only (inversion would need gradients through its ScatterNet features).
@@ -24,7 +24,7 @@ from dgd_jax.plan import artefacts
 from dgd_jax.plan import pool
 from dgd_jax.plan.artefacts import load_classifier
 from dgd_jax.plan.context import Context
-from dgd_jax.privacy import audit
+from dgd_jax.audit import attacks
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
 
@@ -69,17 +69,17 @@ def membership(ctx: Context, models: dict) -> dict:
   config, data, a = ctx.config, ctx.dataset, ctx.config.audit
   x_out, y_out = pool.evaluation(ctx) if "pool" in config else (data.x_test, data.y_test)
   delta = config.privacy.delta if "privacy" in config else DELTA
-  attack = lambda scores, splits: audit.membership(scores, splits, a.examples, config.seed,
+  attack = lambda scores, splits: attacks.membership(scores, splits, a.examples, config.seed,
                                                    delta)
   out = {}
   for name, (model, params) in models.items():
-    split = (audit.loss_scores(model.apply, params, data.x_train, data.y_train),
-             audit.loss_scores(model.apply, params, x_out, y_out))
+    split = (attacks.loss_scores(model.apply, params, data.x_train, data.y_train),
+             attacks.loss_scores(model.apply, params, x_out, y_out))
     out[name] = attack(lambda r, s=split: s, a.splits)
   if "dpsgd" in ctx.results:
     model, params, inputs = artefacts.load_dpsgd(ctx)
-    split = (audit.loss_scores(model.apply, params, inputs(data.x_train), data.y_train),
-             audit.loss_scores(model.apply, params, inputs(x_out), y_out))
+    split = (attacks.loss_scores(model.apply, params, inputs(data.x_train), data.y_train),
+             attacks.loss_scores(model.apply, params, inputs(x_out), y_out))
     out["dpsgd"] = attack(lambda r, s=split: s, a.splits)
   if "teachers" in ctx.results:  # split r attacks teacher r on its own partition
     params, *_ = artefacts.load_teachers(ctx)
@@ -88,8 +88,8 @@ def membership(ctx: Context, models: dict) -> dict:
 
     def teacher_split(r):
       p = jax.tree.map(lambda leaf: leaf[r], params)
-      return (audit.loss_scores(apply_fn, p, data.x_train[rows[r]], data.y_train[rows[r]]),
-              audit.loss_scores(apply_fn, p, x_out, y_out))
+      return (attacks.loss_scores(apply_fn, p, data.x_train[rows[r]], data.y_train[rows[r]]),
+              attacks.loss_scores(apply_fn, p, x_out, y_out))
     out["teacher"] = attack(teacher_split, min(a.splits, config.num_teachers))
   return out
 
@@ -110,10 +110,10 @@ def inversion(ctx: Context, models: dict) -> tuple[dict, np.ndarray, list[str]]:
   means = np.stack([data.x_train[data.y_train == k].mean(0) for k in classes])
   rows, labels, out = [means], ["private class mean"], {"prior": prior}
   for name, (model, params) in models.items():
-    recon = audit.invert_classes(model.apply, params, classes, data.image_shape,
+    recon = attacks.invert_classes(model.apply, params, classes, data.image_shape,
                                  ctx.key("audit_inversion"), a.inversion_steps,
                                  a.inversion_batch, decode, latent_dim).mean(1)
-    out[name] = audit.similarity(recon, means)
+    out[name] = attacks.similarity(recon, means)
     rows.append(recon)
     labels.append(f"{name} inversion")
   return out, np.stack(rows), labels
