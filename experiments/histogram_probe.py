@@ -71,6 +71,7 @@ from dgd_jax.plan import student_fit
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime import progress
 from dgd_jax.training import ensemble
+from dgd_jax.training import student
 from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
@@ -91,7 +92,7 @@ _PROPAGATED = flags.DEFINE_enum("propagated", "hard", ["hard", "soft"],
                                 "propagated distribution.")
 _LOSS = flags.DEFINE_enum("loss", "ce", ["ce", "brier"],
                           "The labelled loss: cross-entropy (Eq. 5), or the Brier score "
-                          "(student_fit.brier_score), bounded for negative targets.")
+                          "(student.brier_score), bounded for negative targets.")
 _OWN = flags.DEFINE_enum("own", "released", ["released", "propagated"],
                          "With --propagation, the queried samples' targets: their own, or "
                          "those propagated (as the others').")
@@ -179,12 +180,12 @@ def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float,
     return v / n
   n = int(round(votes[0].sum()))  # every teacher votes once
   if kind == "raw":  # h~ / n itself, negative entries kept: what the student stage learns
-    return student_fit.shares(noisy, n)
+    return student.shares(noisy, n)
   if kind == "clean":
-    return student_fit.shares(votes, n)
+    return student.shares(votes, n)
   if kind == "own_class":  # n_c + N(0, (sigma / sqrt 2)^2) of each sample's inversion class c
     counts = votes[np.arange(len(votes)), classes]
-    return student_fit.class_count_targets(
+    return student.class_count_targets(
         counts + sigma / np.sqrt(2) * rng.standard_normal(len(votes)), classes, n,
         votes.shape[1])
   raise ValueError(f"unknown target kind {kind!r}")
@@ -212,7 +213,7 @@ def main(argv):
   votes_all = (soft_votes(ctx, teachers, chunk, x, _VOTES.value) if _VOTES.value  # PRIVATE
                else ensemble.vote_histograms(predict, teachers, x, data.num_classes))
   soft_all = baseline_softmax(ctx, x) if "baseline" in _TARGETS.value else None
-  vae = (artefacts.load_vae(ctx, x.shape[1:]) if student_fit.uses_vae(config.student)
+  vae = (artefacts.load_vae(ctx, x.shape[1:]) if student.uses_vae(config.student)
          else (None, None))
   folder = tempfile.mkdtemp()
 

@@ -16,6 +16,7 @@ from dgd_jax.plan import student_fit
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.synthesis import generative
 from dgd_jax.training import augment
+from dgd_jax.training import student
 
 
 def test_translate_moves_pixels_and_keeps_edges():
@@ -127,11 +128,11 @@ def test_consistency_term_by_hand():
   only where the weak view is confident."""
   weak_logits = jnp.array([[5.0, 0.0], [0.1, 0.0]])  # confident, not confident at 0.95
   strong_logits = jnp.array([[1.0, 2.0], [0.0, 3.0]])
-  term, share = student_fit.consistency_loss(weak_logits, strong_logits, 0.95)
+  term, share = student.consistency_loss(weak_logits, strong_logits, 0.95)
   # Row 0 is confident with pseudo-label 0: CE = -log softmax(1, 2)[0]; row 1 is masked.
   by_hand = 0.5 * (-np.log(np.exp(1.0) / (np.exp(1.0) + np.exp(2.0))))
   assert float(term) == pytest.approx(by_hand, rel=1e-6) and float(share) == 0.5
-  grad = jax.grad(lambda w: student_fit.consistency_loss(w, strong_logits, 0.95)[0])(
+  grad = jax.grad(lambda w: student.consistency_loss(w, strong_logits, 0.95)[0])(
       weak_logits)
   assert not np.any(np.asarray(grad))  # the weak view is the fixed target
 
@@ -311,7 +312,7 @@ def test_class_count_plan_targets_and_refusals():
   assert 9.99 < privacy.epsilon_of(record, 1e-5, "pld") <= 10.0
   queries.check(config)
   # targets: a = n_c / n on c, (1 - a) / (K - 1) elsewhere, a not clipped
-  t = student_fit.class_count_targets(np.array([30.0, -5.0]), np.array([2, 0]), 50, 3)
+  t = student.class_count_targets(np.array([30.0, -5.0]), np.array([2, 0]), 50, 3)
   np.testing.assert_allclose(t, [[0.2, 0.2, 0.6], [-0.1, 0.55, 0.55]], atol=1e-6)
   # the classes asked about are invert's targets, a function of the index alone
   np.testing.assert_array_equal(generative.inversion_classes(7, 4, 3), [0, 1, 2, 0, 0, 1, 2])
@@ -402,20 +403,20 @@ def test_brier_score_is_linear_in_the_targets():
   logits = jax.random.normal(jax.random.key(0), (5, 4))
   t1 = jax.nn.softmax(jax.random.normal(jax.random.key(1), (5, 4)))
   noise = 0.7 * jax.random.normal(jax.random.key(2), (5, 4))
-  grad = jax.grad(student_fit.brier_score)
+  grad = jax.grad(student.brier_score)
   np.testing.assert_allclose(grad(logits, t1 + noise) + grad(logits, t1 - noise),
                              2 * grad(logits, t1), atol=1e-6)
   p = jax.nn.softmax(logits)
-  assert float(student_fit.brier_score(logits, t1)) == pytest.approx(
+  assert float(student.brier_score(logits, t1)) == pytest.approx(
       float(jnp.mean(jnp.sum((p - t1) ** 2, -1))), rel=1e-6)
   negative = jnp.full((5, 4), -0.5).at[:, 0].set(2.5)
   huge = jnp.zeros((5, 4)).at[:, 1:].set(-100.0)  # all mass on class 0: bounded loss
-  assert float(student_fit.brier_score(huge, negative)) < 4 * (3.0 ** 2)
+  assert float(student.brier_score(huge, negative)) < 4 * (3.0 ** 2)
 
 
 def test_released_histograms_become_vote_shares():
   h = np.array([[30.5, -2.0, 21.5], [0.0, 50.0, 0.0]])
-  s = student_fit.shares(h, 50)
+  s = student.shares(h, 50)
   assert s.dtype == np.float32
   np.testing.assert_allclose(s, h / 50)  # negative entries kept: unbiased
 

@@ -27,6 +27,7 @@ from dgd_jax.runtime.errors import ConfigError, WorkdirConflictError
 from dgd_jax.runtime.files import read_json
 from dgd_jax.stages import student as student_stage
 from dgd_jax.training import ensemble
+from dgd_jax.training import student
 from dgd_jax.training import train
 
 import tiny_configs
@@ -323,7 +324,7 @@ def test_dgd_resumes_after_an_interrupted_stage(finished_dgd, tmp_path, monkeypa
   class Interrupt(Exception):
     pass
 
-  make_step = student_fit.make_step
+  make_step = student.make_step
 
   def crash_after_25_steps(*args, **kwargs):
     step, calls = make_step(*args, **kwargs), []
@@ -509,7 +510,7 @@ def test_dgd_with_released_class_counts(finished_dgd_copy):
   assert "noisy_label_agreement_with_plurality" not in result
   ctx = pipeline.open_run(workdir, "student")
   _, targets, _, _ = student_stage.labelled_split(ctx, pool.load(ctx))
-  np.testing.assert_allclose(targets, student_fit.class_count_targets(
+  np.testing.assert_allclose(targets, student.class_count_targets(
       q["counts"], q["labels"], config.num_teachers, 10), rtol=1e-6)
   student_result = report["stages"]["student"]
   assert student_result["num_labelled"] == 60

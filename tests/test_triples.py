@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dgd_jax.models.vae import VAE
-from dgd_jax.synthesis import triples
+from dgd_jax.training import triples
 
 C = 4
 VAE_MODEL = VAE(latent_dim=C, features=4)

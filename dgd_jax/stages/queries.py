@@ -7,7 +7,7 @@ argmax (at GNMax's data-independent epsilon): the student learns the noisy vote 
 The class-count release (``aggregation.CLASS_COUNTS``) releases one count of each histogram,
 that of the class the synthetic sample was made for (``pool.classes``, fixed before any
 vote): sensitivity 1 instead of sqrt 2, so at the same epsilon the count carries sigma /
-sqrt 2 of noise (``student_fit.class_count_targets`` makes the student's targets of it).
+sqrt 2 of noise (``training.student.class_count_targets`` makes the student's targets of it).
 
 ``config.queries.refits`` = R > 0 (``gaussian_histogram``, random selection) asks the
 histograms in R + 1 rounds of random pool samples, ``num_queries`` in all at the planned
@@ -63,6 +63,7 @@ from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.runtime.files import save_array, save_arrays
 from dgd_jax.training import ensemble
 from dgd_jax.training import ldp
+from dgd_jax.training import student
 from dgd_jax.training import train
 
 CONFIG_KEYS = ("pool", "queries", "privacy", NOISE_KEY)
@@ -160,7 +161,7 @@ def check(config) -> None:
     raise ConfigError("config.queries.refits rounds' students learn released vote histograms "
                       "of random samples: use aggregator 'gaussian_histogram', selection "
                       "'random', no client and no filter, or set queries.refits=0.")
-  if refits and student_fit.uses_vae(config.student):
+  if refits and student.uses_vae(config.student):
     raise ConfigError("config.queries.refits trains students in the queries stage, before the "
                       "VAE of Eq. 6 exists: set student.w_normal, w_tangent and w_entropy to 0, "
                       "or queries.refits=0.")
@@ -275,7 +276,7 @@ def round_student(ctx: Context, x_pool: np.ndarray, asked: np.ndarray, released:
   name = f"refit_student_{round_index}"
   model, fits, _ = student_fit.train_student(
       ctx, (None, None), x_pool[asked],
-      student_fit.shares(released, config.num_teachers), np.delete(x_pool, asked, axis=0),
+      student.shares(released, config.num_teachers), np.delete(x_pool, asked, axis=0),
       name, os.path.join(ctx.stage.checkpoint_dir, name), brier=True,
       k=student_fit.members(config, noise_scale), key=name)
   return model, fits[-1]

@@ -26,11 +26,11 @@ from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan.artefacts import (classifier, fit_config, load_queries, load_vae, load_votes,
                                     student_fits, vae_model)
 from dgd_jax.plan.context import Context, Program, abstract, abstract_key
-from dgd_jax.plan.student_fit import (StudentSettings, class_count_targets, make_step, members,
-                                      propagates, shares, train_student, uses_vae)
+from dgd_jax.plan.student_fit import members, propagates, settings, train_student
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import train
+from dgd_jax.training.student import class_count_targets, make_step, shares, uses_vae
 
 # 'vae' stays in the student's key even when unused, so workdirs made before the VAE stage
 # became optional are still this config's.
@@ -70,9 +70,8 @@ def programs(config, data) -> dict[str, Program]:
     key, one = jax.random.key(0), jnp.zeros((1,) + shape)
     vae_params = jax.eval_shape(lambda: vae.init(key, one, key)["params"])
 
-  settings = StudentSettings.from_config(config.student, brier)
-  step = lambda st, key, xs, ys, xu, vp: make_step(student, vae, vp, xs, ys, xu,
-                                                   settings)(st, key)
+  fit = settings(config.student, brier)
+  step = lambda st, key, xs, ys, xu, vp: make_step(student, vae, vp, xs, ys, xu, fit)(st, key)
 
   def program(num: int, targets):  # train_student's step on num labelled samples
     return Program(step, (state, abstract_key(), abstract((num,) + shape), targets,

@@ -17,7 +17,7 @@ from dgd_jax.plan.artefacts import fit_config, vae_model
 from dgd_jax.plan.context import Context, Program, abstract, abstract_key
 from dgd_jax.runtime import plots
 from dgd_jax.synthesis import generative
-from dgd_jax.synthesis import triples
+from dgd_jax.training import triples
 from dgd_jax.training import train
 
 CONFIG_KEYS = ("pool", "vae")
