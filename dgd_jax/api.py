@@ -155,8 +155,11 @@ def teacher_votes(teachers: Teachers, queries: Any) -> np.ndarray:
 
 
 ACCOUNTANT = "pld"  # every function's default accountant (exact for the Gaussian releases)
-# The table's aggregators that need no class per query (the class counts do).
-_MECHANISMS = tuple(n for n, a in aggregation.AGGREGATORS.items() if a.released != "counts")
+
+
+def _mechanisms() -> tuple[str, ...]:
+  """The registered aggregators that need no class per query (the class counts do)."""
+  return tuple(n for n, a in aggregation.AGGREGATORS.items() if a.released != "counts")
 
 
 def _vote_counts(votes: Any) -> np.ndarray:
@@ -219,8 +222,8 @@ def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *,
   the operating system's entropy; ``noise_seed`` (an int >= 0) makes it reproducible, for
   tests only: answers so drawn are NOT a private release (anyone with the seed removes the
   noise)."""
-  if mechanism not in _MECHANISMS:
-    raise ConfigError(f"mechanism={mechanism!r}; use one of {_MECHANISMS}.")
+  if mechanism not in _mechanisms():
+    raise ConfigError(f"mechanism={mechanism!r}; use one of {_mechanisms()}.")
   votes = _vote_counts(votes)
   n = int(votes[0].sum())
   if mechanism != "confident_gnmax":  # Confident-GNMax warns through its threshold instead
@@ -268,7 +271,7 @@ def noise_for(mechanism: str, queries: int, epsilon: float, delta: float = 1e-5,
   """The least noise (Laplace scale for 'lnmax', Gaussian std otherwise) with which
   ``queries`` answers of ``mechanism`` fit ``epsilon`` at ``delta`` under ``accountant``:
   data-independent, no vote is read."""
-  one_noise = tuple(m for m in _MECHANISMS if m != "confident_gnmax")
+  one_noise = tuple(m for m in _mechanisms() if m != "confident_gnmax")
   if mechanism not in one_noise:
     raise ConfigError(f"mechanism={mechanism!r}: noise_for plans one noise, for one of "
                       f"{one_noise}; Confident-GNMax has two (sigma1, sigma2): fix sigma1 and "

@@ -159,43 +159,6 @@ def _load(path: str, what: str) -> np.ndarray:
                       "numpy.save.") from None
 
 
-def _describe(release: releases.Release) -> str:
-  if isinstance(release, releases.LNMaxQueries):
-    return (f"lnmax, {release.queries} queries, Laplace scale b = {release.noise_scale:g} "
-            f"(per-query pure epsilon 2/b = {release.eps0:.6g})")
-  if isinstance(release, releases.GNMaxQueries):
-    return f"gnmax, {release.queries} queries, Gaussian sigma = {release.noise_scale:g}"
-  if isinstance(release, releases.ClassCountQueries):
-    return (f"{release.mechanism}, {release.queries} noisy counts of one class each, "
-            f"Gaussian sigma = {release.noise_scale:g}")
-  if isinstance(release, releases.HistogramQueries):
-    return (f"gaussian_histogram, {release.queries} noisy vote histograms released whole, "
-            f"Gaussian sigma = {release.noise_scale:g}")
-  if isinstance(release, releases.ConfidentGNMaxQueries):
-    answered = (f" ({release.num_answered} answered: realised, used only by rdp_answered_only)"
-                if release.realised else "")
-    return (f"confident_gnmax, {release.queries} queries{answered}, "
-            f"threshold = {release.threshold:g}, sigma1 = {release.sigma1:g}, "
-            f"sigma2 = {release.noise_scale:g}")
-  if isinstance(release, releases.FilteredQueries):
-    what = ("gnmax" if release.threshold is None else
-            f"confident_gnmax, threshold = {release.threshold:g}, sigma1 = {release.sigma1:g},")
-    return (f"{what} sigma2 = {release.noise_scale:g}, under a Renyi filter of epsilon "
-            f"{release.filter_epsilon:g} at order {release.filter_order:g}: {release.asked} of "
-            f"{release.queries} queries asked, {release.num_answered} answered")
-  if isinstance(release, releases.DpsgdSteps):
-    return (f"dpsgd, {release.steps} steps, noise multiplier {release.noise_multiplier:g}, "
-            f"Poisson sampling q = {release.batch_size} / {release.dataset_size} = "
-            f"{release.sampling_probability:.6g}, clip norm C = {release.norm_bound:g} (noise std "
-            f"{release.noise_std:.6g}), {release.neighbours} neighbours")
-  return (f"dpdfd, {release.steps} steps, sigma = {release.noise_scale:g} as {release.noise_convention} "
-          f"(noise std {release.noise_std:.6g}), C = {release.norm_bound:g}, "
-          f"B = {release.batch_size}, n = {release.num_teachers}, analysis {release.analysis}, "
-          f"{release.normalization} normalisation"
-          + (f", N = {release.dataset_size} (B of N without replacement per step; label DP "
-             "only)" if release.analysis == "direct" else ""))
-
-
 def _plan(mechanism: str) -> tuple[releases.Release, dict]:
   """The release record the flags describe, calibrated when --target_epsilon is given."""
   votes = checks.votes_file(_VOTES.value) if _VOTES.value else None
@@ -413,7 +376,7 @@ def run() -> str:
     if budget is not None:
       out["budget"] = {"max_epsilon": _MAX_EPSILON.value, "checked": budget.to_json()}
     return json.dumps({**out, **extra})
-  lines = _table(f"Privacy plan: {_describe(release)}; delta = {delta:g}",
+  lines = _table(f"Privacy plan: {release.summary()}; delta = {delta:g}",
                  book.epsilons(delta), delta)
   if book.data_dependent:
     lines += [""] + _table("Data-independent (DP guarantees of the plan, every query charged):",

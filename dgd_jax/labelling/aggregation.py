@@ -132,8 +132,35 @@ class Aggregator:
     return self.apply(key, votes, noise_scale, classes, threshold, sigma1)
 
 
-# The aggregators a run or the API can name: name -> its row.
-AGGREGATORS = {a.name: a for a in (
+# The aggregators a run or the API can name: name -> its row, filled by ``register``.
+AGGREGATORS: dict[str, Aggregator] = {}
+
+
+def register(aggregator: Aggregator) -> Aggregator:
+  """Makes ``aggregator`` (its vote function and its release record, with the record's
+  sensitivity, accountant events and summary) known to the run, the planner, the report, the
+  API and the privacy command: its row here and its record in ``releases.MECHANISMS``."""
+  known = AGGREGATORS.get(aggregator.name)
+  if known is not None and known is not aggregator:
+    raise ConfigError(f"aggregator {aggregator.name!r} is already registered; choose another "
+                      "name for its record's mechanism.")
+  releases.register(aggregator.record)
+  AGGREGATORS[aggregator.name] = aggregator
+  return aggregator
+
+
+def planned_by(planning: str) -> tuple[str, ...]:
+  """The aggregators whose ``planning`` is ``planning``, in registration order."""
+  return tuple(n for n, a in AGGREGATORS.items() if a.planning == planning)
+
+
+def releases_counts(name: str) -> bool:
+  """Whether aggregator ``name`` releases every query's noisy counts (the histograms, or one
+  class's count) at the least noise that fits: no labels to trade against their accuracy."""
+  return AGGREGATORS[name].planning == "least_noise"
+
+
+for _row in (
     Aggregator(releases.LNMaxQueries, lambda k, v, b, *_: lnmax(k, v, b),  # DGD Eq. 3
                "labels", "candidate", "plurality"),
     Aggregator(releases.GNMaxQueries, lambda k, v, s, *_: gnmax(k, v, s),
@@ -149,6 +176,7 @@ AGGREGATORS = {a.name: a for a in (
     Aggregator(releases.ConfidentGNMaxQueries,
                lambda k, v, s2, _, t, s1: confident_gnmax(k, v, t, s1, s2),
                "labels", "fixed", "plurality"),
-)}
+):
+  register(_row)
 HISTOGRAMS = releases.HistogramQueries.mechanism  # the noisy histograms, released whole
 CLASS_COUNTS = releases.ClassCountQueries.mechanism  # one noisy count per query

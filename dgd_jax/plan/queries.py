@@ -42,8 +42,6 @@ from dgd_jax.runtime.errors import ConfigError
 # Noise candidates as multiples of the ensemble size n (b or sigma = fraction * n): the
 # noise that matters is relative to the vote gaps, which scale with n.
 NOISE_FRACTIONS = (0.01, 0.015, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.2, 0.24)
-# The aggregators whose noise and count the chooser trades against label accuracy.
-CANDIDATES = tuple(n for n, a in aggregation.AGGREGATORS.items() if a.planning == "candidate")
 KAPPA_EXPONENT = 4  # module docstring: ranks plans as the students trained on them rank
 
 # The ensemble a run chooses when config.num_teachers = 0: shards of about IMAGES_PER_TEACHER
@@ -129,7 +127,7 @@ def candidates(num_teachers: int, num_classes: int, target_epsilon: float, delta
     raise ConfigError(f"num_teachers={num_teachers}: noisy voting needs at least 2 teachers.")
   votes = assumed_histogram(num_teachers, num_classes, consensus)
   out = []
-  for aggregator in CANDIDATES:
+  for aggregator in aggregation.planned_by("candidate"):  # noise and count traded
     for fraction in NOISE_FRACTIONS:
       noise = round(fraction * num_teachers, 3)
       one = build_release(aggregator, queries=1, noise_scale=noise,
@@ -181,10 +179,6 @@ def _choose(n, k, eps, delta, consensus, cap, accountant, teachers_changed):
   return best, tuple(found)
 
 
-# The aggregators whose release is every query's noisy counts: a fixed count of queries at
-# the least noise that fits the budget (no labels to trade against their accuracy).
-COUNT_RELEASES = {n: a.record for n, a in aggregation.AGGREGATORS.items()
-                  if a.planning == "least_noise"}
 
 
 # 'auto_counts' releases class counts where the histograms' noise per teacher, sigma / n, is
@@ -197,7 +191,8 @@ CLASS_COUNT_NOISE_PER_VOTE = 0.5
 
 def _counts(aggregator: str, sigma: float, queries: int, teachers_changed: int
             ) -> privacy.Release:
-  return COUNT_RELEASES[aggregator](sigma, queries, teachers_changed=teachers_changed)
+  return aggregation.AGGREGATORS[aggregator].record(sigma, queries,
+                                                    teachers_changed=teachers_changed)
 
 
 def has_synthesis_classes(config) -> bool:
@@ -250,7 +245,7 @@ def settings(config) -> Settings:
     aggregator, reason = _count_release(config, q.num_queries, p.max_epsilon, p.delta,
                                         accountant, worst)
     why = {"why": reason}
-  if aggregator in COUNT_RELEASES:  # num_queries releases, the least noise that fits
+  if aggregation.releases_counts(aggregator):  # num_queries releases at the least noise
     sigma = privacy.min_noise(_counts(aggregator, 1.0, q.num_queries, worst), p.max_epsilon,
                               p.delta, accountant)
     chosen = {"aggregator": aggregator, "noise_scale": sigma, "num_queries": q.num_queries,
@@ -276,7 +271,7 @@ def release(config, votes=None, answered=None, neighbours: str = "replace_one"
                       f"does not cover {neighbours} neighbours; it covers {sorted(covered)}.")
   teacher = dict(teachers_changed=covered[neighbours], neighbours=neighbours)
   record = aggregation.AGGREGATORS[q.aggregator].record
-  if q.aggregator in COUNT_RELEASES:  # no data-dependent analysis: never the votes
+  if aggregation.releases_counts(q.aggregator):  # no data-dependent analysis: no votes
     return record(q.noise_scale, q.num_queries, **teacher)
   if record is privacy.ConfidentGNMaxQueries:
     return record(q.threshold, q.sigma1, q.noise_scale, q.num_queries, answered, votes,

@@ -109,6 +109,16 @@ class Release:
     queries), per-query data-dependent where votes are recorded. Not a DP guarantee."""
     return self.rdp_data_dependent(orders)
 
+  @classmethod
+  def build(cls, p: dict) -> "Release":
+    """The record from ``build_release``'s planner-style parameters ``p`` (every keyword of
+    ``build_release``), refusing what it lacks or cannot take."""
+    raise ConfigError(f"{cls.mechanism} records are not built from planner parameters.")
+
+  def summary(self) -> str:
+    """One line of what the record releases, for the privacy command and report.md."""
+    return f"{self.mechanism}, {self.count} {self.count_field}"
+
   def describe(self) -> dict:
     out = {"mechanism": self.mechanism}
     for field in dataclasses.fields(self):
@@ -144,7 +154,47 @@ class TeacherRelease(Release):
   def teachers_moved(self) -> int | None:
     return self.teachers_changed
 
+  @staticmethod
+  def _teacher(p: dict) -> dict:
+    return dict(teachers_changed=p["teachers_changed"],
+                neighbours=p["neighbours"] or "replace_one")
 
+  @classmethod
+  def build(cls, p: dict) -> "Release":
+    """A label-query record at ``p``'s answer noise and query count, with its votes where it
+    has a data-dependent analysis (a ``votes`` field)."""
+    _need(cls.mechanism, noise_scale=p["noise_scale"], queries=p["queries"])
+    takes_votes = "votes" in {f.name for f in dataclasses.fields(cls)}
+    if p["votes"] is not None and not takes_votes:
+      raise ConfigError(f"{cls.mechanism} has no data-dependent analysis: drop --votes.")
+    votes = {"votes": p["votes"]} if takes_votes else {}
+    return cls(noise_scale=p["noise_scale"], queries=p["queries"], **votes, **cls._teacher(p))
+
+
+# The records ``build_release`` (the privacy command, the planner, the API) builds by name:
+# mechanism -> record class, filled by ``register``.
+MECHANISMS: dict[str, type[Release]] = {}
+
+
+def register(cls: type[Release]) -> type[Release]:
+  """Adds a record class to ``MECHANISMS`` under its ``mechanism`` name (a class decorator):
+  the one step that makes a new release known to the privacy command and the planner."""
+  known = MECHANISMS.get(cls.mechanism)
+  if known is not None and known is not cls:
+    raise ConfigError(f"mechanism {cls.mechanism!r} is already {known.__name__}; choose "
+                      "another name.")
+  MECHANISMS[cls.mechanism] = cls
+  return cls
+
+
+def _need(mechanism: str, **values) -> None:
+  missing = [name for name, value in values.items() if value is None]
+  if missing:
+    raise ConfigError(f"mechanism {mechanism!r} needs {', '.join(missing)}: pass "
+                      f"{' '.join(f'--{name}=<value>' for name in missing)}.")
+
+
+@register
 @dataclasses.dataclass(frozen=True, eq=False)
 class LNMaxQueries(TeacherRelease):
   """``queries`` LNMax label queries with Laplace scale ``noise_scale`` = b = 1/gamma = 2/eps0."""
@@ -170,6 +220,10 @@ class LNMaxQueries(TeacherRelease):
   def event(self) -> dp_accounting.DpEvent:
     return pate2017.query_event(self.noise_scale, self.queries, self.teachers_changed)
 
+  def summary(self) -> str:
+    return (f"lnmax, {self.queries} queries, Laplace scale b = {self.noise_scale:g} "
+            f"(per-query pure epsilon 2/b = {self.eps0:.6g})")
+
   def log_moments(self, moment_orders, data_dependent: bool = True) -> np.ndarray:
     votes = self.votes if data_dependent else None
     return pate2017.log_moments(self.noise_scale, self.queries, moment_orders, votes,
@@ -182,6 +236,7 @@ class LNMaxQueries(TeacherRelease):
                                        self.teachers_changed)
 
 
+@register
 @dataclasses.dataclass(frozen=True, eq=False)
 class HistogramQueries(TeacherRelease):
   """``queries`` noisy vote histograms released whole, n + N(0, sigma^2 I) each (sigma =
@@ -208,7 +263,12 @@ class HistogramQueries(TeacherRelease):
   def event(self) -> dp_accounting.DpEvent:
     return pate2018.gnmax_event(self.noise_scale, self.queries, self.teachers_changed)
 
+  def summary(self) -> str:
+    return (f"{self.mechanism}, {self.queries} noisy vote histograms released whole, "
+            f"Gaussian sigma = {self.noise_scale:g}")
 
+
+@register
 @dataclasses.dataclass(frozen=True, eq=False)
 class ClassCountQueries(HistogramQueries):
   """``queries`` noisy counts n_c + N(0, sigma^2), each of one class c fixed before the query
@@ -226,7 +286,12 @@ class ClassCountQueries(HistogramQueries):
     return events.gaussian_event(self.noise_scale, self.teachers_changed * COUNT_SENSITIVITY,
                                  self.queries)
 
+  def summary(self) -> str:
+    return (f"{self.mechanism}, {self.queries} noisy counts of one class each, Gaussian sigma "
+            f"= {self.noise_scale:g}")
 
+
+@register
 @dataclasses.dataclass(frozen=True, eq=False)
 class GNMaxQueries(HistogramQueries):
   """``queries`` GNMax label queries with Gaussian std ``noise_scale`` on each count: the argmax of
@@ -250,7 +315,11 @@ class GNMaxQueries(HistogramQueries):
     """(threshold, sigma1, sigma2) as PATE 2018's analyses take them: no threshold step."""
     return None, None, self.noise_scale
 
+  def summary(self) -> str:
+    return f"gnmax, {self.queries} queries, Gaussian sigma = {self.noise_scale:g}"
 
+
+@register
 @dataclasses.dataclass(frozen=True, eq=False)
 class ConfidentGNMaxQueries(TeacherRelease):
   """``queries`` Confident-GNMax queries: a noisy threshold check (std ``sigma1``) on every query,
@@ -283,6 +352,19 @@ class ConfidentGNMaxQueries(TeacherRelease):
   def gnmax_parameters(self) -> tuple[float | None, float | None, float]:
     """(threshold, sigma1, sigma2) as PATE 2018's analyses take them."""
     return self.threshold, self.sigma1, self.noise_scale
+
+  @classmethod
+  def build(cls, p: dict) -> "Release":
+    _need(cls.mechanism, threshold=p["threshold"], sigma1=p["sigma1"],
+          noise_scale=p["noise_scale"], queries=p["queries"])
+    return cls(p["threshold"], p["sigma1"], p["noise_scale"], p["queries"], p["answered"],
+               p["votes"], **cls._teacher(p))
+
+  def summary(self) -> str:
+    answered = (f" ({self.num_answered} answered: realised, used only by rdp_answered_only)"
+                if self.realised else "")
+    return (f"confident_gnmax, {self.queries} queries{answered}, threshold = "
+            f"{self.threshold:g}, sigma1 = {self.sigma1:g}, sigma2 = {self.noise_scale:g}")
 
   def __post_init__(self):
     self._check_neighbours()
@@ -511,12 +593,20 @@ class FilteredQueries(TeacherRelease):
       record = dataclasses.replace(record, answered=self.num_answered)
     return record.rdp_answered_only(orders)
 
+  def summary(self) -> str:
+    what = ("gnmax" if self.threshold is None else
+            f"confident_gnmax, threshold = {self.threshold:g}, sigma1 = {self.sigma1:g},")
+    return (f"{what} sigma2 = {self.noise_scale:g}, under a Renyi filter of epsilon "
+            f"{self.filter_epsilon:g} at order {self.filter_order:g}: {self.asked} of "
+            f"{self.queries} queries asked, {self.num_answered} answered")
+
   def describe(self) -> dict:
     out = super().describe()
     out["budget_rdp"] = self.budget
     return out
 
 
+@register
 @dataclasses.dataclass(frozen=True, eq=False)
 class DpdfdSteps(TeacherRelease):
   """``steps`` DPDFD training steps (Algorithm 1) with noise ``noise_scale`` in ``noise_convention``
@@ -573,6 +663,27 @@ class DpdfdSteps(TeacherRelease):
                        self.steps, self.num_teachers, self.analysis, self.normalization,
                        self.teachers_disjoint, self.dataset_size, self.teachers_changed)
 
+  @classmethod
+  def build(cls, p: dict) -> "Release":
+    if p["votes"] is not None:
+      raise ConfigError(f"{cls.mechanism} has no vote histograms: drop --votes.")
+    _need(cls.mechanism, noise_scale=p["noise_scale"], queries=p["queries"],
+          norm_bound=p["norm_bound"], batch_size=p["batch_size"],
+          noise_convention=p["noise_convention"])
+    if p["analysis"] == "direct":
+      _need(cls.mechanism, dataset_size=p["dataset_size"])
+    return cls(p["noise_scale"], p["noise_convention"], p["norm_bound"], p["batch_size"],
+               p["queries"], p["num_teachers"], p["analysis"], p["normalization"],
+               p["teachers_disjoint"], p["dataset_size"], **cls._teacher(p))
+
+  def summary(self) -> str:
+    direct = (f", N = {self.dataset_size} (B of N without replacement per step; label DP "
+              "only)" if self.analysis == "direct" else "")
+    return (f"dpdfd, {self.steps} steps, sigma = {self.noise_scale:g} as "
+            f"{self.noise_convention} (noise std {self.noise_std:.6g}), C = "
+            f"{self.norm_bound:g}, B = {self.batch_size}, n = {self.num_teachers}, analysis "
+            f"{self.analysis}, {self.normalization} normalisation{direct}")
+
   def describe(self) -> dict:
     count, sensitivity = dpdfd.releases(self.norm_bound, self.batch_size, self.steps,
                                         self.num_teachers, self.analysis, self.normalization,
@@ -590,6 +701,7 @@ class DpdfdSteps(TeacherRelease):
 DPSGD_SAMPLINGS = ("poisson",)
 
 
+@register
 @dataclasses.dataclass(frozen=True, eq=False)
 class DpsgdSteps(Release):
   """``steps`` DP-SGD steps (Abadi et al. 2016). Each step Poisson-samples the private set (every
@@ -644,6 +756,22 @@ class DpsgdSteps(Release):
                         f"{DPSGD_SAMPLINGS} only (Poisson sampling, PoissonSampledDpEvent); use "
                         "--sampling=poisson.")
     checks.choice("neighbours", self.neighbours, tuple(events.NEIGHBOURS))
+
+  @classmethod
+  def build(cls, p: dict) -> "Release":
+    if p["votes"] is not None:
+      raise ConfigError(f"{cls.mechanism} has no vote histograms: drop --votes.")
+    _need(cls.mechanism, noise_scale=p["noise_scale"], steps=p["queries"],
+          batch_size=p["batch_size"], dataset_size=p["dataset_size"])
+    return cls(p["noise_scale"], p["batch_size"], p["dataset_size"], p["queries"],
+               norm_bound=1.0 if p["norm_bound"] is None else p["norm_bound"],
+               sampling=p["sampling"], neighbours=p["neighbours"] or "add_or_remove_one")
+
+  def summary(self) -> str:
+    return (f"dpsgd, {self.steps} steps, noise multiplier {self.noise_multiplier:g}, Poisson "
+            f"sampling q = {self.batch_size} / {self.dataset_size} = "
+            f"{self.sampling_probability:.6g}, clip norm C = {self.norm_bound:g} (noise std "
+            f"{self.noise_std:.6g}), {self.neighbours} neighbours")
 
   @classmethod
   def from_json(cls, r: dict) -> "DpsgdSteps":
@@ -770,18 +898,6 @@ class PureDpRelease(Release):
     raise ConfigError("a PureDpRelease has no dp-accounting event: the ledger adds its epsilon.")
 
 
-MECHANISMS = {cls.mechanism: cls for cls in (LNMaxQueries, GNMaxQueries, HistogramQueries,
-                                             ClassCountQueries, ConfidentGNMaxQueries,
-                                             DpdfdSteps, DpsgdSteps)}
-
-
-def _need(mechanism: str, **values) -> None:
-  missing = [name for name, value in values.items() if value is None]
-  if missing:
-    raise ConfigError(f"mechanism {mechanism!r} needs {', '.join(missing)}: pass "
-                      f"{' '.join(f'--{name}=<value>' for name in missing)}.")
-
-
 def build_release(mechanism: str, *, queries: int | None, noise_scale: float | None = None,
                   threshold: float | None = None, sigma1: float | None = None,
                   votes=None, answered=None,
@@ -798,37 +914,14 @@ def build_release(mechanism: str, *, queries: int | None, noise_scale: float | N
   ``queries`` is DPDFD's and DP-SGD's steps T; ``teachers_changed`` and ``neighbours`` as in
   ``TeacherRelease``; ``neighbours`` None: the record's default, replace-one for the teacher
   records and add/remove-one for DP-SGD)."""
-  teacher = dict(teachers_changed=teachers_changed, neighbours=neighbours or "replace_one")
   checks.choice("mechanism", mechanism, tuple(MECHANISMS))
   if votes is not None:
     votes = checks.votes(votes, queries)
     queries = votes.shape[0]
-  if mechanism == "lnmax":
-    _need(mechanism, noise_scale=noise_scale, queries=queries)
-    return LNMaxQueries(noise_scale, queries, votes, **teacher)
-  if mechanism == "gnmax":
-    _need(mechanism, noise_scale=noise_scale, queries=queries)
-    return GNMaxQueries(noise_scale, queries, votes, **teacher)
-  if mechanism in (HistogramQueries.mechanism, ClassCountQueries.mechanism):
-    if votes is not None:
-      raise ConfigError(f"{mechanism} has no data-dependent analysis: drop --votes.")
-    _need(mechanism, noise_scale=noise_scale, queries=queries)
-    return MECHANISMS[mechanism](noise_scale, queries, **teacher)
-  if mechanism == "confident_gnmax":
-    _need(mechanism, threshold=threshold, sigma1=sigma1, noise_scale=noise_scale, queries=queries)
-    return ConfidentGNMaxQueries(threshold, sigma1, noise_scale, queries, answered, votes,
-                                 **teacher)
-  if votes is not None:
-    raise ConfigError(f"{mechanism} has no vote histograms: drop --votes.")
-  if mechanism == "dpsgd":
-    _need(mechanism, noise_scale=noise_scale, steps=queries, batch_size=batch_size,
-          dataset_size=dataset_size)
-    return DpsgdSteps(noise_scale, batch_size, dataset_size, queries,
-                      norm_bound=1.0 if norm_bound is None else norm_bound, sampling=sampling,
-                      neighbours=neighbours or "add_or_remove_one")
-  _need(mechanism, noise_scale=noise_scale, queries=queries, norm_bound=norm_bound,
-        batch_size=batch_size, noise_convention=noise_convention)
-  if analysis == "direct":
-    _need(mechanism, dataset_size=dataset_size)
-  return DpdfdSteps(noise_scale, noise_convention, norm_bound, batch_size, queries, num_teachers,
-                    analysis, normalization, teachers_disjoint, dataset_size, **teacher)
+  return MECHANISMS[mechanism].build(dict(
+      queries=queries, noise_scale=noise_scale, threshold=threshold, sigma1=sigma1,
+      votes=votes, answered=answered, norm_bound=norm_bound, batch_size=batch_size,
+      num_teachers=num_teachers, noise_convention=noise_convention, analysis=analysis,
+      normalization=normalization, teachers_disjoint=teachers_disjoint,
+      dataset_size=dataset_size, sampling=sampling, teachers_changed=teachers_changed,
+      neighbours=neighbours))

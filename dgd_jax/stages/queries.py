@@ -68,9 +68,6 @@ from dgd_jax.training import train
 
 CONFIG_KEYS = ("pool", "queries", "privacy", NOISE_KEY)
 SELECTIONS = ("random", "least_confident", "representative")
-# The table's aggregators, and 'auto_counts' (plan 'auto'): the class counts or the
-# histograms, as query_plan.CLASS_COUNT_NOISE_PER_VOTE chooses
-AGGREGATOR_CHOICES = (*aggregation.AGGREGATORS, "auto_counts")
 
 
 def programs(config, data) -> dict:
@@ -87,9 +84,12 @@ def check(config) -> None:
   if dgd_plan.filtered(config) and config.queries.plan == "auto":
     raise ConfigError("config.queries.filter spends privacy.max_epsilon itself and stops when it "
                       "is spent: use queries.plan='fixed' with num_queries as the most to ask.")
-  if config.queries.aggregator not in AGGREGATOR_CHOICES:
+  # the registered aggregators, and plan 'auto''s 'auto_counts': the class counts or the
+  # histograms, as query_plan.CLASS_COUNT_NOISE_PER_VOTE chooses
+  choices = (*aggregation.AGGREGATORS, "auto_counts")
+  if config.queries.aggregator not in choices:
     raise ConfigError(f"config.queries.aggregator={config.queries.aggregator!r}; use one of "
-                      f"{AGGREGATOR_CHOICES}.")
+                      f"{choices}.")
   if config.queries.aggregator == "auto_counts" and config.queries.plan != "auto":
     raise ConfigError("config.queries.aggregator='auto_counts' is chosen by the automatic plan: "
                       "set queries.plan='auto', or name the aggregator "
@@ -112,7 +112,7 @@ def check(config) -> None:
         f"--config.queries.sigma1={0.6 * config.num_teachers:g}), or keep 250 teachers.")
   synthetic = (config.pool.source == "synthetic"
                and config.get("generator", {}).get("num_synthetic", 0))
-  counted = config.queries.plan == "fixed" or q.aggregator in query_plan.COUNT_RELEASES
+  counted = config.queries.plan == "fixed" or aggregation.releases_counts(q.aggregator)
   if counted and synthetic and per_round(config, q.num_queries) > synthetic:  # as check_run
     raise too_many(config, q.num_queries, f"{synthetic} synthetic samples the generator will "
                    "make", "raise generator.num_synthetic")
@@ -149,7 +149,7 @@ def check(config) -> None:
     raise ConfigError("config.privacy.accountant='smooth_sensitivity' composes a smooth-"
                       "sensitivity release, which this run makes none of: set "
                       "config.queries.smooth_sensitivity=True, or another accountant.")
-  if q.selection == "least_confident" and q.aggregator in query_plan.COUNT_RELEASES:
+  if q.selection == "least_confident" and aggregation.releases_counts(q.aggregator):
     raise ConfigError("config.queries.selection='least_confident' trains its selector on the "
                       f"first round's labels, which {q.aggregator} does not release (a "
                       "histogram's argmax is mostly noise at the presets' sigma): use "

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dgd_jax.labelling import aggregation
 from dgd_jax.labelling import propagation
 from dgd_jax.plan import pool
 from dgd_jax.plan import queries as query_plan
@@ -58,7 +59,7 @@ def programs(config, data) -> dict[str, Program]:
   whole pool (an ensemble's distillation, self-training), that step too."""
   q, k = query_plan.settings(config), data.num_classes
   size, labelled = pool.size_of(config, data), q.num_queries
-  brier = q.aggregator in query_plan.COUNT_RELEASES
+  brier = aggregation.releases_counts(q.aggregator)
   shape = data.image_shape
   student = classifier(config, k, "student", lowering="conv")
   cfg = fit_config(config, "student")
