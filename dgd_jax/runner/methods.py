@@ -52,12 +52,8 @@ _TEACHERS_NOTE = (
     "to a student are accounted when queried.")
 
 QUERIES_COVER = "{aggregator} answers to {num_queries} label queries of the teacher ensemble"
-_DGD_NOTE = (
-    "The epsilon covers the teachers' noisy answers to the student's label queries only. The "
-    "baseline (trained on private data without noise), the generator trained against it (or "
-    "the samples inverted from it), the synthetic set and the VAE carry no "
-    "differential-privacy guarantee, and the student also learns from the synthetic set: none "
-    "of them is covered. " + privacy.FIXED_INPUTS_NOTE)
+_DGD_NOTE = ("The epsilon covers the teachers' noisy answers to the student's label queries "
+             "only. " + privacy.TEACHER_EXCLUSIONS + " " + privacy.FIXED_INPUTS_NOTE)
 _DGD_PRIVATE_BASELINE_NOTE = (
     "End-to-end accounted DGD (private baseline): the baseline is trained with DP-SGD "
     "(replace-one neighbours) and its steps are composed with the teachers' noisy label answers "
