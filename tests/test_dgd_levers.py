@@ -17,6 +17,7 @@ from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.synthesis import generative
 from dgd_jax.training import augment
 from dgd_jax.training import student
+from dgd_jax.plan import query_checks
 
 
 def test_translate_moves_pixels_and_keeps_edges():
@@ -298,7 +299,6 @@ def test_class_count_plan_targets_and_refusals():
   from dgd_jax import privacy
   from dgd_jax.plan import pool
   from dgd_jax.runtime.errors import ConfigError
-  from dgd_jax.stages import queries
   from dgd_jax.synthesis import generative
   config = dgd_config.get_config("fashion_mnist,cpu")
   config.num_teachers = 50
@@ -310,7 +310,7 @@ def test_class_count_plan_targets_and_refusals():
   record = query_plan.release(config)
   assert isinstance(record, privacy.ClassCountQueries) and record.queries == q.num_queries
   assert 9.99 < privacy.epsilon_of(record, 1e-5, "pld") <= 10.0
-  queries.check(config)
+  query_checks.check(config)
   # targets: a = n_c / n on c, (1 - a) / (K - 1) elsewhere, a not clipped
   t = student.class_count_targets(np.array([30.0, -5.0]), np.array([2, 0]), 50, 3)
   np.testing.assert_allclose(t, [[0.2, 0.2, 0.6], [-0.1, 0.55, 0.55]], atol=1e-6)
@@ -326,7 +326,7 @@ def test_class_count_plan_targets_and_refusals():
       pool.check_classes(bad)
   config.queries.selection, config.queries.first_round = "least_confident", 2000
   with pytest.raises(ConfigError, match="'random' or 'representative'"):
-    queries.check(config)
+    query_checks.check(config)
 
 
 @pytest.mark.parametrize("teachers,arg,source,expected", [
@@ -341,7 +341,6 @@ def test_auto_counts_chooses_class_counts_by_the_noise_per_teacher(teachers, arg
   teacher count is at least CLASS_COUNT_NOISE_PER_VOTE and the pool's samples have classes,
   else the histograms; the plan says why, at the chosen release's least sigma."""
   from dgd_jax.runtime.errors import ConfigError
-  from dgd_jax.stages import queries
   config = dgd_config.get_config(arg)
   config.num_teachers = teachers
   config.pool.source = source
@@ -354,7 +353,7 @@ def test_auto_counts_chooses_class_counts_by_the_noise_per_teacher(teachers, arg
   assert q.noise_scale == query_plan.settings(named).noise_scale
   config.queries.plan = "fixed"
   with pytest.raises(ConfigError, match="auto_counts"):
-    queries.check(config)
+    query_checks.check(config)
 
 
 def test_least_confident_rounds_are_refused_with_released_histograms():
@@ -362,14 +361,13 @@ def test_least_confident_rounds_are_refused_with_released_histograms():
   none worth learning (its argmax at sigma 44.71 is mostly noise), so the run is refused
   before anything trains, with the selections that work."""
   from dgd_jax.runtime.errors import ConfigError
-  from dgd_jax.stages import queries
   config = dgd_config.get_config("fashion_mnist,cpu")
   config.num_teachers = 250  # as pipeline.run_config resolves it for 60,000 images
   config.queries.update(selection="least_confident", first_round=2000)
   with pytest.raises(ConfigError, match="'random' or 'representative'"):
-    queries.check(config)
+    query_checks.check(config)
   config.queries.selection = "representative"
-  queries.check(config)
+  query_checks.check(config)
 
 
 @pytest.mark.parametrize("arg,teachers,release", [
@@ -422,13 +420,12 @@ def test_released_histograms_become_vote_shares():
 
 
 def test_more_histograms_than_synthetic_samples_are_refused_before_training():
-  from dgd_jax.stages import queries
   config = dgd_config.get_config("fashion_mnist,cpu")
   config.num_teachers = 250  # as pipeline.run_config resolves it for 60,000 images
-  queries.check(config)  # 4,000 of the 8,000 samples
+  query_checks.check(config)  # 4,000 of the 8,000 samples
   config.generator.num_synthetic = 2000
   with pytest.raises(ConfigError, match="num_queries=4000 exceeds the 2000 synthetic samples"):
-    queries.check(config)
+    query_checks.check(config)
 
 
 def test_the_student_ensemble_is_chosen_for_the_noise_per_teacher():
@@ -451,13 +448,12 @@ def test_the_student_ensemble_is_chosen_for_the_noise_per_teacher():
 def test_refit_rounds_that_cannot_run_are_refused_before_training():
   """queries.refits: whole numbers only; histograms of random samples only, Eq. 6 off (the
   rounds' students train before the VAE); each round, not the total, must fit the pool."""
-  from dgd_jax.stages import queries
   config = dgd_config.get_config("fashion_mnist,cpu")
   config.num_teachers = 50
   # 8,000 a round of 8,000 samples; refit rounds learn histograms (the presets' auto_counts
   # would choose class counts for 50 teachers)
   config.queries.update(aggregator="gaussian_histogram", refits=1, num_queries=16000)
-  queries.check(config)
+  query_checks.check(config)
   for field, value, match in (("refits", -1, "refits=-1"), ("refits", True, "refits=True"),
                               ("aggregator", "gnmax", "gaussian_histogram"),
                               ("selection", "representative", "selection 'random'"),
@@ -466,8 +462,8 @@ def test_refit_rounds_that_cannot_run_are_refused_before_training():
     bad = config.copy_and_resolve_references()
     bad.queries[field] = value
     with pytest.raises(ConfigError, match=match):
-      queries.check(bad)
+      query_checks.check(bad)
   bad = config.copy_and_resolve_references()
   bad.student.w_tangent = 1.0
   with pytest.raises(ConfigError, match="before the VAE"):
-    queries.check(bad)
+    query_checks.check(bad)

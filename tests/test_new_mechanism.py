@@ -130,6 +130,6 @@ def test_the_planner_and_a_dgd_run_use_it(npz_file, tmp_path):
   assert report["epsilon"] == pytest.approx(8.0, abs=1e-3)
   with open(tmp_path / "run" / "report.md") as f:
     md = f.read()
-  assert f"the Laplace-noised vote histograms of 40 queries, released whole" in md
+  assert "the Laplace-noised vote histograms of 40 queries, released whole" in md
   histograms = np.load(tmp_path / "run" / "queries" / "queries.npz")
   assert jnp.ndim(histograms["histograms"]) == 2

@@ -13,6 +13,7 @@ from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.stages import queries
+from dgd_jax.plan import query_checks
 
 import tiny_configs
 from report_checks import assert_noiseless_named
@@ -144,4 +145,4 @@ def test_a_confident_threshold_above_the_ensemble_is_refused_with_the_fix(npz_fi
     pipeline.run(config, str(tmp_path / "p"))
   assert not (tmp_path / "p").exists()
   config.queries.update(threshold=3.0, sigma1=2.0)
-  queries.check(pipeline.run_config(config))  # within the ensemble: accepted
+  query_checks.check(pipeline.run_config(config))  # within the ensemble: accepted

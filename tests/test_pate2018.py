@@ -12,7 +12,7 @@ from dgd_jax.plan import dgd as dgd_plan
 from dgd_jax.plan.artefacts import QUERIES, VOTES
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.stages import queries
+from dgd_jax.plan import query_checks
 
 import tiny_configs
 from report_checks import assert_noiseless_named
@@ -34,11 +34,11 @@ def test_plus_preset_plans_a_filter_and_refuses_misplaced_budgets():
   picky = pate_config_file.get_config("fashion_mnist,cpu,plus")
   picky.queries.update(selection="least_confident", first_round=100)
   with pytest.raises(ConfigError, match="least_confident"):
-    queries.check(picky)
+    query_checks.check(picky)
   picky.queries.update(selection="random", filter=True)
   picky.privacy.accountant = "rdp"
   with pytest.raises(ConfigError, match="renyi_filter"):
-    queries.check(picky)
+    query_checks.check(picky)
   lnmax = pate_config_file.get_config("fashion_mnist,cpu")
   lnmax.queries.filter = True
   lnmax.privacy.max_epsilon = 3.0
@@ -116,7 +116,7 @@ def test_smooth_sensitivity_needs_its_accountant_and_fixed_parameters_set_togeth
   assert isinstance(dgd_plan.releases(config)[-1], privacy.SmoothSensitivityCost)
   config.privacy.accountant = "rdp"
   with pytest.raises(ConfigError, match="accountant='smooth_sensitivity'"):
-    queries.check(config)
+    query_checks.check(config)
   config.privacy.accountant = "smooth_sensitivity"
   config.queries.ss_order = 5.0
   with pytest.raises(ConfigError, match="set all three"):
@@ -128,4 +128,4 @@ def test_smooth_sensitivity_needs_its_accountant_and_fixed_parameters_set_togeth
   plain.privacy.accountant = "smooth_sensitivity"
   plain.queries.filter = False
   with pytest.raises(ConfigError, match="makes none of"):
-    queries.check(plain)
+    query_checks.check(plain)

@@ -13,6 +13,7 @@ from dgd_jax.runner import pipeline
 from dgd_jax.runner import sweep
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.runtime.files import write_json
+from dgd_jax.plan import query_checks
 
 import tiny_configs
 
@@ -185,12 +186,11 @@ def test_a_reused_workdir_of_another_format_is_refused_before_anything_is_linked
 
 
 def test_the_filter_with_an_automatic_plan_is_refused(npz_file):
-  from dgd_jax.stages import queries  # pylint: disable=g-import-not-at-top
   config = tiny_configs.dgd(npz_file)
   config.queries.update(plan="auto", filter=True, aggregator="gnmax")
   config.privacy.accountant = "renyi_filter"
   with pytest.raises(ConfigError, match="plan='fixed'"):
-    queries.check(config)
+    query_checks.check(config)
 
 
 def test_reuse_links_a_finished_stage_written_before_a_neutral_field_was_added(npz_file,

@@ -26,7 +26,7 @@ from dgd_jax.labelling import propagation
 from dgd_jax.plan.artefacts import classifier, fit_config, student_fits
 from dgd_jax.plan.context import Context
 from dgd_jax.training import train
-from dgd_jax.training.student import StudentSettings, make_step, uses_vae
+from dgd_jax.training.student import StudentSettings, make_step
 
 # ``student.propagation`` runs only while the released labels cover at most this share of
 # the pool: a few labels reach the rest of the pool only through it, while labels that

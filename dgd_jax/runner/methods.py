@@ -10,6 +10,7 @@ from dgd_jax.plan import dgd as dgd_plan
 from dgd_jax.plan import dpdfd as dpdfd_plan
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
+from dgd_jax.plan import query_checks
 from dgd_jax.plan.context import BASE_KEYS, NOISE_KEY, Config, Method, StageSpec
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.stages import (audit, baseline, dpdfd, dpsgd, generator, ldp, queries, student,
@@ -28,7 +29,7 @@ STAGES: dict[str, StageSpec] = {
     "queries": StageSpec(queries.run, queries.CONFIG_KEYS,
                          requires=lambda c: ("teachers",) + pool.requires(c),
                          # the queries compose a private baseline's steps (baseline.check)
-                         precheck=lambda c: (baseline.check(c), queries.check(c)),
+                         precheck=lambda c: (baseline.check(c), query_checks.check(c)),
                          programs=queries.programs),
     "student": StageSpec(student.run, student.CONFIG_KEYS, requires=student.requires,
                          precheck=student.check, programs=student.programs),

@@ -46,14 +46,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from dgd_jax import privacy
-from dgd_jax.data import config_shards, config_teachers_changed
+from dgd_jax.data import config_shards
 from dgd_jax.labelling import aggregation
 from dgd_jax.labelling import propagation
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import dgd as dgd_plan
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
-from dgd_jax.plan import queries as query_plan
+from dgd_jax.plan import query_checks
 from dgd_jax.plan import student_fit
 from dgd_jax.plan.artefacts import QUERIES, VOTES, classifier, fit_config
 from dgd_jax.plan.context import NOISE_KEY, Context
@@ -67,7 +67,6 @@ from dgd_jax.training import student
 from dgd_jax.training import train
 
 CONFIG_KEYS = ("pool", "queries", "privacy", NOISE_KEY)
-SELECTIONS = ("random", "least_confident", "representative")
 
 
 def programs(config, data) -> dict:
@@ -77,122 +76,6 @@ def programs(config, data) -> dict:
   shapes)."""
   rows = config_shards(config, data.x_train, data.y_train)
   return {"votes": artefacts.teacher_programs(config, data, rows)["votes"]}
-
-
-def check(config) -> None:
-  """Refuses query settings no run can use, before anything is trained."""
-  if dgd_plan.filtered(config) and config.queries.plan == "auto":
-    raise ConfigError("config.queries.filter spends privacy.max_epsilon itself and stops when it "
-                      "is spent: use queries.plan='fixed' with num_queries as the most to ask.")
-  # the registered aggregators, and plan 'auto''s 'auto_counts': the class counts or the
-  # histograms, as query_plan.CLASS_COUNT_NOISE_PER_VOTE chooses
-  choices = (*aggregation.AGGREGATORS, "auto_counts")
-  if config.queries.aggregator not in choices:
-    raise ConfigError(f"config.queries.aggregator={config.queries.aggregator!r}; use one of "
-                      f"{choices}.")
-  if config.queries.aggregator == "auto_counts" and config.queries.plan != "auto":
-    raise ConfigError("config.queries.aggregator='auto_counts' is chosen by the automatic plan: "
-                      "set queries.plan='auto', or name the aggregator "
-                      f"({aggregation.CLASS_COUNTS} or {aggregation.HISTOGRAMS}).")
-  refits = config.queries.refits
-  if isinstance(refits, bool) or not isinstance(refits, int) or refits < 0:
-    raise ConfigError(f"config.queries.refits={refits!r}: it must be a whole number of at least "
-                      "0 (--config.queries.refits=0: one round of the run's teachers).")
-  if refits and config.model.module:
-    raise ConfigError(f"config.queries.refits={refits} refits the paper classifier's head "
-                      f"layer; config.model.module={config.model.module!r} has no head of that "
-                      "name: set --config.queries.refits=0.")
-  q = settings(config)
-  if q.aggregator == "confident_gnmax" and q.threshold > config.num_teachers:
-    raise ConfigError(  # the top vote count is at most n: only the noise could pass T
-        f"config.queries.threshold={q.threshold:g} is above the {config.num_teachers} "
-        "teachers' largest vote count, so the noise alone would decide which queries are "
-        "answered: scale T and sigma1 with the ensemble (PATE 2018 Table 2's 200 and 150 are "
-        f"for 250 teachers: --config.queries.threshold={0.8 * config.num_teachers:g} "
-        f"--config.queries.sigma1={0.6 * config.num_teachers:g}), or keep 250 teachers.")
-  synthetic = (config.pool.source == "synthetic"
-               and config.get("generator", {}).get("num_synthetic", 0))
-  counted = config.queries.plan == "fixed" or aggregation.releases_counts(q.aggregator)
-  if counted and synthetic and per_round(config, q.num_queries) > synthetic:  # as check_run
-    raise too_many(config, q.num_queries, f"{synthetic} synthetic samples the generator will "
-                   "make", "raise generator.num_synthetic")
-  if q.selection not in SELECTIONS:
-    raise ConfigError(f"config.queries.selection={q.selection!r}; use one of {SELECTIONS}.")
-  client = config.queries.client
-  if client not in ("", "ldp") or (client == "ldp" and "ldp" not in config):
-    raise ConfigError(f"config.queries.client={client!r}: use '' (the pool as is) or 'ldp' "
-                      "(with an ldp block, e.g. the pate.py argument ldp1 or ldp5).")
-  if dgd_plan.filtered(config) and config.privacy.accountant != "renyi_filter":
-    raise ConfigError("config.queries.filter charges the queries against the Renyi filter's "
-                      "budget: set config.privacy.accountant='renyi_filter' (the other "
-                      "accountants charge every planned query).")
-  if dgd_plan.filtered(config) and q.selection == "least_confident":
-    raise ConfigError("config.queries.filter with least_confident selection: the selecting "
-                      "student would learn from first-round answers the filter may not let "
-                      "through; use selection 'random' or 'representative'.")
-  if config.queries.smooth_sensitivity:
-    if q.aggregator not in ("gnmax", "confident_gnmax"):
-      raise ConfigError("config.queries.smooth_sensitivity releases PATE 2018's data-dependent "
-                        f"GNMax epsilon: use aggregator gnmax or confident_gnmax, not "
-                        f"{q.aggregator}.")
-    if dgd_plan.filtered(config) or "dpsgd" in config.get("baseline", {}):
-      raise ConfigError("config.queries.smooth_sensitivity releases the queries' epsilon alone: "
-                        "it cannot be combined with queries.filter or a private baseline.")
-    if max(config_teachers_changed(config).values()) != 1:
-      raise ConfigError("config.queries.smooth_sensitivity assumes one changed example moves "
-                        "one teacher's vote (k = 1): use the default 'shuffle' partition.")
-    if config.privacy.accountant != "smooth_sensitivity":
-      raise ConfigError("config.queries.smooth_sensitivity composes its release with the "
-                        "queries at its order: set config.privacy.accountant="
-                        "'smooth_sensitivity' (the other accountants cannot hold it).")
-  elif config.privacy.accountant == "smooth_sensitivity":
-    raise ConfigError("config.privacy.accountant='smooth_sensitivity' composes a smooth-"
-                      "sensitivity release, which this run makes none of: set "
-                      "config.queries.smooth_sensitivity=True, or another accountant.")
-  if q.selection == "least_confident" and aggregation.releases_counts(q.aggregator):
-    raise ConfigError("config.queries.selection='least_confident' trains its selector on the "
-                      f"first round's labels, which {q.aggregator} does not release (a "
-                      "histogram's argmax is mostly noise at the presets' sigma): use "
-                      "selection 'random' or 'representative'.")
-  if aggregation.AGGREGATORS[q.aggregator].released == "counts":
-    pool.check_classes(config)
-  if refits and (q.aggregator != aggregation.HISTOGRAMS or q.selection != "random"
-                 or client or dgd_plan.filtered(config)):
-    raise ConfigError("config.queries.refits rounds' students learn released vote histograms "
-                      "of random samples: use aggregator 'gaussian_histogram', selection "
-                      "'random', no client and no filter, or set queries.refits=0.")
-  if refits and student.uses_vae(config.student):
-    raise ConfigError("config.queries.refits trains students in the queries stage, before the "
-                      "VAE of Eq. 6 exists: set student.w_normal, w_tangent and w_entropy to 0, "
-                      "or queries.refits=0.")
-  if refits and q.num_queries < refits + 1:
-    raise ConfigError(f"config.queries.num_queries={q.num_queries} cannot fill {refits + 1} "
-                      "rounds (queries.refits + 1): raise num_queries or lower refits.")
-  if q.selection == "least_confident" and not 0 < q.first_round < q.num_queries:
-    raise ConfigError(f"config.queries.first_round={q.first_round}: least-confident selection "
-                      "needs a first round of random queries, 0 < first_round < num_queries="
-                      f"{q.num_queries}.")
-
-
-def round_sizes(config, num: int) -> list[int]:
-  """How many of ``num`` queries each of the ``queries.refits`` + 1 rounds asks
-  (``np.array_split``'s sizes: the first round the largest)."""
-  return [len(r) for r in np.array_split(np.arange(num), config.queries.refits + 1)]
-
-
-def per_round(config, num: int) -> int:
-  """The most samples one round asks about."""
-  return round_sizes(config, num)[0]
-
-
-def too_many(config, num: int, available: str, enlarge: str) -> ConfigError:
-  """The error for ``num`` queries that ask more samples a round than ``available`` holds."""
-  refits = config.queries.refits
-  rounds = (f" asks {per_round(config, num)} samples in each of its {refits + 1} rounds, which"
-            if refits else "")
-  return ConfigError(f"config.queries.num_queries={num}{rounds} exceeds the {available}; lower "
-                     f"it, {enlarge} or ask in more rounds (queries.refits, with "
-                     "gaussian_histogram).")
 
 
 def aggregate(config, key: jax.Array, votes: np.ndarray, classes: np.ndarray | None = None
@@ -258,19 +141,10 @@ def release_smooth_sensitivity(config, rng: Callable[[], np.random.Generator], v
   return {**released.to_json(), "diagnostic": diagnostic.to_json()}
 
 
-def check_run(ctx: Context, num: int, pool_size: int) -> None:
-  """Refuses more queries than the pool holds (the class count the plan assumes is checked
-  before any stage runs, ``pipeline.check_data``)."""
-  config = ctx.config
-  if per_round(config, num) > pool_size:
-    raise too_many(config, num, f"{pool_size} samples of the unlabelled pool",
-                   "enlarge the pool (generator.num_synthetic or pool.size)")
-
-
 def round_student(ctx: Context, x_pool: np.ndarray, asked: np.ndarray, released: np.ndarray,
                   round_index: int, noise_scale: float):
   """The student of the histograms ``released`` (at ``noise_scale``) for ``x_pool[asked]`` so
-  far, trained as the student stage trains its own (Eq. 6 off; ``queries.check``): post-
+  far, trained as the student stage trains its own (Eq. 6 off; ``query_checks.check``): post-
   processing of the release. Returns (model, parameters)."""
   config = ctx.config
   name = f"refit_student_{round_index}"
@@ -335,7 +209,7 @@ def ask_teachers(ctx: Context, x_pool: np.ndarray):
   def joined(a, b):  # two rounds' (indices, votes, labels, answered, released)
     return tuple(None if u is None else np.concatenate([u, v]) for u, v in zip(a, b))
 
-  sizes = round_sizes(config, num)
+  sizes = query_checks.round_sizes(config, num)
   first = q.first_round if q.selection == "least_confident" else sizes[0]
   if q.selection == "representative":  # public information only: the pool's features
     indices = propagation.representative(propagation.features(x_pool), num, select_key)
@@ -399,7 +273,7 @@ def run(ctx: Context) -> dict:
           p.max_epsilon, p.delta, p.accountant)
   x_pool = pool.load(ctx)
   q = settings(config)
-  check_run(ctx, q.num_queries, len(x_pool))
+  query_checks.check_pool(config, q.num_queries, len(x_pool))
   indices, votes, labels, answered, released = ask_teachers(ctx, x_pool)
   pate2018 = {}  # where the filter stopped; the smooth-sensitivity release
   if dgd_plan.filtered(config):
@@ -426,7 +300,7 @@ def run(ctx: Context) -> dict:
   # how often the released label (class counts: the class asked about) is the plurality
   agreement = ("asked_class_is_plurality" if released_as == "counts"
                else "noisy_label_agreement_with_plurality")
-  rounds = np.array_split(votes, config.queries.refits + 1)  # round_sizes; a diagnostic
+  rounds = np.array_split(votes, config.queries.refits + 1)  # query_checks.round_sizes; a diagnostic
   return {
       "refits": config.queries.refits,
       "top_vote_share_by_round": [float(v.max(-1).mean() / config.num_teachers)
