@@ -18,6 +18,8 @@ import os
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -62,6 +64,31 @@ def test_every_program_compiles_at_the_presets_full_shapes(module, arg, extra):
         assert total <= sizes["budget"], (stage, name)
   if "teachers" in compiled:
     assert compiled["teachers"]["train_step"]["budget"] > 0
+
+
+# The quick start (README): DGD's CPU preset on Fashion-MNIST's 60,000 images, 250 teachers.
+QUICK_START = ("dgd", "fashion_mnist,cpu")
+
+
+@pytest.mark.compile
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_quick_start_runs_one_call_of_every_program_at_its_shapes():
+  """Each program the quick start runs, called once on zeros of its real shapes (the teachers'
+  step over all 250 teachers, the inversion's, the votes' chunk, the student's): what a
+  compile alone does not show (a program that compiles but fails or gives NaN when run)."""
+  module, arg = QUICK_START
+  config = importlib.import_module(f"dgd_jax.configs.{module}").get_config(arg)
+  programs = pipeline.stage_programs(config)
+  assert list(programs) == list(preset_stages(module, arg))
+  assert pipeline.run_config(config).num_teachers == 250
+  for stage, named in programs.items():
+    assert named, stage
+    for name, program in named.items():
+      leaves = [np.asarray(x) for x in jax.tree.leaves(program.execute())]
+      assert leaves, (stage, name)
+      assert all(np.isfinite(x).all() for x in leaves
+                 if jnp.issubdtype(x.dtype, jnp.floating)), (stage, name)
 
 
 # DGD Table II (100 ViT-B/16 teachers at 224 x 224) and DP-SGD on a public backbone's features,

@@ -16,8 +16,8 @@ of seconds (``--caps``; the whole under ``--budget``), and rewrites
 4. ``programs``: every jitted program of the paper presets (``PROGRAMS``: Fashion-MNIST's, and
    DGD Table II's and DP-SGD's on CIFAR-10 shapes, from a synthetic npz written here: CIFAR-10
    does not travel to the device) compiled at its full shapes with XLA's memory for it, then
-   run a few times on zeros of those shapes (``timed``): its seconds per call and, for a
-   stage's step, the stage's whole schedule extrapolated (``calls``);
+   run a few times on sample arguments of those shapes (``Program.sample_args``, ``timed``):
+   its seconds per call and, for a stage's step, the whole schedule extrapolated (``calls``);
 5. ``stages``: the presets in ``RUNS`` run for real, one stage per process, each stage under
    an equal share of what is left of the cap: its seconds and accuracy, or where it was cut.
 
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 import os
 import subprocess
 import sys
@@ -39,7 +38,6 @@ import tempfile
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
@@ -61,9 +59,9 @@ _CAPS = flags.DEFINE_list("caps", [f"{k}={v}" for k, v in CAPS.items()],
                           "Seconds per phase, as phase=seconds.")
 _TORCH_PEER = flags.DEFINE_string("torch_peer", "", "The PyTorch peer script "
                                   "(torch_teachers.py); empty: no PyTorch figure.")
-# The presets whose programs compile and run on zeros (config:argument, the argument's
-# tokens joined by '+' on the command line; 'cifar10' stands for a synthetic npz of CIFAR-10's
-# shapes).
+# The presets whose programs compile and run on sample arguments (config:argument, the
+# argument's tokens joined by '+' on the command line; 'cifar10' stands for a synthetic npz of
+# CIFAR-10's shapes).
 PROGRAMS = ("teachers:", "dgd:eps10", "dgd:cifar10+eps3+vit", "pate:plus", "dpdfd:",
             "ldp:ldp1", "dpsgd:eps3", "dpsgd:cifar10+backbone")
 # The presets whose stages run for real, in order (config:argument).
@@ -214,27 +212,6 @@ def torch_peer(check: Check, dry_run: bool, script: str) -> list[dict]:
   return rows
 
 
-def _key_impl(dtype):
-  """The PRNG implementation whose keys have ``dtype`` (the default one, or the noise's)."""
-  for impl in (None, "rbg", "threefry2x32"):
-    if jax.eval_shape(lambda impl=impl: jax.random.key(0, impl=impl)).dtype == dtype:
-      return impl
-  raise ValueError(f"no PRNG implementation makes keys of dtype {dtype}")
-
-
-def zeros_like_abstract(leaf):
-  """A concrete value of an abstract one: zeros, or keys for a key dtype, on its sharding."""
-  if not isinstance(leaf, jax.ShapeDtypeStruct):
-    return leaf
-  if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-    count = math.prod(leaf.shape)
-    value = jax.random.split(jax.random.key(0, impl=_key_impl(leaf.dtype)), max(count, 1))
-    value = value[:count].reshape(leaf.shape) if leaf.shape else value[0]
-  else:
-    value = jnp.zeros(leaf.shape, leaf.dtype)
-  return jax.device_put(value, leaf.sharding) if leaf.sharding is not None else value
-
-
 def calls(config, stage: str, program: str) -> int | None:
   """How many times ``stage``'s schedule runs ``program``, where the program is its step and
   the schedule one step count (``config.<stage>.num_steps``), else None."""
@@ -245,13 +222,13 @@ def calls(config, stage: str, program: str) -> int | None:
 
 
 def timed(program, count: int) -> dict:
-  """Compiles ``program`` at its shapes, runs it once and then ``count`` more times on zeros
-  of those shapes: XLA's memory for it and the seconds per call."""
+  """Compiles ``program`` at its shapes, runs it once and then ``count`` more times on its
+  ``sample_args``: XLA's memory for it and the seconds per call."""
   t0 = time.perf_counter()
   compiled = program.compile()
   compile_seconds = time.perf_counter() - t0
   sizes = memory(compiled)
-  args = jax.tree.map(zeros_like_abstract, program.args)
+  args = program.sample_args()
   jax.block_until_ready(compiled(*args))
   t0 = time.perf_counter()
   for _ in range(count):

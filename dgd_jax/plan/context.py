@@ -4,11 +4,13 @@ stage (``StageSpec``) and of a method (``Method``). No stage, method or pipeline
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import zlib
 from typing import Any, Callable, Union
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 
 from dgd_jax.data import Dataset, load_private
@@ -120,6 +122,41 @@ class Program:
 
   def compile(self):
     return jax.jit(self.fn).lower(*self.args).compile()
+
+  def sample_args(self) -> tuple:
+    """Concrete arguments of the program's shapes (``_sample``): small positive floats, zero
+    integers, keys where it takes keys."""
+    return tuple(jax.tree.map(_sample, self.args))
+
+  def execute(self):
+    """The program run once on ``sample_args``: proof that it runs at its shapes, not only
+    compiles."""
+    return jax.block_until_ready(self.compile()(*self.sample_args()))
+
+
+def _key_impl(dtype):
+  """The PRNG implementation whose keys have ``dtype`` (the default one, or the noise's)."""
+  for impl in (None, "rbg", "threefry2x32"):
+    if jax.eval_shape(lambda impl=impl: jax.random.key(0, impl=impl)).dtype == dtype:
+      return impl
+  raise ValueError(f"no PRNG implementation makes keys of dtype {dtype}")
+
+
+def _sample(leaf):
+  """A concrete value of an abstract one, on its sharding: keys for a key dtype, zeros for
+  integers (valid counters and indices), and floats uniform in [0, 0.01), which keep a
+  batch's variance above zero and an optimizer's second moments non-negative."""
+  if not isinstance(leaf, jax.ShapeDtypeStruct):
+    return leaf
+  if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+    count = math.prod(leaf.shape)
+    value = jax.random.split(jax.random.key(0, impl=_key_impl(leaf.dtype)), max(count, 1))
+    value = value[:count].reshape(leaf.shape) if leaf.shape else value[0]
+  elif jnp.issubdtype(leaf.dtype, jnp.floating):
+    value = jax.random.uniform(jax.random.key(0), leaf.shape, leaf.dtype, 0.0, 0.01)
+  else:
+    value = jnp.zeros(leaf.shape, leaf.dtype)
+  return jax.device_put(value, leaf.sharding) if leaf.sharding is not None else value
 
 
 def memory(compiled) -> dict[str, int]:
