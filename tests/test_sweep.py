@@ -209,3 +209,21 @@ def test_reuse_links_a_finished_stage_written_before_a_neutral_field_was_added(n
   config.teachers.mixup = 0.4
   sweep._link_stages(config, str(tmp_path / "s"), "mixup", [str(tmp_path / "old")])
   assert os.path.realpath(tmp_path / "s" / "mixup" / "teachers") != os.path.realpath(old)
+
+
+def test_a_column_one_point_lacks_is_blank_and_a_string_column_is_not_plotted(tmp_path):
+  """A class-count release has no label agreement: its cell is blank (a warning says so) and
+  the sweep keeps its other points; an aggregator's name is tabulated, not drawn."""
+  report = {"stages": {"queries": {"aggregator": "gnmax", "agreement": 0.6}}}
+  assert sweep._column(report, "stages.queries.agreement", "p") == 0.6
+  assert sweep._column({"stages": {"queries": {}}}, "stages.queries.agreement", "p") is None
+  rows = [{"num_teachers": n, "test_accuracy": acc, "stages.queries.aggregator": agg,
+           "stages.queries.agreement": agree, "workdir": f"n{n}"}
+          for n, acc, agg, agree in ((25, 0.7, "gaussian_class_count", None),
+                                     (100, 0.75, "gaussian_histogram", 0.61))]
+  axes = [(("num_teachers",), [(25,), (100,)])]
+  sweep._write(str(tmp_path), axes, rows, False,
+               columns=["stages.queries.aggregator", "stages.queries.agreement"])
+  table = (tmp_path / "sweep.md").read_text()
+  assert "| 25 | 0.7 | gaussian_class_count |  | n25 |" in table
+  assert (tmp_path / "accuracy.png").read_bytes()[:4] == b"\x89PNG"

@@ -29,6 +29,7 @@ import os
 from typing import Any, Sequence
 
 import ml_collections
+from absl import logging
 
 from dgd_jax import privacy
 from dgd_jax.configs.common import with_overrides
@@ -169,12 +170,23 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
         report = pipeline.run(c, os.path.join(workdir, name))
         row.update({k: report.get(k) for k in ("test_accuracy", "epsilon", "accountant",
                                                "queries", "baseline_accuracy")})
-        row.update({c: _at(report, c, f"--columns names {c!r}, which report.json does "
-                                      "not have.") for c in columns})
+        row.update({c: _column(report, c, name) for c in columns})
         row["workdir"] = name
       rows.append(row)
       _write(workdir, axes, rows, accounting_only, columns)
   return rows
+
+
+def _column(report: dict, path: str, point: str):
+  """report.json's field at ``path`` for the table, or None (a blank cell, with a warning)
+  where this point's report has none: the fields differ between releases (a class-count
+  release has no label agreement), and a sweep keeps the points it has run."""
+  try:
+    return _at(report, path, "")
+  except ConfigError:
+    logging.warning("sweep: point %s's report.json has no %r (--columns); its cell is blank.",
+                    point, path)
+    return None
 
 
 def over_seeds(rows: list[dict], values: Sequence[str]) -> list[dict]:
@@ -231,14 +243,15 @@ def _write(workdir: str, axes: Sequence[Axis], rows: list[dict], accounting_only
     pictures.append("epsilon.png")
   elif not accounting_only:
     accuracy = series("test_accuracy")
-    for c in columns:
-      accuracy.update({f"{c} ({k})" if rest else c: v for k, v in series(c).items()})
+    for c in columns:  # the numeric ones (a column may name a string, e.g. an aggregator)
+      if all(r.get(c) is None or isinstance(r.get(c), (int, float)) for r in rows):
+        accuracy.update({f"{c} ({k})" if rest else c: v for k, v in series(c).items()})
     plots.line_plot(os.path.join(workdir, "accuracy.png"), xs, accuracy,
                     xlabel=x_name, ylabel="test accuracy", title="Test accuracy")
     plots.line_plot(os.path.join(workdir, "epsilon.png"), xs, series("epsilon"),
                     xlabel=x_name, ylabel="epsilon (headline accountant)", title="Epsilon")
     pictures += ["accuracy.png", "epsilon.png"]
-  fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)
+  fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else "" if v is None else str(v)
   lines = ["| " + " | ".join(table) + " |", "|" + "---|" * len(table)]
   lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in table) + " |" for r in rows]
   summary = [] if accounting_only else over_seeds(rows, ["test_accuracy", *columns])
