@@ -56,7 +56,7 @@ def preset_stages(module: str, arg: str) -> tuple[str, ...]:
 # (tests/test_compile.py) and run there through every stage in the smoke tier
 # (tests/test_smoke.py).
 CPU_PRESETS = [("baseline", "cpu"), ("teachers", "cpu"), ("teacher_sweep", "cpu"),
-               ("dgd", "cpu"), ("dgd", "cpu,eps1"),
+               ("dgd", "cpu"), ("dgd", "cpu,eps1"), ("dgd", "cpu,generator"),
                ("pate", "cpu"), ("dpdfd", "cpu"), ("dpdfd", "cpu,ensemble"),
                ("dpdfd", "cpu,direct"), ("ldp", "cpu"), ("dpsgd", "eps3")]
 MOCK_SIZES = (1500, 8000)  # private training images

@@ -93,33 +93,50 @@ def invert_classes(apply_fn: Callable, params, targets: Sequence[int], shape: tu
   """For each target class k, ``batch`` inputs maximising log p(k | x) - prior (restarts
   from ``fold_in(key, k)``): with ``decode`` (z -> images), over latents z with an N(0, I)
   penalty 0.5 ||z||^2 / dim; else over pixels x = tanh(u) with ``tv_weight`` * total
-  variation. All targets in one jitted program; returns images [len(targets), batch,
-  *shape]."""
+  variation. All targets in one jitted program (``inversion_program``); returns images
+  [len(targets), batch, *shape]."""
+  targets = jnp.asarray(targets)
+  starts = jax.vmap(lambda k: inversion_start(jax.random.fold_in(key, k), shape, batch,
+                                              decode is not None, latent_dim))(targets)
+  run = inversion_program(apply_fn, steps, decode, tv_weight, learning_rate)
+  return np.asarray(jax.jit(run)(params, targets, starts))
+
+
+def inversion_start(key: jax.Array, shape: tuple[int, ...], batch: int, latent: bool,
+                    latent_dim: int = 0) -> jnp.ndarray:
+  """One target's starting point: latents N(0, I) [batch, latent_dim] for a generator prior,
+  else small pixel logits [batch, *shape]."""
+  if latent:
+    return jax.random.normal(key, (batch, latent_dim))
+  return 0.1 * jax.random.normal(key, (batch,) + tuple(shape))
+
+
+def inversion_program(apply_fn: Callable, steps: int, decode: Callable | None = None,
+                      tv_weight: float = 0.05, learning_rate: float = 0.05) -> Callable:
+  """``run(params, targets [T], starts [T, ...]) -> images [T, batch, ...]``: ``steps`` Adam
+  steps of ``invert_classes``' objective for every target at once (vmapped)."""
   if decode is not None:
-    draw = lambda k: jax.random.normal(k, (batch, latent_dim))
     to_image = decode
     prior = lambda z: 0.5 * jnp.mean(z ** 2)
   else:
-    draw = lambda k: 0.1 * jax.random.normal(k, (batch,) + tuple(shape))
     to_image = jnp.tanh
     prior = lambda u: tv_weight * total_variation(jnp.tanh(u))
   tx = optax.adam(learning_rate)
 
-  def one(target, v):
-    def loss(v):
-      logp = jax.nn.log_softmax(apply_fn(params, to_image(v)))[:, target]
-      return -logp.mean() + prior(v)
+  def run(params, targets, starts):
+    def one(target, v):
+      def loss(v):
+        logp = jax.nn.log_softmax(apply_fn(params, to_image(v)))[:, target]
+        return -logp.mean() + prior(v)
 
-    def body(carry, _):
-      v, opt = carry
-      updates, opt = tx.update(jax.grad(loss)(v), opt)
-      return (optax.apply_updates(v, updates), opt), None
-    (v, _), _ = jax.lax.scan(body, (v, tx.init(v)), None, length=steps)
-    return to_image(v)
-
-  targets = jnp.asarray(targets)
-  starts = jax.vmap(lambda k: draw(jax.random.fold_in(key, k)))(targets)
-  return np.asarray(jax.jit(jax.vmap(one))(targets, starts))
+      def body(carry, _):
+        v, opt = carry
+        updates, opt = tx.update(jax.grad(loss)(v), opt)
+        return (optax.apply_updates(v, updates), opt), None
+      (v, _), _ = jax.lax.scan(body, (v, tx.init(v)), None, length=steps)
+      return to_image(v)
+    return jax.vmap(one)(targets, starts)
+  return run
 
 
 def similarity(reconstructions: np.ndarray, class_means: np.ndarray) -> dict:

@@ -291,7 +291,7 @@ def load_teachers(ctx: Context):
   return params, ensemble.make_predict_fn(mesh, model.apply, chunk), chunk
 
 
-def _generator_shape(model: Generator, latent_dim: int) -> dict:
+def generator_shape(model: Generator, latent_dim: int) -> dict:
   """The generator's variables (params, batch_stats), abstract."""
   return jax.eval_shape(functools.partial(model.init, train=False), jax.random.key(0),
                         jnp.zeros((2, latent_dim)))
@@ -302,7 +302,7 @@ def load_generator(ctx: Context) -> tuple[Generator, dict]:
   statistics."""
   model = dgd_generator(ctx.config, ctx.dataset.image_shape)
   return model, train.load_items(_checkpoints(ctx, "generator"),
-                                 _generator_shape(model, ctx.config.generator.latent_dim))
+                                 generator_shape(model, ctx.config.generator.latent_dim))
 
 
 def replay_checkpoints(ctx: Context, rounds: int) -> str:
@@ -320,7 +320,7 @@ def load_dpdfd(ctx: Context, self_training: int = 0):
   params = jax.eval_shape(student.init, jax.random.key(0),
                           jnp.zeros((1,) + data.image_shape, jnp.float32))
   generator = dpdfd_generator(config, data.image_shape)
-  abstract = {"generator": _generator_shape(generator, config.dpdfd.latent_dim)}
+  abstract = {"generator": generator_shape(generator, config.dpdfd.latent_dim)}
   replayed = config.dpdfd.replay_epochs > 0
   items = train.load_items(_checkpoints(ctx, "dpdfd"),
                            abstract if replayed else {**abstract, "params": params})

@@ -35,14 +35,16 @@ STAGES: dict[str, StageSpec] = {
                          precheck=student.check, programs=student.programs),
     "dpdfd": StageSpec(dpdfd.run, dpdfd.CONFIG_KEYS, requires=dpdfd.requires,
                        programs=dpdfd.programs),
-    "dpdfd_samples": StageSpec(dpdfd.run_samples, requires=("dpdfd",)),
+    "dpdfd_samples": StageSpec(dpdfd.run_samples, requires=("dpdfd",),
+                               programs=dpdfd.sample_programs),
     "ldp": StageSpec(ldp.run, ldp.CONFIG_KEYS, requires=("baseline",), programs=ldp.programs),
     "dpsgd": StageSpec(dpsgd.run, dpsgd.CONFIG_KEYS, precheck=dpsgd.check,
                        programs=dpsgd.programs),
     # The audit attacks the models the method's own run trains.
     "audit": StageSpec(audit.run, audit.CONFIG_KEYS,
                        requires=lambda c: audit.requires(plan_stages(c)),
-                       precheck=lambda c: audit.check(c, plan_stages(c))),
+                       precheck=lambda c: audit.check(c, plan_stages(c)),
+                       programs=lambda c, data: audit.programs(c, data, plan_stages(c))),
 }
 # Stages any method can run after its own when asked (``--stages``); never by default.
 OPTIONAL_STAGES = ("audit",)

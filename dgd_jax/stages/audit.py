@@ -17,16 +17,20 @@ from __future__ import annotations
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from dgd_jax.audit import attacks
 from dgd_jax.data import config_shards
+from dgd_jax.models import backbone
 from dgd_jax.plan import artefacts
+from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan.artefacts import load_classifier
-from dgd_jax.plan.context import Context
-from dgd_jax.audit import attacks
+from dgd_jax.plan.context import Context, Program, abstract
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.training import train
 
 CONFIG_KEYS = ("audit",)
 DELTA = 1e-5  # of the epsilon lower bound, for a method without a privacy block
@@ -55,6 +59,62 @@ def check(config, planned: tuple[str, ...]) -> None:
   if config.audit.prior == "generator" and not trains_generator(config, requires(planned)):
     raise ConfigError(f"config.audit.prior='generator' but this {config.method!r} run trains "
                       "no generator (none, or generator.synthesis='inversion'); use 'pixel'.")
+
+
+def prior_of(config, have: tuple[str, ...]) -> str:
+  """The inversion's prior: ``audit.prior``, or where 'auto' the generator's when the run
+  trains one (``trains_generator``), else the pixels'."""
+  p = config.audit.prior
+  return p if p != "auto" else ("generator" if trains_generator(config, have) else "pixel")
+
+
+def programs(config, data, planned: tuple[str, ...]) -> dict[str, Program]:
+  """The attacks' programs at the config's shapes, for the models a run of the stages
+  ``planned`` trains: each one's logits on one evaluation batch (the membership scores,
+  ``attacks.loss_scores``) and, for the baseline and the student, model inversion of every
+  class (``attacks.inversion_program``, through the generator's decoder where that is the
+  prior)."""
+  a, k, shape = config.audit, data.num_classes, data.image_shape
+  have = requires(planned)
+  batch = abstract((train.EVAL_BATCH,) + shape)
+  one = jnp.zeros((1,) + shape)
+  out = {}
+  models = {name: artefacts.classifier(config, k, name) for name in ("baseline", "student")
+            if name in have}
+  if "teachers" in have:
+    models["teacher"] = artefacts.teacher_model(config, k)
+  for name, model in models.items():
+    params = jax.eval_shape(model.init, jax.random.key(0), one)
+    out[f"{name}_scores"] = Program(model.apply, (params, batch))
+  if "dpsgd" in have:  # on what its model reads (dpsgd_plan.inputs), of one image here
+    model = dpsgd_plan.model_of(config, k)
+    x = dpsgd_plan.inputs(config, model, np.zeros((1,) + shape, np.float32))
+    init = backbone.init_shape(model, x.shape[1:], shape)
+    params = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1,) + init))
+    out["dpsgd_scores"] = Program(model.apply, (params, abstract((train.EVAL_BATCH,)
+                                                                 + x.shape[1:])))
+  latent = prior_of(config, have) == "generator"
+  starts = abstract((k, a.inversion_batch) + ((config.get("generator", {}).get("latent_dim"),)
+                                              if latent else shape))
+  if latent:
+    generator = artefacts.dgd_generator(config, shape)
+    variables = artefacts.generator_shape(generator, config.generator.latent_dim)
+  for name in ("baseline", "student"):
+    if name not in models:
+      continue
+    model = models[name]
+    params = jax.eval_shape(model.init, jax.random.key(0), one)
+    if latent:
+      fn = lambda p, v, t, z, model=model: attacks.inversion_program(
+          model.apply, a.inversion_steps,
+          lambda x: generator.apply(v, x, train=True, mutable=["batch_stats"])[0])(p, t, z)
+      args = (params, variables, abstract((k,), "int32"), starts)
+    else:
+      fn = lambda p, t, u, model=model: attacks.inversion_program(
+          model.apply, a.inversion_steps)(p, t, u)
+      args = (params, abstract((k,), "int32"), starts)
+    out[f"{name}_inversion"] = Program(fn, args)
+  return out
 
 
 def trains_generator(config, stages: tuple[str, ...]) -> bool:
@@ -98,9 +158,7 @@ def inversion(ctx: Context, models: dict) -> tuple[dict, np.ndarray, list[str]]:
   """Model inversion of every class against each of ``models``; returns the similarity to
   the private class means per model, the picture rows and their labels."""
   config, data, a = ctx.config, ctx.dataset, ctx.config.audit
-  have = requires(tuple(ctx.results))
-  prior = a.prior if a.prior != "auto" else (
-      "generator" if trains_generator(config, have) else "pixel")
+  prior = prior_of(config, requires(tuple(ctx.results)))
   decode, latent_dim = None, 0
   if prior == "generator":
     generator, variables = artefacts.load_generator(ctx)

@@ -238,6 +238,21 @@ def run(ctx: Context) -> dict:
   }
 
 
+def sample_programs(config, data) -> dict[str, Program]:
+  """The dpdfd_samples stage's programs at the config's shapes: one batch of Algorithm 1's
+  generator (``generative.sample_batch``) and the DP student's logits on one evaluation
+  batch (its labels of the samples)."""
+  d, shape = config.dpdfd, data.image_shape
+  generator = artefacts.dpdfd_generator(config, shape)
+  student = classifier(config, data.num_classes)
+  params = jax.eval_shape(student.init, jax.random.key(0), jnp.zeros((1,) + shape))
+  sample = lambda v, key: generative.sample_batch(generator.apply, v, key, d.batch_size,
+                                                  d.latent_dim)
+  return {"samples": Program(sample, (artefacts.generator_shape(generator, d.latent_dim),
+                                      abstract_key())),
+          "labels": Program(student.apply, (params, abstract((train.EVAL_BATCH,) + shape)))}
+
+
 def run_samples(ctx: Context) -> dict:
   """Writes ``dpdfd.num_synthetic`` samples of the finished DPDFD generator and a grid."""
   config = ctx.config

@@ -80,18 +80,20 @@ def generator_variables(state: GeneratorState) -> dict:
 def generate(apply_fn: Callable, variables: dict, key: jax.Array, num: int, batch_size: int,
              latent_dim: int) -> np.ndarray:
   """``num`` synthetic images of the generator ``apply_fn`` with ``variables`` (parameters,
-  BatchNorm statistics) from fresh latent draws, in batches of the training batch size with
-  batch statistics (as during training)."""
-
-  @jax.jit
-  def batch(key):
-    z = jax.random.normal(key, (batch_size, latent_dim))
-    x, _ = apply_fn(variables, z, train=True, mutable=["batch_stats"])
-    return x
-
+  BatchNorm statistics) from fresh latent draws, in batches (``sample_batch``)."""
+  batch = jax.jit(lambda key: sample_batch(apply_fn, variables, key, batch_size, latent_dim))
   out = [np.asarray(batch(jax.random.fold_in(key, i)))
          for i in range(-(-num // batch_size))]
   return np.concatenate(out)[:num]
+
+
+def sample_batch(apply_fn: Callable, variables: dict, key: jax.Array, batch_size: int,
+                 latent_dim: int) -> jnp.ndarray:
+  """One batch of the generator's images from fresh latent draws, with batch statistics (as
+  during training)."""
+  z = jax.random.normal(key, (batch_size, latent_dim))
+  x, _ = apply_fn(variables, z, train=True, mutable=["batch_stats"])
+  return x
 
 
 def generator_loss_terms(logits: jnp.ndarray, features: jnp.ndarray) -> dict[str, jnp.ndarray]:
