@@ -4,7 +4,12 @@ r"""Benchmarks, printing one JSON line each.
 
   python -m dgd_jax.bench step --batch=250 --conv1=16 --conv2=32 --steps=50
 
+  python -m dgd_jax.bench head --variant=Ti/16 --image_size=224 --examples=512
+
 ``step`` times one model's train step under both convolution lowerings (im2col, lax.conv).
+``head`` times a public backbone's head trained alone (``trainable='head'``, a ViT from a
+random init): one step on images (the backbone run on every minibatch) against one step on
+the features computed once (``models.backbone.features``), and computing those.
 ``teachers`` times the ensemble train step (Adam, the paper CNN) with the same flags as
 the PyTorch peer ``shared/bench/torch_teachers.py``, so the two can run side by side.
 Output: examples_per_second, seconds_per_step, peak resident memory, the model FLOPs per
@@ -35,6 +40,9 @@ _SIZE = flags.DEFINE_integer("size", 28, "image height and width")
 _CHANNELS = flags.DEFINE_integer("channels", 1, "image channels")
 _CHUNK = flags.DEFINE_integer("chunk", 0, "teachers per vmapped chunk; 0 = backend default")
 _PER_TEACHER = flags.DEFINE_integer("examples_per_teacher", 240, "partition size")
+_VARIANT = flags.DEFINE_string("variant", "Ti/16", "head: the ViT variant")
+_IMAGE_SIZE = flags.DEFINE_integer("image_size", 224, "head: the size the images are resized to")
+_EXAMPLES = flags.DEFINE_integer("examples", 512, "head: the images whose features are computed")
 
 
 def train_flops_per_example(size: int, channels: int, conv1: int, conv2: int,
@@ -134,7 +142,41 @@ def bench_step() -> dict:
   return out
 
 
-BENCHMARKS = {"teachers": bench_teachers, "step": bench_step}
+def bench_head() -> dict:
+  """A ViT head trained alone on ``--examples`` images (``--size`` x ``--size``, resized to
+  ``--image_size``): the seconds of computing their features once, and the best of 3 timings
+  of ``--steps`` Adam steps of ``--batch`` on the images and on the features."""
+  from dgd_jax.models import backbone  # pylint: disable=g-import-not-at-top
+  from dgd_jax.models.vit import ViT  # pylint: disable=g-import-not-at-top
+  model = backbone.Pretrained(ViT(num_classes=10, variant=_VARIANT.value), "", "head",
+                              _IMAGE_SIZE.value)
+  shape = (_SIZE.value, _SIZE.value, _CHANNELS.value)
+  rng = np.random.default_rng(0)
+  x = rng.uniform(-1, 1, (_EXAMPLES.value,) + shape).astype(np.float32)
+  y = jnp.asarray(rng.integers(0, 10, _EXAMPLES.value).astype(np.int32))
+  t = time.perf_counter()
+  features = backbone.features(model, x)
+  out = {"variant": _VARIANT.value, "image_size": _IMAGE_SIZE.value, "examples": len(x),
+         "batch": _BATCH.value, "features_seconds": time.perf_counter() - t,
+         "matmul_peak_gflops": matmul_peak_flops() / 1e9}
+  state = train.create_train_state(model, train.optimizer(train.FitConfig(num_steps=1000)),
+                                   jax.random.key(0), shape)
+  for name, inputs in (("images", jnp.asarray(x)), ("features", jnp.asarray(features))):
+    step = jax.jit(lambda s, k, inputs=inputs: train.train_step(s, k, inputs, y, _BATCH.value))
+    s, _ = step(state, jax.random.key(0))  # compile + warm-up
+    best = np.inf
+    for _ in range(3):
+      t = time.perf_counter()
+      for i in range(_STEPS.value):
+        s, metrics = step(s, jax.random.key(i))
+      jax.block_until_ready(metrics)
+      best = min(best, (time.perf_counter() - t) / _STEPS.value)
+    out[f"{name}_ms_per_step"] = 1000 * best
+  out["ratio"] = out["images_ms_per_step"] / out["features_ms_per_step"]
+  return out
+
+
+BENCHMARKS = {"teachers": bench_teachers, "step": bench_step, "head": bench_head}
 
 
 def main(argv):
