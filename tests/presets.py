@@ -75,7 +75,8 @@ def check_counts_for_the_data(config, size: int) -> None:
   from dgd_jax.plan import queries as query_plan  # pylint: disable=g-import-not-at-top
   assert config.get("num_teachers", 1) != 0, "num_teachers=0 left unchosen"
   if config.get("num_teachers_chosen"):
-    assert config.num_teachers == query_plan.num_teachers_for(size), config.method
+    assert config.num_teachers == query_plan.num_teachers_for(
+        size, *query_plan.count_budget(config)), config.method
   if "dpsgd" in config:
     assert 1 <= config.dpsgd.batch_size <= size and config.dpsgd.num_steps >= 1
   if config.get("pool", {}).get("source") == "public":

@@ -80,3 +80,48 @@ def test_under_add_or_remove_one_the_count_needs_a_public_size(npz_file):
     pipeline.run_config(config)
   config.private_size = 480  # a config value, the same for every neighbour
   assert pipeline.run_config(config).num_teachers == 10
+
+
+@pytest.mark.parametrize("size,epsilon,expected", [
+    (1500, 10.0, 50), (8000, 10.0, 100), (60000, 10.0, 250), (1500, 1.0, 100),
+    (8000, 1.0, 250), (60000, 1.0, 250), (8000, 3.0, 139)])
+def test_a_small_budget_asks_for_more_and_smaller_shards(size, epsilon, expected):
+  """Enough teachers that a vote histogram's noise per teacher at the reference count of
+  answers stays within the aim, down to shards of MIN_IMAGES_PER_TEACHER; never fewer than
+  N // 80 (the count without a budget), never more than 250."""
+  n = query_plan.num_teachers_for(size, epsilon)
+  assert n == expected
+  assert query_plan.num_teachers_for(size) <= n <= query_plan.MAX_TEACHERS
+  assert size // n >= query_plan.MIN_IMAGES_PER_TEACHER
+  sigma = query_plan.unit_noise(epsilon, 1e-5) * query_plan.REFERENCE_QUERIES ** 0.5
+  if size // query_plan.IMAGES_PER_TEACHER < n < min(query_plan.MAX_TEACHERS,
+                                                     size // query_plan.MIN_IMAGES_PER_TEACHER):
+    assert sigma / n <= query_plan.NOISE_PER_TEACHER < sigma / (n - 1)  # the least that fits
+  assert "noise per teacher at 1,000 answers" in query_plan.teachers_reason(size, epsilon)
+
+
+def test_the_plan_reads_only_public_quantities(tmp_path):
+  """Two private sets of the same size but other images and labels get the same teachers,
+  queries, noise and release: the plan reads N, the classes and the budget, never the data."""
+  from conftest import write_npz  # pylint: disable=g-import-not-at-top
+  plans = []
+  for seed in (1, 2):
+    config = dgd_config_file.get_config(
+        f"npz:{write_npz(tmp_path, 1500, seed=seed, name=f'd{seed}.npz')},cpu")
+    run = pipeline.run_config(config)
+    plans.append((run.num_teachers, run.num_teachers_chosen, query_plan.settings(run)))
+  assert plans[0] == plans[1]
+  assert plans[0][0] == query_plan.num_teachers_for(1500, 10.0)
+
+
+@pytest.mark.integration
+def test_too_weak_a_release_is_named_before_training_with_dp_sgd_instead(npz_file, tmp_path):
+  assert query_plan.weak_signal(100, 1.0, 1e-5) and not query_plan.weak_signal(100, 10.0, 1e-5)
+  config = _auto(npz_file)
+  config.queries.update(plan="auto", aggregator="gaussian_histogram", num_queries=50)
+  config.privacy.update(max_epsilon=1.0, accountant="pld")
+  report = pipeline.run(config, str(tmp_path / "weak"), stages=("teachers",))
+  warning = next(w for w in report["warnings"] if "clean labels' worth" in w)
+  assert f"dpsgd.py:npz:{npz_file} --config.privacy.max_epsilon=1" in warning
+  md = open(os.path.join(tmp_path / "weak", "report.md")).read()
+  assert "**WARNING:" in md and "DP-SGD on the same data" in md

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import numpy as np
 
@@ -44,31 +45,98 @@ from dgd_jax.runtime.errors import ConfigError
 NOISE_FRACTIONS = (0.01, 0.015, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.2, 0.24)
 KAPPA_EXPONENT = 4  # module docstring: ranks plans as the students trained on them rank
 
-# The ensemble a run chooses when config.num_teachers = 0: shards of about IMAGES_PER_TEACHER
-# private images, at most MAX_TEACHERS (DGD IV-A's 250) and at least MIN_TEACHERS: the noise
-# is fixed by the budget while the votes grow with n, so more, smaller shards win until each
-# teacher learns too little.
+# The ensemble a run chooses when config.num_teachers = 0 (``num_teachers_for``): shards of
+# about IMAGES_PER_TEACHER private images, at most MAX_TEACHERS (DGD IV-A's 250) and at least
+# MIN_TEACHERS; and where the budget's noise would drown so few teachers' votes, more and
+# smaller shards (down to MIN_IMAGES_PER_TEACHER images each): enough teachers that a noisy
+# vote histogram's noise per teacher, sigma / n, at REFERENCE_QUERIES answers within the
+# budget is at most NOISE_PER_TEACHER. The noise is fixed by the budget while the votes grow
+# with n, so more, smaller shards win until each teacher learns too little.
 IMAGES_PER_TEACHER = 80
+MIN_IMAGES_PER_TEACHER = 15
 MAX_TEACHERS = 250
 MIN_TEACHERS = 10
+REFERENCE_QUERIES = 1000
+NOISE_PER_TEACHER = 0.45
+# Below this many clean-equivalent labels ((n / sigma_1)^2, ``label_signal``) no release of
+# the ensemble's votes teaches a student much: report.md says so before training and names
+# DP-SGD's preset for the same data.
+SIGNAL_FLOOR = 1000
 
 
-def num_teachers_for(num_private: int) -> int:
-  """The teacher count for ``num_private`` private examples: N // IMAGES_PER_TEACHER within
-  [MIN_TEACHERS, MAX_TEACHERS]. N must not differ between neighbouring datasets
-  (``pipeline.run_config``), or the count and so every shard could."""
+def unit_noise(epsilon: float, delta: float, accountant: str = "pld",
+               teachers_changed: int = 1) -> float:
+  """sigma_1: the least noise of one noisy vote histogram within (epsilon, delta); Q of them
+  need sigma_1 sqrt(Q) (Gaussian composition). Public: no vote is read."""
+  one = build_release(aggregation.HISTOGRAMS, queries=1, noise_scale=1.0,
+                      teachers_changed=teachers_changed)
+  return privacy.min_noise(one, epsilon, delta, accountant)
+
+
+def label_signal(num_teachers: int, epsilon: float, delta: float, accountant: str = "pld",
+                 teachers_changed: int = 1) -> float:
+  """(n / sigma_1)^2: about the most clean labels' worth the ensemble's noisy votes can carry
+  within the budget, however many queries share it (Q queries at sigma_1 sqrt(Q) each carry
+  a signal-to-noise (n / sigma)^2 = (n / sigma_1)^2 / Q apiece)."""
+  return (num_teachers / unit_noise(epsilon, delta, accountant, teachers_changed)) ** 2
+
+
+def num_teachers_for(num_private: int, epsilon: float = 0.0, delta: float = 1e-5,
+                     accountant: str = "pld", teachers_changed: int = 1) -> int:
+  """The teacher count for ``num_private`` private examples and, where ``epsilon`` > 0, the
+  budget (module constants above): public quantities only. N must not differ between
+  neighbouring datasets (``pipeline.run_config``), or the count and so every shard could."""
   if num_private < MIN_TEACHERS:
     raise ConfigError(f"{num_private} private examples cannot be split among "
                       f"{MIN_TEACHERS} teachers; give a larger private set.")
-  return int(min(MAX_TEACHERS, max(MIN_TEACHERS, num_private // IMAGES_PER_TEACHER)))
+  n = num_private // IMAGES_PER_TEACHER
+  if epsilon > 0:
+    sigma = unit_noise(epsilon, delta, accountant, teachers_changed) * REFERENCE_QUERIES ** 0.5
+    n = max(n, min(math.ceil(sigma / NOISE_PER_TEACHER),
+                   num_private // MIN_IMAGES_PER_TEACHER))
+  return int(min(MAX_TEACHERS, max(MIN_TEACHERS, n)))
 
 
-def teachers_reason(num_private: int) -> str:
-  """Why the run chose ``num_teachers_for(num_private)`` teachers, for the report."""
-  n = num_teachers_for(num_private)
-  return (f"{n} teachers chosen for {num_private:,} private examples (about "
-          f"{num_private // n:,} each: N // {IMAGES_PER_TEACHER} within [{MIN_TEACHERS}, "
-          f"{MAX_TEACHERS}]); set --config.num_teachers to choose another count")
+def teachers_reason(num_private: int, epsilon: float = 0.0, delta: float = 1e-5,
+                    accountant: str = "pld", teachers_changed: int = 1) -> str:
+  """Why the run chose ``num_teachers_for`` teachers, for the report."""
+  args = (epsilon, delta, accountant, teachers_changed)
+  n = num_teachers_for(num_private, *args)
+  why = (f"{n} teachers chosen for {num_private:,} private examples (about "
+         f"{num_private // n:,} each: N // {IMAGES_PER_TEACHER}")
+  if epsilon > 0:
+    why += (f", or where the budget's noise needs more, enough that a vote histogram's noise "
+            f"per teacher at {REFERENCE_QUERIES:,} answers is at most {NOISE_PER_TEACHER} "
+            f"(shards of at least {MIN_IMAGES_PER_TEACHER})")
+  return why + (f", within [{MIN_TEACHERS}, {MAX_TEACHERS}]); set --config.num_teachers to "
+                "choose another count")
+
+
+def count_budget(config) -> tuple:
+  """The budget arguments of ``num_teachers_for`` and ``weak_signal`` for a config: its
+  target (epsilon, delta), its planning accountant and the most teachers one neighbouring
+  change moves; (0,), no budget, where the queries' plan is fixed or there is no target."""
+  q, p = config.get("queries"), config.get("privacy")
+  if not q or q.plan != "auto" or not p or not p.max_epsilon > 0:
+    return (0.0,)
+  accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
+  return (p.max_epsilon, p.delta, accountant, max(config_teachers_changed(config).values()))
+
+
+def weak_signal(num_teachers: int, epsilon: float, delta: float, accountant: str = "pld",
+                teachers_changed: int = 1, dataset: str = "<data>") -> str | None:
+  """None, or report.md's warning where the ensemble's votes can carry fewer than
+  ``SIGNAL_FLOOR`` clean labels' worth within the budget (``label_signal``), naming DP-SGD's
+  preset for ``dataset`` at the same epsilon."""
+  signal = label_signal(num_teachers, epsilon, delta, accountant, teachers_changed)
+  if signal >= SIGNAL_FLOOR:
+    return None
+  return (f"{num_teachers} teachers' noisy votes can carry at most about {signal:,.0f} clean "
+          f"labels' worth at epsilon {epsilon:g} ((n / sigma_1)^2, below {SIGNAL_FLOOR:,}): "
+          "too little for a student to learn from. DP-SGD on the same data, whose epsilon "
+          "covers the whole model, is the better choice here: python -m dgd_jax.main "
+          f"--config=dgd_jax/configs/dpsgd.py:{dataset} --config.privacy.max_epsilon="
+          f"{epsilon:g}; or raise the budget, or give more private examples.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -94,7 +94,8 @@ def run_config(config: Config) -> Config:
   """The config a run uses: DP-SGD's batch and steps derived from the data's size where 0
   (``dpsgd_plan.with_schedule``), a public pool's size 0 replaced by its share of the test
   split (``pool.with_public_size``), ``smoke_schedules``, and ``num_teachers = 0`` replaced by
-  the count chosen for the private set's size (``query_plan.num_teachers_for``), the reason
+  the count chosen for the private set's size and the budget (``query_plan.num_teachers_for``,
+  public quantities only), the reason
   kept in ``config.num_teachers_chosen`` (no stage reads it, so fingerprints are those of the
   count).
   N is ``config.private_size`` when set, else the data's size: fixed under replace-one
@@ -107,11 +108,11 @@ def run_config(config: Config) -> Config:
     raise ConfigError("num_teachers=0 chooses the count from N, the private set's size, which "
                       "add/remove-one neighbours change (teachers.partition='stable'): set "
                       "config.private_size to make N public, or set config.num_teachers.")
-  size = config.private_size or private_size(config)
+  size, budget = config.private_size or private_size(config), query_plan.count_budget(config)
   config = copy.deepcopy(config)
   with config.unlocked():
-    config.num_teachers = query_plan.num_teachers_for(size)
-    config.num_teachers_chosen = query_plan.teachers_reason(size)
+    config.num_teachers = query_plan.num_teachers_for(size, *budget)
+    config.num_teachers_chosen = query_plan.teachers_reason(size, *budget)
   return config
 
 
@@ -168,13 +169,24 @@ def large_delta(config: Config, size: int) -> str | None:
           "example outright.")
 
 
+def weak_signal(config: Config) -> str | None:
+  """None, or report.md's warning where the planned ensemble's votes are too few for the
+  budget (``query_plan.weak_signal``): a run with an automatic query plan only."""
+  budget = query_plan.count_budget(config)
+  if not budget[0] or not config.get("num_teachers"):
+    return None
+  return query_plan.weak_signal(config.num_teachers, *budget, dataset=config.dataset)
+
+
 def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> dict:
   """Runs ``stages`` (default: the method's default stages) and every stage they need, and
   returns the report dict."""
   config, names = checked_plan(config, stages)
   data = load_private(config)  # its errors come before anything is written
   check_data(config, data)
-  warning = large_delta(config, len(data.x_train))
+  warnings = [w for w in (large_delta(config, len(data.x_train)), weak_signal(config)) if w]
+  for w in warnings:  # said before anything trains; report.md repeats them
+    logging.warning("%s", w)
   wd = Workdir(workdir, writer=distributed.is_writer())
   wd.check_format()
   planned = _planned_stages(config, wd, names)
@@ -188,7 +200,7 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
     begun = [s.name for s in planned
              if methods.draws_noise(s.name, config) and os.path.exists(s.meta_path)]
     noise = wd.noise_source(config.noise_seed, begun)
-    return _run_stages(config, wd, planned, noise, [warning] if warning else [], data)
+    return _run_stages(config, wd, planned, noise, warnings, data)
 
 
 def stage_programs(config: Config, stages: tuple[str, ...] | None = None
