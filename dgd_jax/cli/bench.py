@@ -4,7 +4,7 @@ r"""Benchmarks, printing one JSON line each.
 
   python -m dgd_jax.bench step --batch=250 --conv1=16 --conv2=32 --steps=50
 
-  python -m dgd_jax.bench head --variant=Ti/16 --image_size=224 --examples=512
+  python -m dgd_jax.bench head --variant=Ti/16 --image_size=224 --images=512
 
 ``step`` times one model's train step under both convolution lowerings (im2col, lax.conv).
 ``head`` times a public backbone's head trained alone (``trainable='head'``, a ViT from a
@@ -42,7 +42,7 @@ _CHUNK = flags.DEFINE_integer("chunk", 0, "teachers per vmapped chunk; 0 = backe
 _PER_TEACHER = flags.DEFINE_integer("examples_per_teacher", 240, "partition size")
 _VARIANT = flags.DEFINE_string("variant", "Ti/16", "head: the ViT variant")
 _IMAGE_SIZE = flags.DEFINE_integer("image_size", 224, "head: the size the images are resized to")
-_EXAMPLES = flags.DEFINE_integer("examples", 512, "head: the images whose features are computed")
+_IMAGES = flags.DEFINE_integer("images", 512, "head: the images whose features are computed")
 
 
 def train_flops_per_example(size: int, channels: int, conv1: int, conv2: int,
@@ -143,7 +143,7 @@ def bench_step() -> dict:
 
 
 def bench_head() -> dict:
-  """A ViT head trained alone on ``--examples`` images (``--size`` x ``--size``, resized to
+  """A ViT head trained alone on ``--images`` images (``--size`` x ``--size``, resized to
   ``--image_size``): the seconds of computing their features once, and the best of 3 timings
   of ``--steps`` Adam steps of ``--batch`` on the images and on the features."""
   from dgd_jax.models import backbone  # pylint: disable=g-import-not-at-top
@@ -152,11 +152,11 @@ def bench_head() -> dict:
                               _IMAGE_SIZE.value)
   shape = (_SIZE.value, _SIZE.value, _CHANNELS.value)
   rng = np.random.default_rng(0)
-  x = rng.uniform(-1, 1, (_EXAMPLES.value,) + shape).astype(np.float32)
-  y = jnp.asarray(rng.integers(0, 10, _EXAMPLES.value).astype(np.int32))
+  x = rng.uniform(-1, 1, (_IMAGES.value,) + shape).astype(np.float32)
+  y = jnp.asarray(rng.integers(0, 10, _IMAGES.value).astype(np.int32))
   t = time.perf_counter()
   features = backbone.features(model, x)
-  out = {"variant": _VARIANT.value, "image_size": _IMAGE_SIZE.value, "examples": len(x),
+  out = {"variant": _VARIANT.value, "image_size": _IMAGE_SIZE.value, "images": len(x),
          "batch": _BATCH.value, "features_seconds": time.perf_counter() - t,
          "matmul_peak_gflops": matmul_peak_flops() / 1e9}
   state = train.create_train_state(model, train.optimizer(train.FitConfig(num_steps=1000)),
