@@ -95,7 +95,8 @@ def test_the_registries_hold_it_and_refuse_a_second_class_of_its_name():
 
 def test_the_privacy_command_plans_it():
   """``python -m dgd_jax.privacy`` with this file imported first (the registration)."""
-  code = ("import runpy, sys; sys.path.insert(0, 'tests'); import test_new_mechanism as m; m.register(); "
+  code = ("import runpy, sys; sys.path.insert(0, 'tests'); "
+          "import test_new_mechanism as m; m.register(); "
           "sys.argv = ['dgd_jax.privacy'] + sys.argv[1:]; "
           "runpy.run_module('dgd_jax.privacy', run_name='__main__', alter_sys=True)")
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -20,7 +20,7 @@ def check(config) -> None:
   if filtered(config) and config.queries.plan == "auto":
     raise ConfigError("config.queries.filter spends privacy.max_epsilon itself and stops when it "
                       "is spent: use queries.plan='fixed' with num_queries as the most to ask.")
-  # the registered aggregators, and plan 'auto''s 'auto_counts': the class counts or the
+  # the registered aggregators, and 'auto_counts' (plan 'auto'): the class counts or the
   # histograms, as query_plan.CLASS_COUNT_NOISE_PER_VOTE chooses
   choices = (*aggregation.AGGREGATORS, "auto_counts")
   if config.queries.aggregator not in choices:
@@ -49,7 +49,7 @@ def check(config) -> None:
   synthetic = (config.pool.source == "synthetic"
                and config.get("generator", {}).get("num_synthetic", 0))
   counted = config.queries.plan == "fixed" or aggregation.releases_counts(q.aggregator)
-  if counted and synthetic and per_round(config, q.num_queries) > synthetic:  # as check_run
+  if counted and synthetic and per_round(config, q.num_queries) > synthetic:  # as check_pool
     raise too_many(config, q.num_queries, f"{synthetic} synthetic samples the generator will "
                    "make", "raise generator.num_synthetic")
   if q.selection not in SELECTIONS:

@@ -3,17 +3,17 @@ students learn the release and from which labels (ensemble, propagation, self-tr
 trained for the student stage and for the queries stage's refit rounds (``queries.refits``).
 Everything here reads the pool, the released labels and the VAE only.
 
-With ``ensemble`` = k > 1 (0: chosen for the release's noise, ``members``), k students
-learn the labels so, each from its own initialisation and minibatches, and the student is a
-fresh one trained on their mean predicted distribution over the whole pool (ensemble distillation: the members' errors
-on noisy labels differ, their mean is steadier than any one of them). With
+With ``ensemble`` = k > 1 (0: chosen for the release's noise, ``members``), k students learn
+the labels so, each from its own initialisation and minibatches, and the student is a fresh one
+trained on their mean predicted distribution over the whole pool (ensemble distillation: the
+members' errors on noisy labels differ, their mean is steadier than any one of them). With
 ``self_training`` = R, R fresh students follow, each trained the same way on the last one's
-predicted distributions over the whole pool. With ``propagation`` = k, while the labels
-cover at most ``PROPAGATION_MAX_SHARE`` of the pool, the first student learns the whole pool
-instead, each sample labelled with the likeliest class after the released labels spread to it
-by label propagation on the k-NN graph of the pool's ScatterNet features
-(``propagation.propagate``, Zhou et al. 2004; hard labels, which teach the student more than
-the propagated distributions). All are post-processing of the released labels: no epsilon."""
+predicted distributions over the whole pool. With ``propagation`` = k, while the labels cover
+at most ``PROPAGATION_MAX_SHARE`` of the pool, the first student learns the whole pool instead,
+each sample labelled with the likeliest class after the released labels spread to it by label
+propagation on the k-NN graph of the pool's ScatterNet features (``propagation.propagate``,
+Zhou et al. 2004; hard labels, which teach the student more than the propagated distributions).
+All are post-processing of the released labels: no epsilon."""
 from __future__ import annotations
 
 import dataclasses

@@ -300,7 +300,8 @@ def run(ctx: Context) -> dict:
   # how often the released label (class counts: the class asked about) is the plurality
   agreement = ("asked_class_is_plurality" if released_as == "counts"
                else "noisy_label_agreement_with_plurality")
-  rounds = np.array_split(votes, config.queries.refits + 1)  # query_checks.round_sizes; a diagnostic
+  # query_checks.round_sizes' rounds; a diagnostic
+  rounds = np.array_split(votes, config.queries.refits + 1)
   return {
       "refits": config.queries.refits,
       "top_vote_share_by_round": [float(v.max(-1).mean() / config.num_teachers)
