@@ -19,6 +19,7 @@ from dgd_jax.models.vit import ViT
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import backbone as backbone_plan
 from dgd_jax.plan import dpsgd as dpsgd_plan
+from dgd_jax.plan import queries as query_plan
 from dgd_jax.runner import pipeline
 from dgd_jax.stages import teachers as teachers_stage
 from dgd_jax.runtime.errors import ConfigError, WorkdirConflictError
@@ -262,7 +263,8 @@ def test_the_cifar10_vit_preset_runs_every_stage_on_mock_cifar10(tmp_path):
     config = dgd_config.get_config("cifar10,cpu,vit,smoke")
     config.data_dir = str(tmp_path / "tfds")
     report = pipeline.run(config, str(tmp_path / "run"))
-  assert report["stages"]["teachers"]["num_teachers"] == 25  # 2,000 images: N // 80
+  # 2,000 images at eps 10: more than N // 80's 25, for the budget (query_plan)
+  assert report["stages"]["teachers"]["num_teachers"] == query_plan.num_teachers_for(2000, 10.0)
   assert set(report["stages"]) >= {"baseline", "teachers", "generator", "queries", "student"}
   assert 0 <= report["test_accuracy"] <= 1 and report["epsilon"] <= 10.0
   assert "Public backbone: the teachers start from ViT-mu/8" in report["covers"]["covered"]

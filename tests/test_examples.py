@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import dgd_jax
+from dgd_jax.plan import queries as query_plan
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = {  # script -> tiny arguments
@@ -62,6 +63,8 @@ def test_example_runs(name, tmp_path):
     assert accuracy > 30.0, run.stdout
   if name == "dgd_from_python.py":  # one step each: the run and its report, not an accuracy
     assert re.search(r"epsilon 10\.000 .*\(pld\)", run.stdout), run.stdout
-    assert re.search(r"\(18 teachers;", run.stdout), run.stdout  # N // 80 of 1,500
+    # the count planned for 1,500 images at eps 10 (query_plan.num_teachers_for), not N // 80
+    expected = query_plan.num_teachers_for(1500, 10.0)
+    assert expected == 50 and f"({expected} teachers;" in run.stdout, run.stdout
     config = json.loads((tmp_path / "own_model_smoke" / "run" / "config.json").read_text())
     assert config["model"]["module"] == "__main__:MyCNN"
