@@ -132,7 +132,7 @@ def test_a_head_trains_on_features_computed_once_as_on_the_images(checkpoint):
   y = jnp.asarray(rng.integers(0, 3, 12), jnp.int32)
   feats = backbone.features(model, x, batch=5)  # 5 + 5 + 2, the last padded
   np.testing.assert_allclose(feats, backbone.features(model, x, batch=16), rtol=1e-5, atol=1e-5)
-  assert feats.shape == (12, artefacts.teacher_input_shape(model, SHAPE)[0])
+  assert feats.shape == (12, artefacts.feature_programs(model, SHAPE)[1][0])
   states = [train.create_train_state(model, optax.adam(1e-1), jax.random.key(0), SHAPE)] * 2
   for i in range(3):
     states = [train.train_step(s, jax.random.key(i), jnp.asarray(inputs), y, 4)[0]

@@ -153,17 +153,13 @@ def teacher_programs(config, data, rows: list[np.ndarray], member_update=None
   state = jax.tree.map(lambda s: abstract(s, sharding=on_mesh),
                        jax.eval_shape(init, abstract_key()))
   shards, local = ensemble.Partitions.stack(rows).localize(mesh.size)
-  x_shape = teacher_input_shape(model, data.image_shape)
+  features, x_shape = feature_programs(model, data.image_shape)
   examples = (abstract(shards.shape + x_shape, jnp.float32, on_mesh),
               abstract(shards.shape, data.y_train.dtype, on_mesh),
               abstract(local.indices, sharding=on_mesh), abstract(local.sizes, sharding=on_mesh))
   step = ensemble.make_train_step(mesh, cfg.batch_size, plan.chunk, member_update)
   predict = ensemble.make_predict_fn(mesh, model.apply, plan.chunk)
   queries = abstract((ensemble.QUERY_CHUNK,) + data.image_shape, data.x_train.dtype)
-  features = {}
-  if backbone_model.head_only(model):  # the frozen backbone on one batch, before training
-    batch = abstract((backbone_model.FEATURE_BATCH,) + data.image_shape, jnp.float32)
-    features = {"features": Program(backbone_model.feature_program(model), (batch,))}
   return {
       "init": Program(init, (abstract_key(),)),
       **features,
@@ -174,13 +170,16 @@ def teacher_programs(config, data, rows: list[np.ndarray], member_update=None
   }
 
 
-def teacher_input_shape(model: nn.Module, image_shape: tuple) -> tuple:
-  """The shape of one training input of the teachers: the frozen backbone's feature vector
-  for head-only teachers (``teacher_inputs``), else the image's."""
+def feature_programs(model: nn.Module, image_shape: tuple) -> tuple[dict, tuple]:
+  """What ``model`` trains on before it trains: for a head-only backbone
+  (``models.backbone.head_only``) its features' program on one batch of images and the shape
+  of one feature vector, the head's input; else no program and the image's shape."""
   if not backbone_model.head_only(model):
-    return tuple(image_shape)
-  x = abstract((1,) + tuple(image_shape), jnp.float32)
-  return tuple(jax.eval_shape(backbone_model.feature_program(model), x).shape[1:])
+    return {}, tuple(image_shape)
+  program = backbone_model.feature_program(model)
+  batch = abstract((backbone_model.FEATURE_BATCH,) + tuple(image_shape), jnp.float32)
+  return ({"features": Program(program, (batch,))},
+          tuple(jax.eval_shape(program, batch).shape[1:]))
 
 
 def teacher_inputs(model: nn.Module, images: np.ndarray) -> np.ndarray:

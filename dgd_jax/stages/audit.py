@@ -78,42 +78,34 @@ def programs(config, data, planned: tuple[str, ...]) -> dict[str, Program]:
   have = requires(planned)
   batch = abstract((train.EVAL_BATCH,) + shape)
   one = jnp.zeros((1,) + shape)
-  out = {}
   models = {name: artefacts.classifier(config, k, name) for name in ("baseline", "student")
             if name in have}
   if "teachers" in have:
     models["teacher"] = artefacts.teacher_model(config, k)
-  for name, model in models.items():
-    params = jax.eval_shape(model.init, jax.random.key(0), one)
-    out[f"{name}_scores"] = Program(model.apply, (params, batch))
+  params = {name: jax.eval_shape(m.init, jax.random.key(0), one) for name, m in models.items()}
+  out = {f"{name}_scores": Program(m.apply, (params[name], batch))
+         for name, m in models.items()}
   if "dpsgd" in have:  # on what its model reads (dpsgd_plan.inputs), of one image here
     model = dpsgd_plan.model_of(config, k)
     x = dpsgd_plan.inputs(config, model, np.zeros((1,) + shape, np.float32))
     init = backbone.init_shape(model, x.shape[1:], shape)
-    params = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1,) + init))
-    out["dpsgd_scores"] = Program(model.apply, (params, abstract((train.EVAL_BATCH,)
-                                                                 + x.shape[1:])))
-  latent = prior_of(config, have) == "generator"
-  starts = abstract((k, a.inversion_batch) + ((config.get("generator", {}).get("latent_dim"),)
-                                              if latent else shape))
-  if latent:
+    p = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1,) + init))
+    out["dpsgd_scores"] = Program(model.apply, (p, abstract((train.EVAL_BATCH,) + x.shape[1:])))
+  # the generator prior decodes latents with the generator stage's variables, else pixels
+  if prior_of(config, have) == "generator":
     generator = artefacts.dgd_generator(config, shape)
     variables = artefacts.generator_shape(generator, config.generator.latent_dim)
+    decoder = lambda v: lambda z: generator.apply(v, z, train=True, mutable=["batch_stats"])[0]
+    start = (config.generator.latent_dim,)
+  else:
+    variables, decoder, start = None, lambda v: None, shape
+  starts = abstract((k, a.inversion_batch) + tuple(start))
   for name in ("baseline", "student"):
-    if name not in models:
-      continue
-    model = models[name]
-    params = jax.eval_shape(model.init, jax.random.key(0), one)
-    if latent:
-      fn = lambda p, v, t, z, model=model: attacks.inversion_program(
-          model.apply, a.inversion_steps,
-          lambda x: generator.apply(v, x, train=True, mutable=["batch_stats"])[0])(p, t, z)
-      args = (params, variables, abstract((k,), "int32"), starts)
-    else:
-      fn = lambda p, t, u, model=model: attacks.inversion_program(
-          model.apply, a.inversion_steps)(p, t, u)
-      args = (params, abstract((k,), "int32"), starts)
-    out[f"{name}_inversion"] = Program(fn, args)
+    if name in models:
+      fn = lambda p, v, t, z, m=models[name]: attacks.inversion_program(
+          m.apply, a.inversion_steps, decoder(v))(p, t, z)
+      out[f"{name}_inversion"] = Program(fn, (params[name], variables,
+                                              abstract((k,), "int32"), starts))
   return out
 
 

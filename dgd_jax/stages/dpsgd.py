@@ -14,6 +14,7 @@ from flax.training import train_state
 
 from dgd_jax import privacy
 from dgd_jax.models import backbone, dpsgd as dpsgd_models, scattering
+from dgd_jax.plan import artefacts
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan.context import NOISE_KEY, Context, Program, abstract
 from dgd_jax.training import dpsgd
@@ -41,11 +42,10 @@ def programs(config, data) -> dict[str, Program]:
     out["scattering"] = Program(scatter, (abstract((scattering.CHUNK,) + data.image_shape),))
     one = jax.eval_shape(scatter, abstract((1,) + data.image_shape))
     x = abstract((len(data.x_train),) + one.shape[1:])
-  if backbone.head_only(model):  # the frozen backbone's program on one batch of images
-    features = backbone.feature_program(model)
-    batch = abstract((backbone.FEATURE_BATCH,) + data.image_shape, jnp.float32)
-    out["features"] = Program(features, (batch,))
-    x = abstract((len(data.x_train),) + jax.eval_shape(features, batch).shape[1:])
+  features, x_shape = artefacts.feature_programs(model, data.image_shape)
+  if features:  # a head-only backbone: its features' program, and the head on them
+    out.update(features)
+    x = abstract((len(data.x_train),) + x_shape)
   init = backbone.init_shape(model, x.shape[1:], data.image_shape)
   state = jax.eval_shape(lambda: _state(config, model, init, jax.random.key(0)))
   out["dpsgd_step"] = Program(*dpsgd.step_program(state, model, x, abstract(data.y_train),
