@@ -264,14 +264,14 @@ def test_confident_gnmax_charges_every_query_in_the_guarantees(runs):
 
 @pytest.mark.integration
 def test_smooth_sensitivity_release_of_the_quick_start_votes(runs):
-  """tensorflow/privacy's smooth_sensitivity_table.py on the same votes gives 1.546 -> 1.816
-  +- 0.179 (its expected cost, classic conversion): the release, converted as it converts, lands
-  in that range; ours converts as the headline does (improved), which is smaller."""
+  """The release and PATE 2018's vote-chosen diagnostic on the quick start's votes, threshold
+  bits drawn from a secret key (their cost against tensorflow/privacy's is checked over fixed
+  draws in test_smooth_sensitivity.py); ours converts as the headline does (improved), which is
+  smaller than the classic conversion."""
   out = ok_json(runs["quickstart_ss"])
   d = out["smooth_sensitivity"]["diagnostic"]  # PATE 2018's analysis: vote-chosen parameters
   assert d["queries"] == 300 and d["charged"] == "answered" and not d["dp_release"]
   classic = d["rdp"] + math.log(1e5) / (d["order"] - 1) + d["gnss_rdp"]  # Mironov Prop. 3
-  assert 1.816 - 0.179 <= classic <= 1.816 + 0.179
   assert d["epsilon"] < classic
   for s in (d, out["smooth_sensitivity"]):
     assert s["epsilon"] == pytest.approx(s["epsilon_before"] + s["gnss_rdp"])
