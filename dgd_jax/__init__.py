@@ -18,6 +18,8 @@ the command-line tools start without it):
   dgd, pate, dpdfd  a whole method on your arrays and your module: a ``Result`` holding the
                   released model's parameters, the model and the report
   run             a whole method from a config, in a workdir
+  open_run        a finished run, read-only (``Run``: its config, data, teachers, baseline,
+                  pool, VAE, and the student stage's fit, for research on a run)
   read_idx        the four IDX files of a folder as uint8 arrays (e.g. Fashion-MNIST)
   Answers, Teachers, images, labels: the answers' and the ensemble's types and the array
                   checks the functions use
@@ -29,10 +31,10 @@ from dgd_jax.runtime import host
 
 host.keep_freed_memory()  # before XLA allocates: faster CPU steps (host.py)
 
-__all__ = ["Answers", "Result", "Teachers", "dgd", "dpdfd", "dpsgd_noise_for", "epsilon",
-           "images", "labels", "noise_for", "noisy_labels", "pate", "plan_queries", "privacy",
-           "read_idx", "run", "smooth_sensitivity_epsilon", "teacher_votes", "train_dpsgd",
-           "train_teachers"]
+__all__ = ["Answers", "Result", "Run", "Teachers", "dgd", "dpdfd", "dpsgd_noise_for", "epsilon",
+           "images", "labels", "noise_for", "noisy_labels", "open_run", "pate", "plan_queries",
+           "privacy", "read_idx", "run", "smooth_sensitivity_epsilon", "teacher_votes",
+           "train_dpsgd", "train_teachers"]
 
 
 def __getattr__(name: str):

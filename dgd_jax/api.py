@@ -26,7 +26,7 @@ import numbers
 import os
 import tempfile
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
@@ -77,12 +77,13 @@ def labels(y: Any, num_images: int, num_classes: int | None = None, name: str = 
 @dataclasses.dataclass(frozen=True)
 class Teachers:
   """An ensemble of ``num_teachers`` copies of ``model``, member i trained on the disjoint shard
-  ``shards[i]`` (indices into the training arrays). ``params`` is the stacked pytree [n, ...]."""
+  ``shards[i]`` (indices into the training arrays: an [n, m] array, or a run's list of n
+  index arrays). ``params`` is the stacked pytree [n, ...]."""
 
   model: nn.Module
   params: Any
   num_classes: int
-  shards: np.ndarray  # [n, m]
+  shards: Any  # [n, m], or n index arrays
   chunk: int  # teachers per vmapped chunk, from the memory plan
   predict: Callable = dataclasses.field(repr=False)  # (params, x) -> labels [n, Q], jitted once
 
@@ -523,3 +524,101 @@ def run(config, workdir: str) -> dict:
   finished stages; returns report.json's contents (accuracy, epsilon per accountant, what it
   covers and does not)."""
   return pipeline.run(config, workdir)
+
+
+class Run:
+  """A finished run, read-only (``open_run``): its config, its private data and its
+  artefacts, for research on a run without rerunning it (experiments/). Everything it loads
+  is PRIVATE (the teachers, the baseline, the votes); nothing is written to the workdir."""
+
+  def __init__(self, workdir: str, stage: str = "student"):
+    self._ctx = pipeline.open_run(workdir, stage)
+    self._teachers = None
+
+  @property
+  def config(self):
+    """The config the run recorded (its config.json): a copy, free to change for a probe."""
+    return self._ctx.config
+
+  @property
+  def data(self):
+    """The run's private data: x_train, y_train, x_test, y_test, num_classes, image_shape."""
+    return self._ctx.dataset
+
+  def teachers(self) -> Teachers:
+    """The teachers stage's ensemble (loaded once), usable with ``teacher_votes``."""
+    from dgd_jax.data import config_shards  # pylint: disable=g-import-not-at-top
+    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
+    if self._teachers is None:
+      config, data = self.config, self.data
+      params, predict, chunk = artefacts.load_teachers(self._ctx)
+      self._teachers = Teachers(artefacts.teacher_model(config, data.num_classes), params,
+                                data.num_classes,
+                                config_shards(config, data.x_train, data.y_train), chunk,
+                                predict)
+    return self._teachers
+
+  def votes(self, x: np.ndarray) -> np.ndarray:
+    """The teachers' vote histograms [Q, K] on images as the run holds them (its data, pool
+    or synthetic set: floats in [-1, 1]; ``teacher_votes`` takes pixels). PRIVATE."""
+    t = self.teachers()
+    return ensemble.vote_histograms(t.predict, t.params, np.asarray(x, np.float32),
+                                    t.num_classes)
+
+  def classifier(self, stage: str, lowering: str = "im2col") -> tuple[nn.Module, Any]:
+    """A finished classifier stage's (model, params): 'baseline' or 'student' (the released
+    one). ``lowering='conv'`` gives lax.conv, as DeepInversion differentiates it."""
+    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
+    return artefacts.load_classifier(self._ctx, stage, lowering)
+
+  def new_classifier(self, width: float | None = None) -> nn.Module:
+    """A fresh classifier of the run's model (the paper classifier at ``width``, or the
+    config's own module)."""
+    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
+    model = artefacts.classifier(self.config, self.data.num_classes)
+    return model if width is None else model.clone(width=width)
+
+  def dpdfd_generator(self) -> nn.Module:
+    """A fresh DPDFD generator as the run's config builds Algorithm 1's."""
+    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
+    return artefacts.dpdfd_generator(self.config, self.data.image_shape)
+
+  def synthetic(self) -> np.ndarray:
+    """The generator stage's synthetic set."""
+    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
+    return artefacts.load_synthetic(self._ctx)
+
+  def pool(self) -> np.ndarray:
+    """The student's unlabelled pool's images (never its labels)."""
+    from dgd_jax.plan import pool  # pylint: disable=g-import-not-at-top
+    return pool.load(self._ctx)
+
+  def pool_classes(self, size: int) -> np.ndarray:
+    """[size] the class each of ``size`` DeepInversion samples was synthesised for."""
+    from dgd_jax.plan import pool  # pylint: disable=g-import-not-at-top
+    return pool.classes(self.config, size, self.data.num_classes)
+
+  def vae(self) -> tuple[nn.Module | None, Any]:
+    """The VAE stage's (model, params), or (None, None) where the student does not use it."""
+    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
+    from dgd_jax.training import student  # pylint: disable=g-import-not-at-top
+    if not student.uses_vae(self.config.student):
+      return None, None
+    return artefacts.load_vae(self._ctx, self.data.image_shape)
+
+  def train_student(self, x_s: np.ndarray, targets: np.ndarray, x_u: np.ndarray, name: str,
+                    folder: str, brier: bool = False, key: str = "student"
+                    ) -> tuple[nn.Module, list]:
+    """The student stage's fit under ``config`` (as changed) on labelled (x_s, targets) and
+    unlabelled x_u, checkpoints under ``folder``: (model, each round's params; the last is
+    the student). ``brier``: targets are vote shares, learnt with the Brier score."""
+    from dgd_jax.plan import student_fit  # pylint: disable=g-import-not-at-top
+    model, rounds, _ = student_fit.train_student(self._ctx, self.vae(), x_s, targets, x_u, name,
+                                                 folder, brier=brier, key=key)
+    return model, rounds
+
+
+def open_run(workdir: str, stage: str = "student") -> Run:
+  """The finished run in ``workdir`` read at its ``stage`` (the stages it needs are
+  finished), read-only. Refused if the workdir is not a run or was made by another config."""
+  return Run(workdir, stage)

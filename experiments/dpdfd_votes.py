@@ -13,7 +13,7 @@ Feeds: RESULTS.md, "DPDFD" (why Algorithm 1's ensemble stays near chance at eps 
 
 A development diagnostic, not a release: it reads the teachers without noise and prints
 nothing a run publishes. For the real test images, the ``synthetic.npy`` files given,
-freshly initialised DPDFD generators (``artefacts.dpdfd_generator``, seeds 0 and 1) and
+freshly initialised DPDFD generators (``Run.dpdfd_generator``, seeds 0 and 1) and
 uniform noise, it prints the teachers' mean top vote share, the mean margin between the top two
 classes and the histogram of plurality classes.
 
@@ -22,17 +22,13 @@ classes and the histogram of plurality classes.
 """
 from __future__ import annotations
 
-from absl import app, flags
+from absl import app, flags, logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dgd_jax.plan import artefacts
-from dgd_jax.runner import pipeline
-from dgd_jax.runtime import progress
-from dgd_jax.runtime.files import load_array
+import dgd_jax
 from dgd_jax.synthesis import generative
-from dgd_jax.training import ensemble
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished run with a teachers stage (e.g. "
                                "dgd_jax/configs/dpdfd.py:<dataset>,ensemble).")
@@ -42,14 +38,13 @@ NUM = 5000  # images per source
 
 
 def main(argv):
-  progress.setup_cli_logging()
-  ctx = pipeline.open_run(_WORKDIR.value, "teachers")
-  config, data = ctx.config, ctx.dataset
-  params, predict, _ = artefacts.load_teachers(ctx)
+  logging.set_verbosity(logging.INFO)
+  run = dgd_jax.open_run(_WORKDIR.value, "teachers")
+  config, data = run.config, run.data
   n, k = config.num_teachers, data.num_classes
 
   def report(name: str, x: np.ndarray) -> np.ndarray:
-    votes = ensemble.vote_histograms(predict, params, x[:NUM], k)
+    votes = run.votes(x[:NUM])
     top = np.sort(votes, 1)[:, ::-1]
     print(f"{name}: top vote share {top[:, 0].mean() / n:.3f}, top-minus-second "
           f"{(top[:, 0] - top[:, 1]).mean():.1f} votes, plurality classes "
@@ -59,10 +54,10 @@ def main(argv):
   votes = report("real test images", data.x_test)
   print(f"  plurality accuracy {np.mean(votes.argmax(1) == data.y_test[:NUM]):.4f}")
   for file in argv[1:]:
-    report(file, load_array(file))
+    report(file, np.load(file))
   if "dpdfd" in config:  # Algorithm 1's generator as a DPDFD run starts it
     d = config.dpdfd
-    model = artefacts.dpdfd_generator(config, data.image_shape)
+    model = run.dpdfd_generator()
     for seed in (0, 1):
       variables = model.init(jax.random.key(seed), jnp.zeros((2, d.latent_dim)), train=False)
       x = generative.generate(model.apply, variables, jax.random.key(10 + seed), NUM,

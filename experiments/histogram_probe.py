@@ -31,7 +31,7 @@ Feeds: RESULTS.md, DGD, "Label propagation, self-training, the noisy histogram",
 A development diagnostic, not a release: it reads the teachers' votes without noise and prints
 nothing a run publishes. For each plan 'eps:Q[:sigma]' (sigma omitted: the least that fits eps
 with Q queries under `rdp`, delta 1e-5) it draws Q of the run's pool samples and the noise
-(seed ``--seed``), trains the run's student (``student_fit.train_student``, with
+(seed ``--seed``), trains the run's student (``Run.train_student``, with
 ``--self_training`` rounds after it) on targets made from h~, and prints the real test
 accuracy of each round:
 
@@ -44,7 +44,7 @@ accuracy of each round:
   clean:   the noiseless vote shares n / sum n (no privacy: the ceiling)
   baseline: the non-private baseline's softmax on the samples (no privacy, and not the
            teachers': what the pool itself can teach a student, a leak kept to this probe)
-  own_class: the one count n_c of the class c each sample was inverted for (``pool.classes``),
+  own_class: the one count n_c of the class c each sample was inverted for (``Run.pool_classes``),
            plus N(0, sigma^2 / 2): L2 sensitivity 1 instead of sqrt 2, so the same epsilon as
            h~ at sigma; the targets are the student stage's (``class_count_targets``)
 
@@ -59,17 +59,13 @@ import os
 import tempfile
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 import jax
 import numpy as np
 
+import dgd_jax
 from dgd_jax import privacy
 from dgd_jax.labelling import propagation
-from dgd_jax.plan import artefacts
-from dgd_jax.plan import pool
-from dgd_jax.plan import student_fit
-from dgd_jax.runner import pipeline
-from dgd_jax.runtime import progress
 from dgd_jax.training import ensemble
 from dgd_jax.training import student
 from dgd_jax.training import train
@@ -120,41 +116,41 @@ def shrink(t: np.ndarray, p: np.ndarray, s: float) -> tuple[np.ndarray, np.ndarr
   return p + w * (t - p), w
 
 
-def crossfit(ctx, vae, x_s: np.ndarray, t: np.ndarray, x_u: np.ndarray, folds: int,
+def crossfit(run, x_s: np.ndarray, t: np.ndarray, x_u: np.ndarray, folds: int,
              folder: str, name: str) -> np.ndarray:
   """[Q, K] each labelled sample's prediction by a student that did not learn its target:
   ``folds`` students, each trained on the other folds' (x, t) with the student stage's fit."""
   fold = np.random.default_rng([_SEED.value, 2]).permutation(len(x_s)) % folds
   p = np.zeros_like(t)
-  steps = ctx.config.student.num_steps  # the fold students' schedule, restored after them
-  ctx.config.student.num_steps = _FOLD_STEPS.value or steps
+  steps = run.config.student.num_steps  # the fold students' schedule, restored after them
+  run.config.student.num_steps = _FOLD_STEPS.value or steps
   try:
     for f in range(folds):
       out = fold == f
-      model, rounds, _ = student_fit.train_student(
-          ctx, vae, x_s[~out], t[~out], x_u, f"{name}_fold{f}",
+      model, rounds = run.train_student(
+          x_s[~out], t[~out], x_u, f"{name}_fold{f}",
           os.path.join(folder, f"{name}_fold{f}"), brier=_LOSS.value == "brier",
           key=f"crossfit{f}")
       p[out] = np.asarray(jax.nn.softmax(train.logits(model.apply, rounds[-1], x_s[out])))
   finally:
-    ctx.config.student.num_steps = steps
+    run.config.student.num_steps = steps
   return p
 
 
-def soft_votes(ctx, teachers, chunk: int, x: np.ndarray, temperature: float) -> np.ndarray:
+def soft_votes(teachers: dgd_jax.Teachers, x: np.ndarray, temperature: float) -> np.ndarray:
   """[Q, K] sums over the teachers of softmax(logits / T) on x, the teachers mapped in the
   stage's chunks (``ensemble.lift``) and the queries ``ensemble.QUERY_CHUNK`` at a time
   (``ensemble.in_chunks``), as the votes are."""
-  model = artefacts.teacher_model(ctx.config, ctx.dataset.num_classes)
+  model = teachers.model
   fn = jax.jit(lambda p, xb: ensemble.lift(
-      lambda q: jax.nn.softmax(model.apply(q, xb) / temperature), chunk)(p).sum(0))
-  return ensemble.in_chunks(lambda xb: fn(teachers, xb), x, ensemble.QUERY_CHUNK,
+      lambda q: jax.nn.softmax(model.apply(q, xb) / temperature), teachers.chunk)(p).sum(0))
+  return ensemble.in_chunks(lambda xb: fn(teachers.params, xb), x, ensemble.QUERY_CHUNK,
                             axis=0).astype(np.float64)
 
 
-def baseline_softmax(ctx, x: np.ndarray) -> np.ndarray:
+def baseline_softmax(run: dgd_jax.Run, x: np.ndarray) -> np.ndarray:
   """[Q, K] the baseline's softmax on x (PRIVATE: the baseline saw every private image)."""
-  model, params = artefacts.load_classifier(ctx, "baseline")
+  model, params = run.classifier("baseline")
   return np.asarray(jax.nn.softmax(train.logits(model.apply, params, x)), np.float64)
 
 
@@ -193,28 +189,25 @@ def targets(kind: str, noisy: np.ndarray, votes: np.ndarray, sigma: float,
 
 def main(argv):
   del argv
-  progress.setup_cli_logging()
+  logging.set_verbosity(logging.INFO)
   if _CROSSFIT.value > 1 and _TARGETS.value != ["raw"]:  # shrink knows raw shares' noise only
     raise app.UsageError("--crossfit shrinks the raw shares h~ / n: pass --targets=raw.")
   if _CROSSFIT.value > 1 and _PROPAGATION.value:  # propagated targets carry no known noise
     raise app.UsageError("--crossfit shrinks the queried samples' own shares: drop "
                          "--propagation.")
-  ctx = pipeline.open_run(_WORKDIR.value, "student")
-  config, data = ctx.config, ctx.dataset
+  run = dgd_jax.open_run(_WORKDIR.value, "student")
+  config, data = run.config, run.data
   config.student.self_training = _SELF.value
   for item in _STUDENT.value:
     field, value = item.split("=")
     config.student[field] = type(config.student[field])(value)
-  x = np.concatenate([pool.load(ctx)] + [
-      pool.load(pipeline.open_run(w, "student")) for w in _POOLS.value])
-  classes = (pool.classes(config, len(x), data.num_classes)  # own_class: what each counts
+  x = np.concatenate([run.pool()] + [dgd_jax.open_run(w).pool() for w in _POOLS.value])
+  classes = (run.pool_classes(len(x))  # own_class: what each counts
              if "own_class" in _TARGETS.value else None)
-  teachers, predict, chunk = artefacts.load_teachers(ctx)
-  votes_all = (soft_votes(ctx, teachers, chunk, x, _VOTES.value) if _VOTES.value  # PRIVATE
-               else ensemble.vote_histograms(predict, teachers, x, data.num_classes))
-  soft_all = baseline_softmax(ctx, x) if "baseline" in _TARGETS.value else None
-  vae = (artefacts.load_vae(ctx, x.shape[1:]) if student.uses_vae(config.student)
-         else (None, None))
+  teachers = run.teachers()
+  votes_all = (soft_votes(teachers, x, _VOTES.value) if _VOTES.value  # PRIVATE
+               else run.votes(x))
+  soft_all = baseline_softmax(run, x) if "baseline" in _TARGETS.value else None
   folder = tempfile.mkdtemp()
 
   for plan in _PLANS.value.split(";"):
@@ -247,7 +240,7 @@ def main(argv):
           p = np.maximum(p, 0) / np.maximum(np.maximum(p, 0).sum(1, keepdims=True), 1e-12)
         t = (p if _OWN.value == "propagated" else np.concatenate([t, p[q:]])).astype(np.float32)
       if _CROSSFIT.value > 1:
-        p = crossfit(ctx, vae, x_s, t, rest, _CROSSFIT.value, folder, name)
+        p = crossfit(run, x_s, t, rest, _CROSSFIT.value, folder, name)
         clean = targets("clean", noisy, votes, sigma, None, None, None)
 
         def mse(y):  # squared error to the noiseless vote shares, per sample
@@ -259,9 +252,8 @@ def main(argv):
         t, w = shrink(t, p, sigma / votes[0].sum())
         t = t.astype(np.float32)
         print(f"  shrunk: w {np.round(w, 3)}, MSE {mse(t):.4f} (raw {raw:.4f})", flush=True)
-      model, rounds, _ = student_fit.train_student(
-          ctx, vae, x_s, t, rest, name, os.path.join(folder, name),
-          brier=_LOSS.value == "brier")
+      model, rounds = run.train_student(x_s, t, rest, name, os.path.join(folder, name),
+                                        brier=_LOSS.value == "brier")
       accuracies = [train.accuracy(model.apply, p, data.x_test, data.y_test) for p in rounds]
       print(f"  {kind:6s} " + " -> ".join(f"{a:.2%}" for a in accuracies)
             + f"  ({time.time() - t0:.0f} s)", flush=True)

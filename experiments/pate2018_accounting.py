@@ -27,7 +27,7 @@ import json
 import numpy as np
 
 from dgd_jax import privacy
-from dgd_jax.plan import queries as query_plan
+import dgd_jax
 from dgd_jax.privacy import renyi_filter, smooth_sensitivity
 
 
@@ -81,7 +81,8 @@ def main() -> None:
     run = privacy.FilteredQueries(s2, len(passed), eps, delta, order, t, s1).run_filter(passed)
     ss_n, ss = ss_prefix(votes, passed, t, s1, s2, eps, delta)
     gnmax = min(privacy.max_queries(privacy.GNMaxQueries(s2, 1), eps, delta, "rdp"), len(votes))
-    auto, _ = query_plan.choose(n_teachers, n_classes, eps, delta, 0.5, len(votes))
+    auto = dgd_jax.plan_queries(n_teachers, n_classes, eps, delta=delta, max_queries=len(votes),
+                                 accountant="rdp")
     for name, asked, answered_mask, sigma, note in [
         ("confident_gnmax plan (rdp, every query charged)", plan, passed[:plan], s2, {}),
         ("confident_gnmax under the Renyi filter", run.asked, run.answered, s2,

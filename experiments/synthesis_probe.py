@@ -28,15 +28,12 @@ import os
 import tempfile
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 import jax
 import numpy as np
 
-from dgd_jax.plan import artefacts
-from dgd_jax.runner import pipeline
-from dgd_jax.runtime import progress
+import dgd_jax
 from dgd_jax.synthesis import generative
-from dgd_jax.training import ensemble
 from dgd_jax.training import train
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished DGD run.")
@@ -49,14 +46,13 @@ STUDENT = train.FitConfig(num_steps=500, batch_size=128, learning_rate=1e-3)
 
 
 def main(argv):
-  progress.setup_cli_logging()
-  ctx = pipeline.open_run(_WORKDIR.value, "generator")
-  config, data = ctx.config, ctx.dataset
+  logging.set_verbosity(logging.INFO)
+  run = dgd_jax.open_run(_WORKDIR.value, "generator")
+  config, data = run.config, run.data
   # lax.conv, as the generator stage's DeepInversion (models/classifier.py)
-  baseline, baseline_params = artefacts.load_classifier(ctx, "baseline", lowering="conv")
-  teachers, predict, _ = artefacts.load_teachers(ctx)
+  baseline, baseline_params = run.classifier("baseline", lowering="conv")
   targets = generative.layer_statistics(baseline.apply, baseline_params, data.x_train)
-  model = artefacts.classifier(config, data.num_classes).clone(width=0.5)
+  model = run.new_classifier(width=0.5)
   folder, sources = tempfile.mkdtemp(), itertools.count()
 
   def real_accuracy(x, y, name):  # a width-0.5 classifier on (x, y), on the real test set
@@ -67,7 +63,7 @@ def main(argv):
 
   def report(name, x):
     named = train.predict(baseline.apply, baseline_params, x).astype(np.int32)
-    votes = ensemble.vote_histograms(predict, teachers, x, data.num_classes)
+    votes = run.votes(x)
     plurality = votes.argmax(1).astype(np.int32)
     tag = f"source_{next(sources)}"  # its students' checkpoint folders
     print(json.dumps(dict(
@@ -77,7 +73,7 @@ def main(argv):
         real_baseline_labels=real_accuracy(x, named, f"{tag}_baseline"),
         real_plurality_labels=real_accuracy(x, plurality, f"{tag}_plurality"))), flush=True)
 
-  report("the run's synthetic set", artefacts.load_synthetic(ctx)[:NUM])
+  report("the run's synthetic set", run.synthetic()[:NUM])
   for point in argv[1:]:
     p = {**INVERSION, **json.loads(point)}
     priors = generative.Priors(w_stats=p["w_stats"], w_tv=p["w_tv"], jitter=p["jitter"],
