@@ -38,10 +38,13 @@ from dgd_jax import privacy
 from dgd_jax.data import idx
 from dgd_jax.data.loaders import (check_labels, check_layout, check_pixels, content_fingerprint,
                                   to_float)
-from dgd_jax.data.partitions import partition_indices
+from dgd_jax.data.partitions import config_shards, partition_indices
 from dgd_jax.labelling import aggregation
 from dgd_jax.models import adapter
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import pool as pool_plan
 from dgd_jax.plan import queries as query_plan
+from dgd_jax.plan import student_fit
 from dgd_jax.privacy import checks
 from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.privacy.releases import build_release
@@ -52,6 +55,7 @@ from dgd_jax.training import ensemble
 from dgd_jax.training import memory_plan
 from dgd_jax.training import placement
 from dgd_jax.training import train
+from dgd_jax.training.student import uses_vae
 
 
 def images(x: Any, name: str = "x") -> np.ndarray:
@@ -476,7 +480,6 @@ def _method(name: str, model, x, y, x_test, y_test, epsilon: float, delta: float
     params = method.released_model(ctx)
     released, k = ctx.config, ctx.dataset.num_classes
   if model is None:
-    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
     model = artefacts.classifier(released, k, method.headline_stage if name != "dpdfd"
                                  else None)
   else:
@@ -547,8 +550,6 @@ class Run:
 
   def teachers(self) -> Teachers:
     """The teachers stage's ensemble (loaded once), usable with ``teacher_votes``."""
-    from dgd_jax.data import config_shards  # pylint: disable=g-import-not-at-top
-    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
     if self._teachers is None:
       config, data = self.config, self.data
       params, predict, chunk = artefacts.load_teachers(self._ctx)
@@ -568,41 +569,33 @@ class Run:
   def classifier(self, stage: str, lowering: str = "im2col") -> tuple[nn.Module, Any]:
     """A finished classifier stage's (model, params): 'baseline' or 'student' (the released
     one). ``lowering='conv'`` gives lax.conv, as DeepInversion differentiates it."""
-    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
     return artefacts.load_classifier(self._ctx, stage, lowering)
 
   def new_classifier(self, width: float | None = None) -> nn.Module:
     """A fresh classifier of the run's model (the paper classifier at ``width``, or the
     config's own module)."""
-    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
     model = artefacts.classifier(self.config, self.data.num_classes)
     return model if width is None else model.clone(width=width)
 
   def dpdfd_generator(self) -> nn.Module:
     """A fresh DPDFD generator as the run's config builds Algorithm 1's."""
-    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
     return artefacts.dpdfd_generator(self.config, self.data.image_shape)
 
   def synthetic(self) -> np.ndarray:
     """The generator stage's synthetic set."""
-    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
     return artefacts.load_synthetic(self._ctx)
 
   def pool(self) -> np.ndarray:
     """The student's unlabelled pool's images (never its labels)."""
-    from dgd_jax.plan import pool  # pylint: disable=g-import-not-at-top
-    return pool.load(self._ctx)
+    return pool_plan.load(self._ctx)
 
   def pool_classes(self, size: int) -> np.ndarray:
     """[size] the class each of ``size`` DeepInversion samples was synthesised for."""
-    from dgd_jax.plan import pool  # pylint: disable=g-import-not-at-top
-    return pool.classes(self.config, size, self.data.num_classes)
+    return pool_plan.classes(self.config, size, self.data.num_classes)
 
   def vae(self) -> tuple[nn.Module | None, Any]:
     """The VAE stage's (model, params), or (None, None) where the student does not use it."""
-    from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
-    from dgd_jax.training import student  # pylint: disable=g-import-not-at-top
-    if not student.uses_vae(self.config.student):
+    if not uses_vae(self.config.student):
       return None, None
     return artefacts.load_vae(self._ctx, self.data.image_shape)
 
@@ -612,7 +605,6 @@ class Run:
     """The student stage's fit under ``config`` (as changed) on labelled (x_s, targets) and
     unlabelled x_u, checkpoints under ``folder``: (model, each round's params; the last is
     the student). ``brier``: targets are vote shares, learnt with the Brier score."""
-    from dgd_jax.plan import student_fit  # pylint: disable=g-import-not-at-top
     model, rounds, _ = student_fit.train_student(self._ctx, self.vae(), x_s, targets, x_u, name,
                                                  folder, brier=brier, key=key)
     return model, rounds
