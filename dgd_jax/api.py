@@ -537,6 +537,7 @@ class Run:
   def __init__(self, workdir: str, stage: str = "student"):
     self._ctx = pipeline.open_run(workdir, stage)
     self._teachers = None
+    self._vae = None
 
   @property
   def config(self):
@@ -594,10 +595,13 @@ class Run:
     return pool_plan.classes(self.config, size, self.data.num_classes)
 
   def vae(self) -> tuple[nn.Module | None, Any]:
-    """The VAE stage's (model, params), or (None, None) where the student does not use it."""
+    """The VAE stage's (model, params) (loaded once), or (None, None) where the student does
+    not use it."""
     if not uses_vae(self.config.student):
       return None, None
-    return artefacts.load_vae(self._ctx, self.data.image_shape)
+    if self._vae is None:
+      self._vae = artefacts.load_vae(self._ctx, self.data.image_shape)
+    return self._vae
 
   def train_student(self, x_s: np.ndarray, targets: np.ndarray, x_u: np.ndarray, name: str,
                     folder: str, brier: bool = False, key: str = "student"

@@ -26,8 +26,8 @@ import json
 
 import numpy as np
 
-from dgd_jax import privacy
 import dgd_jax
+from dgd_jax import privacy
 from dgd_jax.privacy import renyi_filter, smooth_sensitivity
 
 
