@@ -143,21 +143,16 @@ def head_only(module: nn.Module) -> bool:
 FEATURE_BATCH = 256  # images per call of ``features``' program
 
 
-_FEATURE_PROGRAMS: dict = {}
-
-
+@functools.cache
 def feature_program(module: "Pretrained"):
   """The jitted program from a batch of images to the frozen backbone's pooled features (the
-  head's inputs; the head's values do not enter them), one per module: the training set's
-  and the test set's features share its compilation."""
-  cache_key = repr(module)
-  if cache_key not in _FEATURE_PROGRAMS:
-    def run(x):
-      shapes = jax.eval_shape(module.init, jax.random.key(0), x[:1])
-      zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-      return module.apply(zeros, x, with_features=True)[1]
-    _FEATURE_PROGRAMS[cache_key] = jax.jit(run)
-  return _FEATURE_PROGRAMS[cache_key]
+  head's inputs; the head's values do not enter them), one per module (modules are equal by
+  their fields): the training set's and the test set's features share its compilation."""
+  def run(x):
+    shapes = jax.eval_shape(module.init, jax.random.key(0), x[:1])
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    return module.apply(zeros, x, with_features=True)[1]
+  return jax.jit(run)
 
 
 def features(module: "Pretrained", images: np.ndarray, batch: int = FEATURE_BATCH
