@@ -573,8 +573,9 @@ class Run:
     return artefacts.load_classifier(self._ctx, stage, lowering)
 
   def new_classifier(self, width: float | None = None) -> nn.Module:
-    """A fresh classifier of the run's model (the paper classifier at ``width``, or the
-    config's own module)."""
+    """A fresh classifier as the run builds its baseline: the paper classifier (at ``width``
+    where given), the config's own module or its backbone (``width`` given: a paper
+    classifier's only)."""
     model = artefacts.classifier(self.config, self.data.num_classes)
     return model if width is None else model.clone(width=width)
 

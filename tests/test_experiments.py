@@ -117,6 +117,8 @@ def test_every_experiment_answers_help():
 @pytest.mark.slow
 @pytest.mark.integration
 def test_open_run_reads_a_finished_run_and_writes_nothing(finished_dgd):
+  """``pipeline.open_run``'s Context, and the public ``dgd_jax.open_run`` over it: what the
+  research scripts read, each once; nothing in the workdir changes."""
   _, workdir, _ = finished_dgd
   before = mtimes(workdir)
   ctx = pipeline.open_run(workdir, "student")
@@ -128,6 +130,22 @@ def test_open_run_reads_a_finished_run_and_writes_nothing(finished_dgd):
   assert len(queries["indices"]) == ctx.config.queries.num_queries
   assert len(ctx.dataset.x_test) > 0
   ctx.log({"loss": 1.0})  # read-only: dropped
+  run = dgd_jax.open_run(workdir)
+  config, data = run.config, run.data
+  teachers = run.teachers()
+  assert run.teachers() is teachers and teachers.num_teachers == config.num_teachers
+  pool = run.pool()
+  votes = run.votes(pool[:5])
+  assert votes.shape == (5, data.num_classes) and (votes.sum(1) == config.num_teachers).all()
+  np.testing.assert_array_equal(run.votes(data.x_test[:5]), dgd_jax.teacher_votes(
+      teachers, np.round((data.x_test[:5] + 1.0) * 127.5)))  # pixels, as the API takes them
+  for stage in ("baseline", "student"):
+    model, params = run.classifier(stage)
+    assert model.apply(params, data.x_test[:2]).shape == (2, data.num_classes)
+  assert run.new_classifier(width=0.5).width == 0.5
+  np.testing.assert_array_equal(run.synthetic()[:len(pool)], pool)  # a synthetic pool
+  vae, _ = run.vae()
+  assert vae is None or hasattr(vae, "apply")
   after = mtimes(workdir)
   assert after == before
 
@@ -169,29 +187,3 @@ def test_histogram_probe_shrinks_noisy_targets_towards_held_out_fold_predictions
   mse, raw = shrunk.split("MSE ")[1].split(" (raw ")
   assert float(mse) < float(raw.rstrip(")")), shrunk
   assert "  raw " in out, out
-
-
-@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
-@pytest.mark.slow
-@pytest.mark.integration
-def test_the_public_run_reads_every_artefact_and_writes_nothing(finished_dgd):
-  """``dgd_jax.open_run``: what the research scripts read, each once, from a finished run."""
-  _, workdir, _ = finished_dgd
-  before = mtimes(workdir)
-  run = dgd_jax.open_run(workdir)
-  config, data = run.config, run.data
-  teachers = run.teachers()
-  assert run.teachers() is teachers and teachers.num_teachers == config.num_teachers
-  pool = run.pool()
-  votes = run.votes(pool[:5])
-  assert votes.shape == (5, data.num_classes) and (votes.sum(1) == config.num_teachers).all()
-  np.testing.assert_array_equal(run.votes(data.x_test[:5]), dgd_jax.teacher_votes(
-      teachers, np.round((data.x_test[:5] + 1.0) * 127.5)))  # pixels, as the API takes them
-  for stage in ("baseline", "student"):
-    model, params = run.classifier(stage)
-    assert model.apply(params, data.x_test[:2]).shape == (2, data.num_classes)
-  assert run.new_classifier(width=0.5).width == 0.5
-  np.testing.assert_array_equal(run.synthetic()[:len(pool)], pool)  # a synthetic pool
-  vae, _ = run.vae()
-  assert vae is None or hasattr(vae, "apply")
-  assert mtimes(workdir) == before
