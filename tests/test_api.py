@@ -16,6 +16,7 @@ import pytest
 
 import dgd_jax
 from dgd_jax import privacy
+from dgd_jax.plan import checks as plan_checks
 from dgd_jax.runtime.errors import ConfigError, DatasetError, WorkdirConflictError
 
 from conftest import make_images
@@ -254,7 +255,7 @@ def test_your_own_model_is_every_classifier_of_dgd_and_pate(npz_file, tmp_path):
   config.model.module = "user_models:UserCNN"
   assert student_stage.uses_vae(config.student)  # Eq. 6 reads the module's features
   compiled = pipeline.compile_programs(config)  # every program, within its memory plan
-  assert list(compiled) == list(methods.plan_stages(pipeline.run_config(config)))
+  assert list(compiled) == list(methods.plan_stages(plan_checks.run_config(config)))
   report = pipeline.run(config, str(tmp_path / "dgd"))
   assert report["stages"]["baseline"]["test_accuracy"] > 0.3  # chance 0.1
   assert report["stages"]["generator"]["num_synthetic"] == 96

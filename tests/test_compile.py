@@ -25,6 +25,7 @@ import pytest
 
 from dgd_jax.configs import common
 from dgd_jax.data import idx
+from dgd_jax.plan import checks as plan_checks
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.training import memory_plan
@@ -82,7 +83,7 @@ def test_the_quick_start_runs_one_call_of_every_program_at_its_shapes():
   config = importlib.import_module(f"dgd_jax.configs.{module}").get_config(arg)
   programs = pipeline.stage_programs(config)
   assert list(programs) == list(preset_stages(module, arg))
-  assert pipeline.run_config(config).num_teachers == 250
+  assert plan_checks.run_config(config).num_teachers == 250
   for stage, named in programs.items():
     assert named, stage
     for name, program in named.items():
@@ -140,7 +141,7 @@ def test_every_cpu_preset_plans_and_compiles_for_its_data(size, tmp_path):
   path = write_mock_data(tmp_path, size)
   for module, arg in CPU_PRESETS:
     config = importlib.import_module(f"dgd_jax.configs.{module}").get_config(f"npz:{path},{arg}")
-    run = pipeline.run_config(config)
+    run = plan_checks.run_config(config)
     assert list(pipeline.compile_programs(config)) == list(preset_stages(module, arg)), arg
     check_counts_for_the_data(run, size)
 
@@ -153,7 +154,7 @@ def test_tiny_runs_compile_every_planned_program_and_write_nothing(make, npz_fil
   config = getattr(tiny_configs, make)(npz_file)
   logged = []
   compiled = pipeline.compile_programs(config, log=lambda *a: logged.append(a[:2]))
-  assert list(compiled) == list(methods.plan_stages(pipeline.run_config(config)))
+  assert list(compiled) == list(methods.plan_stages(plan_checks.run_config(config)))
   assert logged == [(s, p) for s, programs in compiled.items() for p in programs]
   assert all(compiled.values()) and all(v["temp"] >= 0 for ps in compiled.values()
                                         for v in ps.values())

@@ -362,7 +362,7 @@ def test_least_confident_rounds_are_refused_with_released_histograms():
   before anything trains, with the selections that work."""
   from dgd_jax.runtime.errors import ConfigError
   config = dgd_config.get_config("fashion_mnist,cpu")
-  config.num_teachers = 250  # as pipeline.run_config resolves it for 60,000 images
+  config.num_teachers = 250  # as plan.checks.run_config resolves it for 60,000 images
   config.queries.update(selection="least_confident", first_round=2000)
   with pytest.raises(ConfigError, match="'random' or 'representative'"):
     query_checks.check(config)
@@ -421,7 +421,7 @@ def test_released_histograms_become_vote_shares():
 
 def test_more_histograms_than_synthetic_samples_are_refused_before_training():
   config = dgd_config.get_config("fashion_mnist,cpu")
-  config.num_teachers = 250  # as pipeline.run_config resolves it for 60,000 images
+  config.num_teachers = 250  # as plan.checks.run_config resolves it for 60,000 images
   query_checks.check(config)  # 4,000 of the 8,000 samples
   config.generator.num_synthetic = 2000
   with pytest.raises(ConfigError, match="num_queries=4000 exceeds the 2000 synthetic samples"):

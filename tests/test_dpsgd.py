@@ -352,7 +352,7 @@ def test_presets_keep_their_sampling_rate_and_epochs_on_any_size(size, model, ba
 def test_a_schedule_that_cannot_be_derived_or_used_is_refused():
   config = dpsgd_config_file.get_config("fashion_mnist,eps3")
   config.private_size = 8000
-  with pytest.raises(ConfigError, match="pipeline.run_config"):
+  with pytest.raises(ConfigError, match="plan.checks.run_config"):
     dpsgd_plan.check(config)  # unresolved
   bad = config.copy_and_resolve_references()
   bad.dpsgd.sampling_rate = 0.0
@@ -379,8 +379,9 @@ def test_the_preset_plans_on_1500_images_of_a_users_own(tmp_path):
   x_test, y_test = make_images(rng, 100)
   path = tmp_path / "mine.npz"
   np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-  config, stages = pipeline.checked_plan(dpsgd_config_file.get_config(f"npz:{path},eps3"))
-  assert tuple(stages) == ("dpsgd",)
+  plan = pipeline.checked_plan(dpsgd_config_file.get_config(f"npz:{path},eps3"))
+  config = plan.config
+  assert plan.stages == ("dpsgd",)
   assert (config.dpsgd.batch_size, config.dpsgd.num_steps) == (205, 293)
   noise = dpsgd_plan.noise_multiplier(config)
   epsilon = privacy.epsilon_of(dpsgd_plan.release(config, noise), 1e-5, "pld")

@@ -21,6 +21,7 @@ from dgd_jax.configs import dpsgd as dpsgd_config
 from dgd_jax.configs import ldp as ldp_config
 from dgd_jax.configs import teacher_sweep as teacher_sweep_config
 from dgd_jax.configs import teachers as teachers_config
+from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan.context import Context, Method, StageSpec
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
@@ -289,7 +290,7 @@ def test_accounting_only_sweep_works_for_every_method(npz_file, tmp_path):
     accountant = "rdp" if accountant in privacy.DATA_DEPENDENT_ONLY else accountant
     for row, delta in zip(rows, deltas):
       # the config a run at this point uses ('auto' plans for its delta)
-      point = pipeline.run_config(common.with_overrides(config, {"privacy.delta": delta}))
+      point = plan_checks.run_config(common.with_overrides(config, {"privacy.delta": delta}))
       relations = m.neighbours(point)
       ledgers = {r: privacy.PrivacyLedger(m.releases(point, r)) for r in relations}
       by_relation = {r: ledger.epsilon(delta, accountant, data_dependent=False).epsilon

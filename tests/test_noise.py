@@ -14,6 +14,7 @@ import pytest
 from scipy import stats
 
 import tiny_configs
+from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan.workdir import Stage, Workdir
 from dgd_jax.privacy import checks, noise
 from dgd_jax.privacy.noise import NoiseSource
@@ -166,7 +167,7 @@ def test_a_large_delta_is_refused_before_anything_runs_or_warned(npz_file, tmp_p
     pipeline.run(config, str(tmp_path / "w"))
   assert not (tmp_path / "w").exists()
   config.privacy.allow_large_delta = True
-  assert "1/N = 1/512" in pipeline.large_delta(config, 512)
+  assert "1/N = 1/512" in plan_checks.large_delta(config, 512)
 
 
 def test_a_draw_is_bound_to_its_stage_slice(tmp_path):

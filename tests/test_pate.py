@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from dgd_jax import privacy
+from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan.artefacts import QUERIES, VOTES
 from dgd_jax.plan.context import Context
 from dgd_jax.plan.workdir import Workdir
@@ -91,9 +92,9 @@ def test_the_public_pool_is_nine_tenths_of_the_test_split_unless_set(npz_file):
   from dgd_jax.configs import pate as pate_config  # pylint: disable=g-import-not-at-top
   config = pate_config.get_config(f"npz:{npz_file},cpu")
   assert config.pool.size == 0
-  assert pipeline.run_config(config).pool.size == 115  # int(0.9 x 128 test images)
+  assert plan_checks.run_config(config).pool.size == 115  # int(0.9 x 128 test images)
   config.pool.size = 100
-  assert pipeline.run_config(config).pool.size == 100
+  assert plan_checks.run_config(config).pool.size == 100
 
 
 @pytest.mark.integration
@@ -145,4 +146,4 @@ def test_a_confident_threshold_above_the_ensemble_is_refused_with_the_fix(npz_fi
     pipeline.run(config, str(tmp_path / "p"))
   assert not (tmp_path / "p").exists()
   config.queries.update(threshold=3.0, sigma1=2.0)
-  query_checks.check(pipeline.run_config(config))  # within the ensemble: accepted
+  query_checks.check(plan_checks.run_config(config))  # within the ensemble: accepted

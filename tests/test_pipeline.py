@@ -16,6 +16,7 @@ import pytest
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.data import load_private
 from dgd_jax.plan import artefacts
+from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan import dgd as dgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan import student_fit
@@ -30,6 +31,7 @@ from dgd_jax.training import ensemble
 from dgd_jax.training import student
 from dgd_jax.training import train
 
+import presets
 import tiny_configs
 from report_checks import assert_noiseless_named
 
@@ -55,6 +57,33 @@ def test_get_config_presets():
   assert baseline_config.get_config("svhn_cropped").model.hidden == (384, 192)
   with pytest.raises(ConfigError, match="the dataset is the first token only"):
     baseline_config.get_config("mnist,fashion_mnist")
+
+
+@pytest.mark.parametrize("module,arg", presets.CPU_PRESETS + [
+    ("dgd", "cpu,eps3"), ("pate", "cpu,plus"), ("dgd", "cpu,smoke")],
+    ids=lambda v: str(v))
+def test_the_stages_and_their_keys_are_fixed_before_the_config_is_resolved(
+    module, arg, npz_file):
+  """``checked_plan`` chooses the stages, their config keys and the noisy stages on the
+  config as given, then resolves its values (``plan.checks.run_config``): every preset's
+  plan is the same on the resolved config, with the optional audit too."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  try:
+    config = importlib.import_module(f"dgd_jax.configs.{module}").get_config(
+        f"npz:{npz_file},{arg}")
+  except ConfigError:  # a token this config file does not have
+    pytest.skip(f"{module} has no preset {arg}")
+  resolved = plan_checks.run_config(config)
+  for stages in (None, methods.plan_stages(config) + ("audit",)):
+    names = methods.plan_stages(config, stages)
+    assert names == methods.plan_stages(resolved, stages)
+    for name in names:
+      assert methods.config_keys(name, config) == methods.config_keys(name, resolved), name
+      assert methods.draws_noise(name, config) == methods.draws_noise(name, resolved), name
+  plan = pipeline.checked_plan(config)
+  assert plan.config.to_dict() == resolved.to_dict() and plan.stages == methods.plan_stages(
+      resolved)
+  assert plan.keys == {n: methods.config_keys(n, resolved) for n in plan.stages}
 
 
 @pytest.mark.integration

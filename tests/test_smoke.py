@@ -29,6 +29,7 @@ import pytest
 from dgd_jax.cli.audit import audit_run
 from dgd_jax.configs import common
 from dgd_jax.data import idx
+from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan.workdir import config_slice
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
@@ -151,7 +152,7 @@ def shared_stages(tmp_path_factory):
 def link_shared_stages(config, workdir, shared) -> None:
   """Links each planned stage's folder in ``workdir`` to the shared folder of its config
   slice, so that a stage another preset already ran with the same slice is reused."""
-  config = pipeline.run_config(config)
+  config = plan_checks.run_config(config)
   workdir.mkdir()
   for name in methods.plan_stages(config):
     part = config_slice(config, methods.config_keys(name, config))
@@ -207,12 +208,12 @@ def test_every_cpu_preset_runs_on_data_of_its_size(module, arg, size, mock_data,
   shapes: tests/test_compile.py)."""
   full = importlib.import_module(f"dgd_jax.configs.{module}").get_config(
       f"npz:{mock_data[size]},{arg}")
-  check_counts_for_the_data(pipeline.run_config(full), size)  # what the smoke run cuts
+  check_counts_for_the_data(plan_checks.run_config(full), size)  # what the smoke run cuts
   config = smoke_config(module, f"npz:{mock_data[size]},{arg}")
   report = pipeline.run(config, str(tmp_path / "run"))
   accuracy = report["test_accuracy"]
   assert accuracy is None and module == "teachers" or 0.0 <= accuracy <= 1.0, accuracy
-  for name in methods.plan_stages(pipeline.run_config(config)):
+  for name in methods.plan_stages(plan_checks.run_config(config)):
     assert os.path.exists(tmp_path / "run" / name / "result.json"), name
   if methods.method(config).privacy_stage:  # within the budget, where the preset sets one
     assert (math.isfinite(report["privacy"]["epsilon"]) and

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan.workdir import config_slice
 from dgd_jax.runner import methods
-from dgd_jax.runner import pipeline
 from dgd_jax.runner import sweep
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.runtime.files import write_json
@@ -197,7 +197,7 @@ def test_reuse_links_a_finished_stage_written_before_a_neutral_field_was_added(n
                                                                                tmp_path):
   """--reuse finds a finished teachers stage whose stage.json predates teachers.mixup when the
   sweep asks for mixup 0 (what that stage did), and not when it asks for mixup."""
-  config = pipeline.run_config(tiny_configs.dgd(npz_file))
+  config = plan_checks.run_config(tiny_configs.dgd(npz_file))
   old = tmp_path / "old" / "teachers"
   old.mkdir(parents=True)
   part = config_slice(config, methods.config_keys("teachers", config))

@@ -8,6 +8,7 @@ import pytest
 
 import tiny_configs
 from dgd_jax.configs import dgd as dgd_config_file
+from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan.workdir import config_slice
 from dgd_jax.runner import methods
@@ -35,12 +36,12 @@ def test_the_dgd_presets_choose_and_full_fashion_mnist_keeps_the_papers_250():
   config = dgd_config_file.get_config("fashion_mnist,cpu")
   with config.unlocked():
     config.private_size = 8000
-  assert pipeline.run_config(config).num_teachers == 100
+  assert plan_checks.run_config(config).num_teachers == 100
 
 
 @pytest.mark.integration
 def test_a_chosen_count_has_the_fingerprints_of_the_same_count_set_by_hand(npz_file):
-  chosen = pipeline.run_config(_auto(npz_file))
+  chosen = plan_checks.run_config(_auto(npz_file))
   by_hand = tiny_configs.dgd(npz_file)
   by_hand.num_teachers = 10  # 512 examples: N // 80 = 6, raised to MIN_TEACHERS
   assert chosen.num_teachers == 10
@@ -48,7 +49,7 @@ def test_a_chosen_count_has_the_fingerprints_of_the_same_count_set_by_hand(npz_f
   for stage in ("teachers", "queries", "student"):
     keys = methods.config_keys(stage, by_hand)
     assert config_slice(chosen, keys) == config_slice(by_hand, keys)
-  assert pipeline.run_config(chosen) is chosen  # idempotent
+  assert plan_checks.run_config(chosen) is chosen  # idempotent
 
 
 @pytest.mark.integration
@@ -77,9 +78,9 @@ def test_under_add_or_remove_one_the_count_needs_a_public_size(npz_file):
   config = _auto(npz_file)
   config.teachers.partition = "stable"  # claims add/remove-one, where N itself changes
   with pytest.raises(ConfigError, match="config.private_size"):
-    pipeline.run_config(config)
+    plan_checks.run_config(config)
   config.private_size = 480  # a config value, the same for every neighbour
-  assert pipeline.run_config(config).num_teachers == 10
+  assert plan_checks.run_config(config).num_teachers == 10
 
 
 @pytest.mark.parametrize("size,epsilon,expected", [
@@ -108,7 +109,7 @@ def test_the_plan_reads_only_public_quantities(tmp_path):
   for seed in (1, 2):
     config = dgd_config_file.get_config(
         f"npz:{write_npz(tmp_path, 1500, seed=seed, name=f'd{seed}.npz')},cpu")
-    run = pipeline.run_config(config)
+    run = plan_checks.run_config(config)
     plans.append((run.num_teachers, run.num_teachers_chosen, query_plan.settings(run)))
   assert plans[0] == plans[1]
   assert plans[0][0] == query_plan.num_teachers_for(1500, 10.0)

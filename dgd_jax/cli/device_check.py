@@ -42,6 +42,7 @@ import numpy as np
 from absl import app, flags
 
 from dgd_jax.cli import bench
+from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan.context import memory
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
@@ -248,7 +249,7 @@ def programs(check: Check, items, data: str, synthetic: str, dry_run: bool) -> d
       out[name] = {"skipped": "cap"}
       continue
     try:
-      cfg = pipeline.run_config(config_of(config, arg, data, synthetic, dry_run))
+      cfg = plan_checks.run_config(config_of(config, arg, data, synthetic, dry_run))
       stages = pipeline.stage_programs(cfg)
     except Exception as e:  # pylint: disable=broad-except  # recorded, the check goes on
       out[name] = {"error": f"{type(e).__name__}: {e}"[:500]}
@@ -275,7 +276,7 @@ def stage_times(check: Check, stop: float, workdir: str, config: str, arg: str, 
                 synthetic: str, dry_run: bool) -> dict:
   """Each stage of the preset run alone in a process, each under an equal share of what is
   left until ``stop``: its seconds, or where it was cut."""
-  cfg = pipeline.run_config(config_of(config, arg, data, synthetic, dry_run))
+  cfg = plan_checks.run_config(config_of(config, arg, data, synthetic, dry_run))
   spec = (importlib.import_module(f"dgd_jax.configs.{config}").__file__ + ":"
           + argument(config, arg, data, dry_run))
   names, out = list(methods.plan_stages(cfg)), {}

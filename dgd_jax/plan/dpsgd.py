@@ -35,7 +35,7 @@ def check(config) -> None:
   for name in ("num_steps", "batch_size"):
     if d[name] == 0:
       raise ConfigError(f"config.dpsgd.{name}=0 is derived from the data's size: plan the run "
-                        "with pipeline.run_config(config) first (it sets it), or set it >= 1.")
+                        "with plan.checks.run_config(config) first (it sets it), or set it >= 1.")
   for name in ("num_steps", "batch_size", "microbatch_size"):
     if d[name] < 1:
       raise ConfigError(f"config.dpsgd.{name}={d[name]}; it must be >= 1.")

@@ -85,7 +85,7 @@ def num_teachers_for(num_private: int, epsilon: float = 0.0, delta: float = 1e-5
                      accountant: str = "pld", teachers_changed: int = 1) -> int:
   """The teacher count for ``num_private`` private examples and, where ``epsilon`` > 0, the
   budget (module constants above): public quantities only. N must not differ between
-  neighbouring datasets (``pipeline.run_config``), or the count and so every shard could."""
+  neighbouring datasets (``plan.checks.run_config``), or the count and so every shard could."""
   if num_private < MIN_TEACHERS:
     raise ConfigError(f"{num_private} private examples cannot be split among "
                       f"{MIN_TEACHERS} teachers; give a larger private set.")
@@ -278,7 +278,7 @@ def _count_release(config, num_queries: int, epsilon: float, delta: float, accou
   and the histograms would carry at least ``CLASS_COUNT_NOISE_PER_VOTE`` noise per teacher."""
   if config.num_teachers < 1:
     raise ConfigError("queries.aggregator='auto_counts' chooses by the noise per teacher: "
-                      "resolve num_teachers first (pipeline.run_config) or set it.")
+                      "resolve num_teachers first (plan.checks.run_config) or set it.")
   sigma = privacy.min_noise(_counts(aggregation.HISTOGRAMS, 1.0, num_queries, teachers_changed),
                             epsilon, delta, accountant)
   noise = sigma / config.num_teachers

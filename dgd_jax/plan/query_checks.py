@@ -133,7 +133,7 @@ def too_many(config, num: int, available: str, enlarge: str) -> ConfigError:
 
 def check_pool(config, num: int, pool_size: int) -> None:
   """Refuses more queries than the pool holds (the class count the plan assumes is checked
-  before any stage runs, ``pipeline.check_data``)."""
+  before any stage runs, ``plan.checks.check_data``)."""
   if per_round(config, num) > pool_size:
     raise too_many(config, num, f"{pool_size} samples of the unlabelled pool",
                    "enlarge the pool (generator.num_synthetic or pool.size)")

@@ -8,7 +8,7 @@ run whose slice matches; a mismatching slice is refused before anything is writt
 """
 from __future__ import annotations
 
-import copy
+import dataclasses
 import functools
 import os
 import time
@@ -17,17 +17,11 @@ from typing import Callable
 import jax
 from absl import logging
 
-from dgd_jax.configs.common import smoke_schedules
 from dgd_jax.data import load_private
-from dgd_jax.data.partitions import config_teachers_changed
-from dgd_jax.plan import artefacts
 from dgd_jax.plan import backbone
-from dgd_jax.plan import dpsgd as dpsgd_plan
-from dgd_jax.plan import pool
-from dgd_jax.plan import queries as query_plan
-from dgd_jax.plan.context import Config, Context, Program, memory, private_size
+from dgd_jax.plan import checks as plan_checks
+from dgd_jax.plan.context import Config, Context, Method, Program, memory
 from dgd_jax.plan.workdir import Stage, Workdir
-from dgd_jax.privacy import checks as privacy_checks
 from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.runner import methods
 from dgd_jax.runner import release as release_lib
@@ -37,83 +31,20 @@ from dgd_jax.runtime import distributed
 from dgd_jax.runtime import tensorboard
 from dgd_jax.runtime.errors import (ConfigError, PrivacyAuditError, UserInputError,
                                     WorkdirConflictError)
-from dgd_jax.synthesis import generative
 
 
-def check_config(config: Config) -> None:
-  """Raises ConfigError naming the field and the fix for values no stage can use."""
-  methods.method(config)  # a known method
-  if config.model.module:  # importable, a flax module, for a method that takes one
-    artefacts.user_model(config, 2)
-    widths = [f"{b}.width" for b in ("teachers", "student") if config.get(b, {}).get("width")]
-    if widths:
-      logging.warning("config.model.module=%s is every classifier of the run; the paper "
-                      "classifier's widths (%s) are not used.", config.model.module,
-                      ", ".join(widths))
-  if not config.model.width > 0:
-    raise ConfigError(f"config.model.width={config.model.width}; it must be > 0.")
-  for block in ("baseline", "teachers", "vae", "student", "dpdfd", "ldp"):  # training blocks
-    if block not in config:
-      continue
-    for name in ("num_steps", "batch_size"):
-      if config[block][name] < 1:
-        raise ConfigError(f"config.{block}.{name}={config[block][name]}; it must be >= 1.")
-    if config[block].get("width", 0) < 0:  # teachers, student: 0 = the model's width
-      raise ConfigError(f"config.{block}.width={config[block].width}; it must be > 0, or 0 "
-                        "for config.model.width.")
-    if not config[block].learning_rate > 0:
-      raise ConfigError(f"config.{block}.learning_rate={config[block].learning_rate}; "
-                        "it must be > 0.")
-  if "num_teachers" in config and config.num_teachers < 0:
-    raise ConfigError(f"config.num_teachers={config.num_teachers}; it must be >= 1, or 0 "
-                      "for the count chosen for the private set's size.")
-  for block in ("teachers", "sweep"):
-    if block in config and not all(b > 0 for b in config[block].noise_scales):
-      raise ConfigError(f"config.{block}.noise_scales={config[block].noise_scales}: Laplace "
-                        "scales must be > 0 (the plurality vote is reported separately).")
-  if "generator" in config:
-    g = config.generator
-    if g.synthesis not in generative.SYNTHESES:
-      raise ConfigError(f"config.generator.synthesis={g.synthesis!r}; it must be one of "
-                        f"{generative.SYNTHESES}.")
-    if not 0 <= g.target_mix <= 0.5:
-      raise ConfigError(f"config.generator.target_mix={g.target_mix}; it must be in [0, 0.5] "
-                        "(the share of a second class in an inverted sample's target; 0: one "
-                        "class).")
-    if g.target_mix and g.synthesis != "inversion":
-      raise ConfigError(f"config.generator.target_mix={g.target_mix} mixes DeepInversion's "
-                        f"targets; generator.synthesis={g.synthesis!r} has none: set "
-                        "generator.synthesis='inversion', or target_mix=0.")
-  if "pool" in config:
-    pool.check(config)
-  if "sweep" in config and not all(n >= 1 for n in config.sweep.sizes):
-    raise ConfigError(f"config.sweep.sizes={config.sweep.sizes}: teacher counts must be >= 1.")
-
-
-def run_config(config: Config) -> Config:
-  """The config a run uses: DP-SGD's batch and steps derived from the data's size where 0
-  (``dpsgd_plan.with_schedule``), a public pool's size 0 replaced by its share of the test
-  split (``pool.with_public_size``), ``smoke_schedules``, and ``num_teachers = 0`` replaced by
-  the count chosen for the private set's size and the budget (``query_plan.num_teachers_for``,
-  public quantities only), the reason
-  kept in ``config.num_teachers_chosen`` (no stage reads it, so fingerprints are those of the
-  count).
-  N is ``config.private_size`` when set, else the data's size: fixed under replace-one
-  neighbours; under add/remove-one it must be the public ``private_size``. Idempotent."""
-  config = smoke_schedules(pool.with_public_size(dpsgd_plan.with_schedule(config)))
-  if config.get("num_teachers", None) != 0:
-    return config
-  if not config.private_size and "add_or_remove_one" in config_teachers_changed(config):
-    # One example more or less must not change the count (and so every shard): N is public.
-    raise ConfigError("num_teachers=0 chooses the count from N, the private set's size, which "
-                      "add/remove-one neighbours change (teachers.partition='stable'): set "
-                      "config.private_size to make N public, or set config.num_teachers.")
-  size, budget = config.private_size or private_size(config), query_plan.count_budget(config)
-  config = copy.deepcopy(config)
-  with config.unlocked():
-    config.num_teachers = query_plan.num_teachers_for(size, *budget)
-    config.num_teachers_chosen = query_plan.teachers_reason(size, *budget)
-  return config
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+  """A run as ``checked_plan`` fixes it before anything is read or written: the method, its
+  config as the run uses it (``plan.checks.run_config``), the stages in order, the config keys
+  each stage's artefacts depend on, the stages that draw secret noise, and report.md's
+  warnings so far."""
+  method: Method
+  config: Config
+  stages: tuple[str, ...]
+  keys: dict[str, tuple[str, ...]]
+  noisy: frozenset[str]
+  warnings: tuple[str, ...]
 
 
 def check_multiprocess(to_run: list[str]) -> None:
@@ -128,77 +59,48 @@ def check_multiprocess(to_run: list[str]) -> None:
         "it reuses the finished teacher stages.")
 
 
-def checked_plan(config: Config, stages: tuple[str, ...] | None = None
-                 ) -> tuple[Config, list[str]]:
-  """The run's config (``run_config``) and its planned stages, after every check that needs
-  nothing trained: the config's values, each stage's precheck and the budget guard."""
-  config = run_config(config)
-  check_config(config)
+def checked_plan(config: Config, stages: tuple[str, ...] | None = None) -> RunPlan:
+  """The run's plan, after every check that needs nothing trained: the method and its stages
+  (chosen by the config's settings, never by the values ``run_config`` resolves), the
+  config's values, each stage's precheck and the budget guard."""
+  method = methods.method(config)
   names = methods.plan_stages(config, stages)
+  keys = {n: methods.config_keys(n, config) for n in names}
+  noisy = frozenset(n for n in names if methods.draws_noise(n, config))
+  config = plan_checks.run_config(config)
+  plan_checks.check_config(config)
   for name in names:  # config checks no stage can run with
     if STAGES[name].precheck:
       STAGES[name].precheck(config)
-  if methods.method(config).privacy_stage in names:  # before anything is trained or queried
+  if method.privacy_stage in names:  # before anything is trained or queried
     methods.budget_guard(config)
-  return config, names
-
-
-def check_data(config: Config, data) -> None:
-  """Refuses, before any stage runs, data the config's plan cannot serve: an automatic query
-  plan made for another class count than the labels have."""
-  if "queries" in config and config.queries.plan == "auto" and (
-      config.queries.num_classes != data.num_classes):
-    raise ConfigError(f"{config.dataset}: its labels have {data.num_classes} classes, but the "
-                      f"automatic query plan is made for config.queries.num_classes="
-                      f"{config.queries.num_classes}: set --config.queries.num_classes="
-                      f"{data.num_classes}.")
-
-
-def large_delta(config: Config, size: int) -> str | None:
-  """None, or report.md's warning for a run whose delta is at least 1/N (N = ``size``, the
-  private set's, as ``load_private`` gives it), which ``privacy.allow_large_delta`` accepts and
-  otherwise a ConfigError refuses. Only methods with a DP release are checked."""
-  if methods.method(config).privacy_stage is None:
-    return None
-  p = config.privacy
-  privacy_checks.delta_for_size(p.delta, size, allowed=p.allow_large_delta)
-  if p.delta < 1.0 / size:
-    return None
-  return (f"delta = {p.delta:g} is at least 1/N = 1/{size} (allowed by "
-          "config.privacy.allow_large_delta): such a guarantee permits publishing a private "
-          "example outright.")
-
-
-def weak_signal(config: Config) -> str | None:
-  """None, or report.md's warning where the planned ensemble's votes are too few for the
-  budget (``query_plan.weak_signal``): a run with an automatic query plan only."""
-  budget = query_plan.count_budget(config)
-  if not budget[0] or not config.get("num_teachers"):
-    return None
-  return query_plan.weak_signal(config.num_teachers, *budget, dataset=config.dataset)
+  weak = plan_checks.weak_signal(config)
+  return RunPlan(method, config, names, keys, noisy, (weak,) if weak else ())
 
 
 def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> dict:
   """Runs ``stages`` (default: the method's default stages) and every stage they need, and
   returns the report dict."""
-  config, names = checked_plan(config, stages)
+  plan = checked_plan(config, stages)
+  config = plan.config
   data = load_private(config)  # its errors come before anything is written
-  check_data(config, data)
-  warnings = [w for w in (large_delta(config, len(data.x_train)), weak_signal(config)) if w]
+  plan_checks.check_data(config, data)
+  fingerprint = data.fingerprint() + backbone.fingerprint(config)
+  large = plan.method.privacy_stage and plan_checks.large_delta(config, len(data.x_train))
+  warnings = ([large] if large else []) + list(plan.warnings)
   for w in warnings:  # said before anything trains; report.md repeats them
     logging.warning("%s", w)
   wd = Workdir(workdir, writer=distributed.is_writer())
   wd.check_format()
-  planned = _planned_stages(config, wd, names)
+  planned = _planned_stages(plan, wd)
   check_multiprocess([s.name for s in planned if not s.done()])
   with wd.lock():  # one writer per workdir
     for stage in planned:  # again: another run may have written before we took the lock
       stage.check()
       if stage.done():
         stage.result()  # a damaged result.json is refused before anything is written
-    wd.bind_data(config.dataset, data.fingerprint() + backbone.fingerprint(config))
-    begun = [s.name for s in planned
-             if methods.draws_noise(s.name, config) and os.path.exists(s.meta_path)]
+    wd.bind_data(config.dataset, fingerprint)
+    begun = [s.name for s in planned if s.name in plan.noisy and os.path.exists(s.meta_path)]
     noise = wd.noise_source(config.noise_seed, begun)
     return _run_stages(config, wd, planned, noise, warnings, data)
 
@@ -208,10 +110,10 @@ def stage_programs(config: Config, stages: tuple[str, ...] | None = None
   """Every jitted program of the run ``run(config, ...)`` would make, by planned stage (each
   stage's ``StageSpec.programs``), at the config's full shapes on the private data's shapes,
   without training, querying or writing anything."""
-  config, names = checked_plan(config, stages)
-  data = load_private(config)
-  return {name: STAGES[name].programs(config, data) if STAGES[name].programs else {}
-          for name in names}
+  plan = checked_plan(config, stages)
+  data = load_private(plan.config)
+  return {name: STAGES[name].programs(plan.config, data) if STAGES[name].programs else {}
+          for name in plan.stages}
 
 
 def compile_programs(config: Config, stages: tuple[str, ...] | None = None,
@@ -240,21 +142,28 @@ def compile_programs(config: Config, stages: tuple[str, ...] | None = None,
   return out
 
 
-def _planned_stages(config: Config, wd: Workdir, names) -> list[Stage]:
-  """The stages ``names`` in ``wd``, each refused if its folder holds another config's work."""
-  planned = [wd.stage(n, config, methods.config_keys(n, config)) for n in names]
+def _planned_stages(plan: RunPlan, wd: Workdir) -> list[Stage]:
+  """The plan's stages in ``wd``, each refused if its folder holds another config's work."""
+  planned = [wd.stage(n, plan.config, plan.keys[n]) for n in plan.stages]
   for stage in planned:  # refuse conflicts before writing anything
     stage.check()
   return planned
 
 
+def _plan_of_record(config: Config) -> RunPlan:
+  """The plan of a run resolved and checked before (a sweep point, a workdir's config.json):
+  its stages and their keys, without the checks ``checked_plan`` made then."""
+  names = methods.plan_stages(config)
+  return RunPlan(methods.method(config), config, names,
+                 {n: methods.config_keys(n, config) for n in names}, frozenset(), ())
+
+
 def check_workdir(config: Config, workdir: str) -> None:
   """WorkdirConflictError unless every stage ``run(config, workdir)`` would use is this
   config's (or not there yet). Reads stage.json files only; writes nothing."""
-  config = run_config(config)
   wd = Workdir(workdir, writer=False)
   wd.check_format()
-  _planned_stages(config, wd, methods.plan_stages(config))
+  _planned_stages(_plan_of_record(plan_checks.run_config(config)), wd)
 
 
 def open_run(workdir: str, stage: str) -> Context:
@@ -265,7 +174,7 @@ def open_run(workdir: str, stage: str) -> Context:
   Refused if the workdir is not a run or its stages were made by another config."""
   wd = Workdir(workdir, writer=False)
   config = wd.read_config()  # refused if there is none, or of another workdir format
-  planned = _planned_stages(config, wd, methods.plan_stages(config))
+  planned = _planned_stages(_plan_of_record(config), wd)
   results = {s.name: s.result() for s in planned if s.done()}
   target = next((s for s in planned if s.name == stage), None)
   if target is None:

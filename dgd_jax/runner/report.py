@@ -62,8 +62,7 @@ def _privacy(config, results: dict) -> dict:
           for relation, r in p["by_neighbours"].items()},
       # The LDP client's own (local, pure) epsilon per sample it sends, where there is one.
       "ldp_local_epsilon": stage.get("ldp_local_epsilon"),
-      "covers": {"covered": (stage.get("covered") or method.covers.format(**stage))
-                            + backbone.cost_note(config),
+      "covers": {"covered": stage.get("covered") or method.covers.format(**stage),
                  "not_covered": [method.note(config)]
                                 # the warning belongs to a data-dependent headline only;
                                 # the records' exclusions are the method note's, said once
@@ -77,7 +76,7 @@ def _privacy(config, results: dict) -> dict:
 def build(config, results: dict, noise: dict | None = None, warnings: list[str] = ()) -> dict:
   """report.json's content from the stage ``results``; ``noise``: where the run's DP noise
   came from (``NoiseSource.describe``); ``warnings``: report.md prints them under the
-  headline (e.g. ``pipeline.large_delta``)."""
+  headline (e.g. ``plan.checks.large_delta``)."""
   method = methods.method(config)
   headline = results.get(method.headline_stage, {})
   report = {
@@ -94,11 +93,11 @@ def build(config, results: dict, noise: dict | None = None, warnings: list[str] 
       **{k: stage[k] for stage in (results.get("student", {}), results.get("queries", {}))
          for k in ("student_accuracy_noiseless_labels", "noisy_label_agreement_with_plurality",
                    "label_accuracy_vs_baseline") if k in stage},
-      # The ensemble size and who chose it (pipeline.run_config).
+      # The ensemble size and who chose it (plan.checks.run_config).
       **({"num_teachers": config.num_teachers,
           "num_teachers_chosen": config.get("num_teachers_chosen")}
          if "num_teachers" in config else {}),
-      # DP-SGD's batch and steps and how they came from the data's size (pipeline.run_config).
+      # DP-SGD's batch and steps and how they came from the data's size (plan.checks.run_config).
       **({"dpsgd_schedule_chosen": config.dpsgd_schedule_chosen}
          if config.get("dpsgd_schedule_chosen") else {}),
       # where the DP noise came from: a secret key, or a public noise_seed (not private)
@@ -107,7 +106,6 @@ def build(config, results: dict, noise: dict | None = None, warnings: list[str] 
       "stage_seconds": {k: r.get("stage_seconds") for k, r in results.items()},
       "wall_seconds": sum(r.get("stage_seconds") or 0.0 for r in results.values()),
       "stages": results,
-      "config": plain(config),
       "software": host.software(),  # what produced these numbers
   }
   if method.privacy_stage in results:
@@ -128,6 +126,9 @@ def build(config, results: dict, noise: dict | None = None, warnings: list[str] 
       report["covers"]["not_covered"].append(note)
     else:
       report["privacy"]["not_covered"] = [note]
+  if "covers" in report:  # a public backbone's weights cost no epsilon
+    report["covers"]["covered"] += backbone.cost_note(config)
+  report["config"] = plain(config)
   return report
 
 
@@ -301,10 +302,9 @@ def _pictures(workdir: str, stages: dict) -> list[str]:
   return lines
 
 
-def write(workdir: str, report: dict, extra: list[str] = ()) -> None:
-  """report.json and report.md in ``workdir``; ``extra``: lines report.md adds before its
-  stage table."""
-  write_json(os.path.join(workdir, "report.json"), report)
+def markdown(workdir: str, report: dict, extra: list[str] = ()) -> str:
+  """report.md's text for ``report`` in ``workdir`` (whose pictures it links); ``extra``: lines
+  it adds before its stage table."""
   lines = [f"# dgd_jax report: {report['method']} on {report['dataset']} "
            f"({report['preset']} preset)", ""]
   if report.get("smoke"):
@@ -362,4 +362,11 @@ def write(workdir: str, report: dict, extra: list[str] = ()) -> None:
     lines += ["", "Ran with " + ", ".join(f"{k} {v}" for k, v in report["software"].items()
                                           if v is not None) + "."]
   lines += [""] + _pictures(workdir, report["stages"])
-  write_text(os.path.join(workdir, "report.md"), "\n".join(lines) + "\n")
+  return "\n".join(lines) + "\n"
+
+
+def write(workdir: str, report: dict, extra: list[str] = ()) -> None:
+  """report.json and report.md (``markdown``) in ``workdir``."""
+  text = markdown(workdir, report, extra)
+  write_json(os.path.join(workdir, "report.json"), report)
+  write_text(os.path.join(workdir, "report.md"), text)

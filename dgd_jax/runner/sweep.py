@@ -33,6 +33,7 @@ from absl import logging
 
 from dgd_jax import privacy
 from dgd_jax.configs.common import with_overrides
+from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan.workdir import NOISE_KEY_FILE, Workdir, config_slice, stored_slice
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
@@ -90,7 +91,7 @@ def grid(config: ml_collections.ConfigDict, axes: Sequence[Axis]
   out = []
   for combo in itertools.product(*[points for _, points in axes]):
     overrides = {n: v for (names, _), values in zip(axes, combo) for n, v in zip(names, values)}
-    out.append((overrides, pipeline.run_config(with_overrides(config, overrides))))
+    out.append((overrides, plan_checks.run_config(with_overrides(config, overrides))))
   return out
 
 
@@ -150,7 +151,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
     raise ConfigError("Give at least one --set=name=v1,v2 to sweep.")
   points = grid(config, axes)
   for _, c in points:  # refuse bad grid points (budget guard included) before any training
-    pipeline.check_config(c)
+    methods.method(c)  # a known method
+    plan_checks.check_config(c)
     if not accounting_only:
       methods.budget_guard(c)
   for r in reuse:  # a workdir of another format is refused before anything is linked

@@ -1,0 +1,139 @@
+"""The checks a run's config passes, and the public values it resolves, before anything is
+trained, queried or written: ``run_config`` (the values the data's size and the budget
+choose), ``check_config`` (values no stage can use), ``check_data`` (data the plan cannot
+serve), and report.md's warnings ``large_delta`` and ``weak_signal``. Each is a function of the
+config and public quantities (N, the class count), never of the private examples or labels.
+"""
+from __future__ import annotations
+
+import copy
+
+from absl import logging
+
+from dgd_jax.configs.common import smoke_schedules
+from dgd_jax.data.partitions import config_teachers_changed
+from dgd_jax.plan import artefacts
+from dgd_jax.plan import dpsgd as dpsgd_plan
+from dgd_jax.plan import pool
+from dgd_jax.plan import queries as query_plan
+from dgd_jax.plan.context import Config, private_size
+from dgd_jax.privacy import checks as privacy_checks
+from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.synthesis import generative
+
+
+def check_config(config: Config) -> None:
+  """Raises ConfigError naming the field and the fix for values no stage can use (the
+  method's name is the registry's to check: ``runner.methods.method``)."""
+  if config.model.module:  # importable, a flax module, for a method that takes one
+    artefacts.user_model(config, 2)
+    widths = [f"{b}.width" for b in ("teachers", "student") if config.get(b, {}).get("width")]
+    if widths:
+      logging.warning("config.model.module=%s is every classifier of the run; the paper "
+                      "classifier's widths (%s) are not used.", config.model.module,
+                      ", ".join(widths))
+  if not config.model.width > 0:
+    raise ConfigError(f"config.model.width={config.model.width}; it must be > 0.")
+  for block in ("baseline", "teachers", "vae", "student", "dpdfd", "ldp"):  # training blocks
+    if block not in config:
+      continue
+    for name in ("num_steps", "batch_size"):
+      if config[block][name] < 1:
+        raise ConfigError(f"config.{block}.{name}={config[block][name]}; it must be >= 1.")
+    if config[block].get("width", 0) < 0:  # teachers, student: 0 = the model's width
+      raise ConfigError(f"config.{block}.width={config[block].width}; it must be > 0, or 0 "
+                        "for config.model.width.")
+    if not config[block].learning_rate > 0:
+      raise ConfigError(f"config.{block}.learning_rate={config[block].learning_rate}; "
+                        "it must be > 0.")
+  if "num_teachers" in config and config.num_teachers < 0:
+    raise ConfigError(f"config.num_teachers={config.num_teachers}; it must be >= 1, or 0 "
+                      "for the count chosen for the private set's size.")
+  for block in ("teachers", "sweep"):
+    if block in config and not all(b > 0 for b in config[block].noise_scales):
+      raise ConfigError(f"config.{block}.noise_scales={config[block].noise_scales}: Laplace "
+                        "scales must be > 0 (the plurality vote is reported separately).")
+  if "generator" in config:
+    g = config.generator
+    if g.synthesis not in generative.SYNTHESES:
+      raise ConfigError(f"config.generator.synthesis={g.synthesis!r}; it must be one of "
+                        f"{generative.SYNTHESES}.")
+    if not 0 <= g.target_mix <= 0.5:
+      raise ConfigError(f"config.generator.target_mix={g.target_mix}; it must be in [0, 0.5] "
+                        "(the share of a second class in an inverted sample's target; 0: one "
+                        "class).")
+    if g.target_mix and g.synthesis != "inversion":
+      raise ConfigError(f"config.generator.target_mix={g.target_mix} mixes DeepInversion's "
+                        f"targets; generator.synthesis={g.synthesis!r} has none: set "
+                        "generator.synthesis='inversion', or target_mix=0.")
+  if "pool" in config:
+    pool.check(config)
+  if "sweep" in config and not all(n >= 1 for n in config.sweep.sizes):
+    raise ConfigError(f"config.sweep.sizes={config.sweep.sizes}: teacher counts must be >= 1.")
+
+
+def run_config(config: Config) -> Config:
+  """The config a run uses: a public pool's size 0 replaced by its share of the test split
+  (``pool.with_public_size``), ``num_teachers = 0`` replaced by the count chosen for the
+  private set's size and the budget (``with_teachers``), DP-SGD's batch and steps derived from
+  the data's size where 0 (``dpsgd_plan.with_schedule``), then ``smoke_schedules``.
+  Idempotent."""
+  config = pool.with_public_size(config)
+  config = with_teachers(config)
+  config = dpsgd_plan.with_schedule(config)
+  return smoke_schedules(config)
+
+
+def with_teachers(config: Config) -> Config:
+  """``config`` with ``num_teachers = 0`` replaced by the count chosen for the private set's
+  size and the budget (``query_plan.num_teachers_for``, public quantities only), the reason
+  kept in ``config.num_teachers_chosen`` (no stage reads it, so fingerprints are those of the
+  count); ``config`` itself otherwise. N is ``config.private_size`` when set, else the data's
+  size: fixed under replace-one neighbours; under add/remove-one it must be the public
+  ``private_size``."""
+  if config.get("num_teachers", None) != 0:
+    return config
+  if not config.private_size and "add_or_remove_one" in config_teachers_changed(config):
+    # One example more or less must not change the count (and so every shard): N is public.
+    raise ConfigError("num_teachers=0 chooses the count from N, the private set's size, which "
+                      "add/remove-one neighbours change (teachers.partition='stable'): set "
+                      "config.private_size to make N public, or set config.num_teachers.")
+  size, budget = config.private_size or private_size(config), query_plan.count_budget(config)
+  config = copy.deepcopy(config)
+  with config.unlocked():
+    config.num_teachers = query_plan.num_teachers_for(size, *budget)
+    config.num_teachers_chosen = query_plan.teachers_reason(size, *budget)
+  return config
+
+
+def check_data(config: Config, data) -> None:
+  """Refuses, before any stage runs, data the config's plan cannot serve: an automatic query
+  plan made for another class count than the labels have."""
+  if "queries" in config and config.queries.plan == "auto" and (
+      config.queries.num_classes != data.num_classes):
+    raise ConfigError(f"{config.dataset}: its labels have {data.num_classes} classes, but the "
+                      f"automatic query plan is made for config.queries.num_classes="
+                      f"{config.queries.num_classes}: set --config.queries.num_classes="
+                      f"{data.num_classes}.")
+
+
+def large_delta(config: Config, size: int) -> str | None:
+  """None, or report.md's warning for a run whose delta is at least 1/N (N = ``size``, the
+  private set's, as ``load_private`` gives it), which ``privacy.allow_large_delta`` accepts and
+  otherwise a ConfigError refuses: for a method with a DP release."""
+  p = config.privacy
+  privacy_checks.delta_for_size(p.delta, size, allowed=p.allow_large_delta)
+  if p.delta < 1.0 / size:
+    return None
+  return (f"delta = {p.delta:g} is at least 1/N = 1/{size} (allowed by "
+          "config.privacy.allow_large_delta): such a guarantee permits publishing a private "
+          "example outright.")
+
+
+def weak_signal(config: Config) -> str | None:
+  """None, or report.md's warning where the planned ensemble's votes are too few for the
+  budget (``query_plan.weak_signal``): a run with an automatic query plan only."""
+  budget = query_plan.count_budget(config)
+  if not budget[0] or not config.get("num_teachers"):
+    return None
+  return query_plan.weak_signal(config.num_teachers, *budget, dataset=config.dataset)
