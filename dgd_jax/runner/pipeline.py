@@ -35,7 +35,7 @@ from dgd_jax.runtime.errors import (ConfigError, PrivacyAuditError, UserInputErr
 
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
-  """A run as ``checked_plan`` fixes it before anything is read or written: the method, its
+  """A run as ``checked_plan`` fixes it before anything is trained or written: the method, its
   config as the run uses it (``plan.checks.run_config``), the stages in order, the config keys
   each stage's artefacts depend on, the stages that draw secret noise, and report.md's
   warnings so far."""
