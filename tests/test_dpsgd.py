@@ -24,6 +24,7 @@ from dgd_jax.configs import dpsgd as dpsgd_config_file
 from dgd_jax.data import load_dataset
 from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.models import scattering
+from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
@@ -459,7 +460,7 @@ def test_budget_guard(fashion_slice, tmp_path):
   config.privacy.max_epsilon = 0.0
   config.dpsgd.noise = 0.0
   with pytest.raises(ConfigError, match="max_epsilon"):
-    methods.budget_guard(config)
+    plan_checks.budget_guard(config, methods.method(config))
 
 
 def test_sampling_rate_is_stated_with_a_public_size(monkeypatch):

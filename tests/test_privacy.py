@@ -857,13 +857,14 @@ def test_each_relation_epsilon_matches_dp_accounting(queries):
   # change moves (tests/test_data.py measures k): histogram L2 sensitivity k sqrt(2).
   from dgd_jax.configs import dgd as dgd_config  # pylint: disable=g-import-not-at-top
   from dgd_jax.data import partitions  # pylint: disable=g-import-not-at-top
+  from dgd_jax.plan import checks as plan_checks  # pylint: disable=g-import-not-at-top
   from dgd_jax.runner import methods  # pylint: disable=g-import-not-at-top
   config = dgd_config.get_config("fashion_mnist,cpu,plus")
   config.queries.num_queries = queries
   config.privacy.max_epsilon = 0.0  # no budget: every plan is accounted
   for partition, covered in partitions.TEACHERS_CHANGED.items():
     config.teachers.partition = partition
-    ledgers = methods.planned_ledgers(config)
+    ledgers = plan_checks.planned_ledgers(config, methods.method(config))
     assert set(ledgers) == set(covered)
     for relation, k in covered.items():
       direct = dp_pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
@@ -874,7 +875,7 @@ def test_each_relation_epsilon_matches_dp_accounting(queries):
       assert got == pytest.approx(exact, rel=1e-9), (partition, relation)
       assert got <= direct.get_epsilon(DELTA) <= got * 1.001  # PLD is pessimistic
   # The stable partition's replace-one epsilon is the budget guard's and the headline's.
-  assert methods.budget_guard(config).epsilon == pytest.approx(
+  assert plan_checks.budget_guard(config, methods.method(config)).epsilon == pytest.approx(
       ledgers["replace_one"].epsilon(DELTA, "rdp").epsilon)
 
 

@@ -1,8 +1,9 @@
 """The checks a run's config passes, and the public values it resolves, before anything is
 trained, queried or written: ``run_config`` (the values the data's size and the budget
-choose), ``check_config`` (values no stage can use), ``check_data`` (data the plan cannot
-serve), and report.md's warnings ``large_delta`` and ``weak_signal``. Each is a function of the
-config and public quantities (N, the class count), never of the private examples or labels.
+choose), ``check_config`` (values no stage can use), ``budget_guard`` (a plan above its
+epsilon), ``check_data`` (data the plan cannot serve), and report.md's warnings
+``large_delta`` and ``weak_signal``. Each is a function of the config and public quantities
+(N, the class count), never of the private examples or labels.
 """
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import copy
 
 from absl import logging
 
+from dgd_jax import privacy
 from dgd_jax.configs.common import smoke_schedules
 from dgd_jax.data.partitions import config_teachers_changed
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan import queries as query_plan
-from dgd_jax.plan.context import Config, private_size
+from dgd_jax.plan.context import Config, Method, private_size
 from dgd_jax.privacy import checks as privacy_checks
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.synthesis import generative
@@ -137,3 +139,32 @@ def weak_signal(config: Config) -> str | None:
   if not budget[0] or not config.get("num_teachers"):
     return None
   return query_plan.weak_signal(config.num_teachers, *budget, dataset=config.dataset)
+
+
+def planned_ledgers(config: Config, method: Method) -> dict[str, privacy.PrivacyLedger]:
+  """The ledger of ``method``'s planned releases under each neighbouring relation it claims;
+  {} for a method that releases nothing under differential privacy (its note says what it
+  is)."""
+  if not method.releases:
+    return {}
+  return {r: privacy.PrivacyLedger(method.releases(config, r))
+          for r in method.neighbours(config)}
+
+
+def budget_guard(config: Config, method: Method) -> privacy.EpsilonReport | None:
+  """The largest data-independent epsilon of the planned releases, over the claimed
+  relations, under ``privacy.accountant`` (a data-dependent headline is guarded by its
+  data-independent counterpart); ConfigError when any relation's exceeds
+  ``privacy.max_epsilon`` (> 0). Runs before anything is trained."""
+  ledgers = planned_ledgers(config, method)
+  if not ledgers:
+    return None
+  p = config.privacy
+  accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
+  if p.max_epsilon > 0:
+    reports = [ledger.check_budget(p.max_epsilon, p.delta, accountant)
+               for ledger in ledgers.values()]
+  else:
+    reports = [ledger.epsilon(p.delta, accountant, data_dependent=False)
+               for ledger in ledgers.values()]
+  return max(reports, key=lambda r: r.epsilon)

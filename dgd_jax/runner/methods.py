@@ -274,32 +274,3 @@ def plan_stages(config: Config, stages: tuple[str, ...] | None = None) -> tuple[
       needed.add(name)
       todo.extend(requirements(name, config))
   return tuple(n for n in order if n in needed)
-
-
-def planned_ledgers(config: Config) -> dict[str, privacy.PrivacyLedger]:
-  """The ledger of the method's planned releases under each neighbouring relation it claims;
-  {} for a method that releases nothing under differential privacy (its note says what it
-  is)."""
-  m = method(config)
-  if not m.releases:
-    return {}
-  return {r: privacy.PrivacyLedger(m.releases(config, r)) for r in m.neighbours(config)}
-
-
-def budget_guard(config: Config) -> privacy.EpsilonReport | None:
-  """The largest data-independent epsilon of the planned releases, over the claimed
-  relations, under ``privacy.accountant`` (a data-dependent headline is guarded by its
-  data-independent counterpart); ConfigError when any relation's exceeds
-  ``privacy.max_epsilon`` (> 0). Runs before anything is trained."""
-  ledgers = planned_ledgers(config)
-  if not ledgers:
-    return None
-  p = config.privacy
-  accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
-  if p.max_epsilon > 0:
-    reports = [ledger.check_budget(p.max_epsilon, p.delta, accountant)
-               for ledger in ledgers.values()]
-  else:
-    reports = [ledger.epsilon(p.delta, accountant, data_dependent=False)
-               for ledger in ledgers.values()]
-  return max(reports, key=lambda r: r.epsilon)

@@ -73,7 +73,7 @@ def checked_plan(config: Config, stages: tuple[str, ...] | None = None) -> RunPl
     if STAGES[name].precheck:
       STAGES[name].precheck(config)
   if method.privacy_stage in names:  # before anything is trained or queried
-    methods.budget_guard(config)
+    plan_checks.budget_guard(config, method)
   weak = plan_checks.weak_signal(config)
   return RunPlan(method, config, names, keys, noisy, (weak,) if weak else ())
 

@@ -129,7 +129,7 @@ def planned_epsilons(config) -> dict[str, float | str]:
   the claimed relation with the largest one (named in ``neighbours``), and one column per
   claimed relation, ``epsilon[<relation>]``, under ``privacy.accountant``; ``{'epsilon':
   inf}`` for a method with no differential-privacy release."""
-  ledgers = methods.planned_ledgers(config)
+  ledgers = plan_checks.planned_ledgers(config, methods.method(config))
   if not ledgers:
     return {"epsilon": float("inf")}
   p = config.privacy
@@ -151,10 +151,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
     raise ConfigError("Give at least one --set=name=v1,v2 to sweep.")
   points = grid(config, axes)
   for _, c in points:  # refuse bad grid points (budget guard included) before any training
-    methods.method(c)  # a known method
+    method = methods.method(c)  # a known method
     plan_checks.check_config(c)
     if not accounting_only:
-      methods.budget_guard(c)
+      plan_checks.budget_guard(c, method)
   for r in reuse:  # a workdir of another format is refused before anything is linked
     Workdir(r, writer=False).check_format()
   workdir = os.path.abspath(workdir)

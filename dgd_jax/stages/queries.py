@@ -20,7 +20,7 @@ post-processing of earlier releases and teacher i still reads only partition i, 
 histogram keeps its sensitivity and the rounds compose adaptively: the plan's epsilon, of
 ``num_queries`` histograms at sigma, covers them all.
 
-The budget guard (``methods.budget_guard`` on ``plan/dgd.py``'s ``releases``) runs before
+The budget guard (``plan.checks.budget_guard`` on ``plan/dgd.py``'s ``releases``) runs before
 anything is trained or queried: a plan whose data-independent epsilon exceeds
 ``config.privacy.max_epsilon`` is refused.
 
