@@ -3,8 +3,8 @@
 A method is a sequence of stages (``methods.METHODS``); each stage is a pure-ish function of
 its config slice (``methods.config_keys``), the dataset, a public key derived from
 ``config.seed`` and, where it releases under DP, the run's secret noise
-(``Workdir.noise_source``). Its outputs are cached under ``<workdir>/<stage>/`` and reused by any later
-run whose slice matches; a mismatching slice is refused before anything is written.
+(``Workdir.noise_source``). Its outputs are cached under ``<workdir>/<stage>/`` and reused by
+any later run whose slice matches; a mismatching slice is refused before anything is written.
 """
 from __future__ import annotations
 

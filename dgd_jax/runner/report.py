@@ -174,8 +174,8 @@ def _audit_lines(a: dict, check: dict) -> list[str]:
     lines += [f"**AUDIT FAILED: the {name}'s empirical epsilon lower bound "
               f"{c['epsilon_lower_bound']:.3f} exceeds {c['allowed']:.3f}, {c['against']}. "
               "This is a privacy bug: do not release anything from this run.**", ""]
-  lines += ["| model | membership AUC | AUC central 95% range over splits | TPR at 1% FPR | epsilon "
-            "lower bound | splits x examples per side | inversion: correlation with own "
+  lines += ["| model | membership AUC | AUC central 95% range over splits | TPR at 1% FPR | "
+            "epsilon lower bound | splits x examples per side | inversion: correlation with own "
             "class mean | classes identified |", "|---|---|---|---|---|---|---|---|"]
   for name, m in a["membership"].items():
     inv = a["inversion"].get(name)
