@@ -2,6 +2,7 @@
 config's workdir, clear errors without tracebacks."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pathlib
@@ -67,12 +68,8 @@ def test_the_stages_and_their_keys_are_fixed_before_the_config_is_resolved(
   """``checked_plan`` chooses the stages, their config keys and the noisy stages on the
   config as given, then resolves its values (``plan.checks.run_config``): every preset's
   plan is the same on the resolved config, with the optional audit too."""
-  import importlib  # pylint: disable=g-import-not-at-top
-  try:
-    config = importlib.import_module(f"dgd_jax.configs.{module}").get_config(
-        f"npz:{npz_file},{arg}")
-  except ConfigError:  # a token this config file does not have
-    pytest.skip(f"{module} has no preset {arg}")
+  config = importlib.import_module(f"dgd_jax.configs.{module}").get_config(
+      f"npz:{npz_file},{arg}")
   resolved = plan_checks.run_config(config)
   for stages in (None, methods.plan_stages(config) + ("audit",)):
     names = methods.plan_stages(config, stages)
@@ -84,6 +81,7 @@ def test_the_stages_and_their_keys_are_fixed_before_the_config_is_resolved(
   assert plan.config.to_dict() == resolved.to_dict() and plan.stages == methods.plan_stages(
       resolved)
   assert plan.keys == {n: methods.config_keys(n, resolved) for n in plan.stages}
+  assert plan.noisy == {n for n in plan.stages if methods.draws_noise(n, resolved)}
 
 
 @pytest.mark.integration
