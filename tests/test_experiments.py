@@ -18,6 +18,7 @@ from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import WorkdirConflictError
 from dgd_jax.runtime.files import read_json
+from dgd_jax.training.student import uses_vae
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.py"))
@@ -144,8 +145,9 @@ def test_open_run_reads_a_finished_run_and_writes_nothing(finished_dgd):
     assert model.apply(params, data.x_test[:2]).shape == (2, data.num_classes)
   assert run.new_classifier(width=0.5).width == 0.5
   np.testing.assert_array_equal(run.synthetic()[:len(pool)], pool)  # a synthetic pool
-  vae, _ = run.vae()
-  assert vae is None or hasattr(vae, "apply")
+  vae, vae_params = run.vae()  # the VAE where Eq. 6 reads it, loaded once
+  assert (vae is None) == (vae_params is None) == (not uses_vae(config.student))
+  assert run.vae()[1] is vae_params
   after = mtimes(workdir)
   assert after == before
 

@@ -63,19 +63,16 @@ def checked_plan(config: Config, stages: tuple[str, ...] | None = None) -> RunPl
   """The run's plan, after every check that needs nothing trained: the method and its stages
   (chosen by the config's settings, never by the values ``run_config`` resolves), the
   config's values, each stage's precheck and the budget guard."""
-  method = methods.method(config)
-  names = methods.plan_stages(config, stages)
-  keys = {n: methods.config_keys(n, config) for n in names}
-  noisy = frozenset(n for n in names if methods.draws_noise(n, config))
+  stage_plan = _stage_plan(config, stages)
   config = plan_checks.run_config(config)
   plan_checks.check_config(config)
-  for name in names:  # config checks no stage can run with
+  for name in stage_plan.stages:  # config checks no stage can run with
     if STAGES[name].precheck:
       STAGES[name].precheck(config)
-  if method.privacy_stage in names:  # before anything is trained or queried
-    plan_checks.budget_guard(config, method)
+  if stage_plan.method.privacy_stage in stage_plan.stages:  # before anything is trained
+    plan_checks.budget_guard(config, stage_plan.method)
   weak = plan_checks.weak_signal(config)
-  return RunPlan(method, config, names, keys, noisy, (weak,) if weak else ())
+  return dataclasses.replace(stage_plan, config=config, warnings=(weak,) if weak else ())
 
 
 def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> dict:
@@ -150,12 +147,15 @@ def _planned_stages(plan: RunPlan, wd: Workdir) -> list[Stage]:
   return planned
 
 
-def _plan_of_record(config: Config) -> RunPlan:
-  """The plan of a run resolved and checked before (a sweep point, a workdir's config.json):
-  its stages and their keys, without the checks ``checked_plan`` made then."""
-  names = methods.plan_stages(config)
+def _stage_plan(config: Config, stages: tuple[str, ...] | None = None) -> RunPlan:
+  """The plan of ``config`` as it is: its method, the stages ``stages`` need in order, their
+  config keys and the stages that draw noise; no check beyond the method's and the stages'
+  names (a run resolved and checked before, a workdir's config.json, or ``checked_plan``'s
+  start)."""
+  names = methods.plan_stages(config, stages)
   return RunPlan(methods.method(config), config, names,
-                 {n: methods.config_keys(n, config) for n in names}, frozenset(), ())
+                 {n: methods.config_keys(n, config) for n in names},
+                 frozenset(n for n in names if methods.draws_noise(n, config)), ())
 
 
 def check_workdir(config: Config, workdir: str) -> None:
@@ -163,7 +163,7 @@ def check_workdir(config: Config, workdir: str) -> None:
   config's (or not there yet). Reads stage.json files only; writes nothing."""
   wd = Workdir(workdir, writer=False)
   wd.check_format()
-  _planned_stages(_plan_of_record(plan_checks.run_config(config)), wd)
+  _planned_stages(_stage_plan(plan_checks.run_config(config)), wd)
 
 
 def open_run(workdir: str, stage: str) -> Context:
@@ -174,7 +174,7 @@ def open_run(workdir: str, stage: str) -> Context:
   Refused if the workdir is not a run or its stages were made by another config."""
   wd = Workdir(workdir, writer=False)
   config = wd.read_config()  # refused if there is none, or of another workdir format
-  planned = _planned_stages(_plan_of_record(config), wd)
+  planned = _planned_stages(_stage_plan(config), wd)
   results = {s.name: s.result() for s in planned if s.done()}
   target = next((s for s in planned if s.name == stage), None)
   if target is None:
