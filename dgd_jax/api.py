@@ -42,6 +42,7 @@ from dgd_jax.data.partitions import config_shards, partition_indices
 from dgd_jax.labelling import aggregation
 from dgd_jax.models import adapter
 from dgd_jax.plan import artefacts
+from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool as pool_plan
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan import student_fit
@@ -292,7 +293,7 @@ def dpsgd_noise_for(num_examples: int, batch_size: int, epochs: float, epsilon: 
                     norm_bound: float = 1.0) -> float:
   """DP-SGD's noise multiplier for ceil(epochs N / batch_size) steps at sampling rate
   batch_size / N to fit ``epsilon`` at ``delta`` (add/remove-one), as ``train_dpsgd`` uses."""
-  steps = dpsgd.steps_for_epochs(epochs, num_examples, batch_size)
+  steps = dpsgd_plan.steps_for_epochs(epochs, num_examples, batch_size)
   plan = privacy.DpsgdSteps(1.0, int(batch_size), int(num_examples), steps, norm_bound)
   return privacy.dpsgd_noise_multiplier(plan, epsilon, delta, accountant)
 
@@ -322,7 +323,8 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
   run that is NOT a private release. A delta of 1/N or more is refused. The module runs as
   ``train_teachers`` runs it (``Result.model``: BatchNorm as a group norm, which keeps each
   example's gradient its own; dropout on, each example's mask its own)."""
-  from dgd_jax.plan.workdir import Stage, Workdir  # pylint: disable=g-import-not-at-top
+  from dgd_jax.plan.context import noise_source  # pylint: disable=g-import-not-at-top
+  from dgd_jax.runtime.workdir import Stage, Workdir  # pylint: disable=g-import-not-at-top
   x = images(x)
   init_key = jax.random.key(seed)
   model = _trainable(model)
@@ -334,7 +336,7 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
   if not (isinstance(batch_size, numbers.Integral) and 1 <= batch_size <= n):
     raise ConfigError(f"batch_size={batch_size!r} with {n} examples: the expected Poisson "
                       f"batch must be between 1 and N (e.g. batch_size={max(1, n // 100)}).")
-  steps = dpsgd.steps_for_epochs(epochs, n, batch_size)
+  steps = dpsgd_plan.steps_for_epochs(epochs, n, batch_size)
   plan = privacy.DpsgdSteps(1.0, int(batch_size), n, steps, norm_bound)
   sigma = privacy.dpsgd_noise_multiplier(plan, epsilon, delta, accountant)
   record = dataclasses.replace(plan, noise_multiplier=sigma)
@@ -354,7 +356,7 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
                                 "seed": seed, "noise_seed": noise_seed})
     begun = ["dpsgd"] if os.path.exists(stage.meta_path) else []
     stage.begin()
-    source = wd.noise_source(-1 if noise_seed is None else noise_seed, begun)
+    source = noise_source(wd, -1 if noise_seed is None else noise_seed, begun)
     state = dpsgd.train_private(state, model, x, y, record, microbatch_size, fit,
                                 source.key("dpsgd"), source.rng("dpsgd_batches"),
                                 stage.checkpoint_dir, "dpsgd", metrics.append, loss)

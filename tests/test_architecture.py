@@ -94,4 +94,4 @@ def test_the_check_finds_a_name_that_is_not_there():
   text = ("`pipeline.run` `plan/workdir.py` `runtime/workdir.py` `pipeline.no_such_thing` "
           "`Workdir.read_config` `Workdir.nothing` `test_no_such_test`")
   assert absent(text, modules()) == ["Workdir.nothing", "pipeline.no_such_thing",
-                                      "runtime/workdir.py", "test_no_such_test"]
+                                      "plan/workdir.py", "test_no_such_test"]

@@ -13,8 +13,8 @@ import pytest
 from dgd_jax.data import load_private
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.plan import artefacts
-from dgd_jax.plan.context import Context
-from dgd_jax.plan.workdir import Workdir
+from dgd_jax.plan.context import Config, Context
+from dgd_jax.runtime.workdir import Stage, Workdir
 from dgd_jax.runtime.files import read_json
 from dgd_jax.synthesis import generative
 from dgd_jax.training import ensemble
@@ -36,10 +36,10 @@ def test_finished_models_are_read_without_building_their_training_state(finished
                                                                          monkeypatch):
   _, path, _ = finished_dgd
   wd = Workdir(path, writer=False)
-  config = wd.read_config()
+  config = Config(wd.read_config())
   results = {n: read_json(os.path.join(path, n, "result.json"))
              for n in ("baseline", "teachers", "generator")}
-  ctx = Context(config, wd, wd.stage("audit", config, ()), lambda: load_private(config),
+  ctx = Context(config, wd, Stage(wd, "audit", {}), lambda: load_private(config),
                 results)
   for module, name in ((memory_plan, "estimate"), (memory_plan, "plan"),
                        (ensemble, "init_teachers"),

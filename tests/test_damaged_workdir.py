@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from dgd_jax.configs import baseline as baseline_config
-from dgd_jax.plan import workdir
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime import files
+from dgd_jax.runtime import workdir
 from dgd_jax.runtime.errors import DamagedArtefactError, WorkdirNotWritableError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

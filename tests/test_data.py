@@ -11,7 +11,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from dgd_jax.data import (DatasetError, cifar, idx, load_dataset, teacher_partitions,
-                          teacher_shards, teachers_changed)
+                          teacher_shards)
+from dgd_jax.plan.context import teachers_changed
 from dgd_jax.runtime.errors import ConfigError
 
 

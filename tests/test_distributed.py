@@ -14,7 +14,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from dgd_jax.runner import pipeline
+from dgd_jax.runner import methods
 from dgd_jax.runtime import distributed
 from dgd_jax.runtime import host
 from dgd_jax.runtime.errors import ConfigError
@@ -191,9 +191,11 @@ def test_one_process_asks_for_a_cpu_device_per_core(monkeypatch):
 
 def test_multiprocess_refuses_single_process_stages(monkeypatch):
   monkeypatch.setattr(distributed, "is_multiprocess", lambda: True)
-  pipeline.check_multiprocess(["teachers", "teacher_sweep"])
+  sharded = {n for n, spec in methods.STAGES.items() if spec.multiprocess}
+  assert sharded == {"teachers", "teacher_sweep"}  # the registry's
+  distributed.check_multiprocess(["teachers", "teacher_sweep"], sharded)
   with pytest.raises(ConfigError, match=r"\['baseline', 'student'\] run on one process"):
-    pipeline.check_multiprocess(["baseline", "teachers", "student"])
+    distributed.check_multiprocess(["baseline", "teachers", "student"], sharded)
 
 
 def dry_run(script: str, *args: str) -> subprocess.CompletedProcess:

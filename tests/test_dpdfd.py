@@ -9,8 +9,8 @@ import pytest
 
 from dgd_jax import privacy
 from dgd_jax.configs import dpdfd as dpdfd_config
-from dgd_jax.plan.context import Context
-from dgd_jax.plan.workdir import Workdir
+from dgd_jax.plan.context import Context, config_slice, noise_source
+from dgd_jax.runtime.workdir import Stage, Workdir
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError
@@ -207,10 +207,10 @@ def test_dpdfd_never_reads_private_training_data(npz_file, tmp_path):
   os.rename(npz_file, f"{npz_file}.away")  # a read of the private set from disk fails too
   try:
     wd = Workdir(str(tmp_path / "d"))
-    s = wd.stage("dpdfd", config, methods.config_keys("dpdfd", config))
+    s = Stage(wd, "dpdfd", config_slice(config, methods.config_keys("dpdfd", config)))
     s.begin()
     result = stage.run(Context(config, wd, s, TestSetOnly, baseline["stages"],
-                               wd.noise_source(config.noise_seed, [])))  # the run's key
+                               noise_source(wd, config.noise_seed, [])))  # the run's key
   finally:
     os.rename(f"{npz_file}.away", npz_file)
   assert result["num_steps"] == ordinary["num_steps"] == config.dpdfd.num_steps

@@ -232,7 +232,7 @@ def test_a_calibrated_private_baseline_is_not_reused_at_another_budget(npz_file)
   its slice (and so the generator's) changes with either, while the plain baseline's
   does not."""
   from dgd_jax.configs import dgd as dgd_config_file
-  from dgd_jax.plan.workdir import config_slice
+  from dgd_jax.plan.context import config_slice
   from dgd_jax.runtime.files import fingerprint
 
   def slices(arg, **privacy):

@@ -1,4 +1,4 @@
-"""The secret noise (privacy.noise, Workdir.noise_source): drawn from the OS, kept in the
+"""The secret noise (privacy.noise, plan.context.noise_source): drawn from the OS, kept in the
 workdir, never derivable from a published seed; reproducible only on request; hardened
 Gaussian sampling; a delta of 1/N or more refused."""
 from __future__ import annotations
@@ -15,7 +15,8 @@ from scipy import stats
 
 import tiny_configs
 from dgd_jax.plan import checks as plan_checks
-from dgd_jax.plan.workdir import Stage, Workdir
+from dgd_jax.plan.context import noise_source
+from dgd_jax.runtime.workdir import Stage, Workdir
 from dgd_jax.privacy import checks, noise
 from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.runner import pipeline
@@ -77,20 +78,20 @@ def test_lnmax_releases_only_the_argmax_of_its_laplace_noise():
 
 def test_workdir_keeps_one_owner_only_key(tmp_path):
   wd = Workdir(str(tmp_path / "w"))
-  first = wd.noise_source(-1, [])
+  first = noise_source(wd, -1, [])
   path = tmp_path / "w" / "noise.key"
   assert path.stat().st_mode & 0o777 == 0o600 and path.read_bytes() == first.secret
-  assert wd.noise_source(-1, ["queries"]) == first  # a resumed run: the same secret
-  assert Workdir(str(tmp_path / "v")).noise_source(-1, []) != first  # another run: another
-  assert wd.noise_source(4, ["queries"]) == NoiseSource.reproducible(4)
-  Workdir(str(tmp_path / "x")).noise_source(4, [])
+  assert noise_source(wd, -1, ["queries"]) == first  # a resumed run: the same secret
+  assert noise_source(Workdir(str(tmp_path / "v")), -1, []) != first  # another run: another
+  assert noise_source(wd, 4, ["queries"]) == NoiseSource.reproducible(4)
+  noise_source(Workdir(str(tmp_path / "x")), 4, [])
   assert not (tmp_path / "x" / "noise.key").exists()  # a reproducible run writes no key
   path.chmod(0o644)
   with pytest.raises(WorkdirConflictError, match="chmod 600"):
-    wd.noise_source(-1, [])
+    noise_source(wd, -1, [])
   path.unlink()
   with pytest.raises(WorkdirConflictError, match="drew noise"):
-    wd.noise_source(-1, ["queries"])  # its releases cannot be resumed with other noise
+    noise_source(wd, -1, ["queries"])  # its releases cannot be resumed with other noise
   assert not path.exists()  # nothing written by the refusal
 
 

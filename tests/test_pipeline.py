@@ -21,8 +21,8 @@ from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan import dgd as dgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan import student_fit
-from dgd_jax.plan.context import Context
-from dgd_jax.plan.workdir import Workdir
+from dgd_jax.plan.context import Config, Context, config_slice
+from dgd_jax.runtime.workdir import Stage, Workdir
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError, WorkdirConflictError
@@ -233,7 +233,7 @@ def test_teachers_width_sets_the_teachers_model_and_is_read_back(npz_file, tmp_p
   pipeline.run(config, path)
   wd = Workdir(path, writer=False)
   results = {"teachers": read_json(os.path.join(path, "teachers", "result.json"))}
-  ctx = Context(wd.read_config(), wd, wd.stage("audit", config, ()),
+  ctx = Context(Config(wd.read_config()), wd, Stage(wd, "audit", {}),
                 lambda: load_private(config), results)
   params, predict, _ = artefacts.load_teachers(ctx)
   def size(model):  # parameters of one model
@@ -413,7 +413,7 @@ def test_student_never_reads_private_training_data(finished_dgd_copy):
 
   TestSetOnly = tiny_configs.without_training_data(real)
   wd = Workdir(str(workdir))
-  stage = wd.stage("student", config, methods.config_keys("student", config))
+  stage = Stage(wd, "student", config_slice(config, methods.config_keys("student", config)))
   stage.begin()
   result = student.run(Context(config, wd, stage, TestSetOnly, {}))
   assert 0 <= result["test_accuracy"] <= 1 and result["num_labelled"] == 50

@@ -30,7 +30,7 @@ from dgd_jax.cli.audit import audit_run
 from dgd_jax.configs import common
 from dgd_jax.data import idx
 from dgd_jax.plan import checks as plan_checks
-from dgd_jax.plan.workdir import config_slice
+from dgd_jax.plan.context import config_slice
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime.files import fingerprint, plain
@@ -48,7 +48,7 @@ FASHION = "/usr/share/datasets/fashion-mnist"
 
 def smoke_config(module: str, arg: str):
   config = importlib.import_module(f"dgd_jax.configs.{module}").get_config(f"{arg},smoke")
-  return common.smoke_schedules(config)
+  return plan_checks.smoke_schedules(config)
 
 
 def _leaves(d: dict, prefix: str = "") -> dict:
@@ -68,8 +68,8 @@ def test_smoke_keeps_every_shape_and_cuts_every_schedule(module, arg, extra):
   full = importlib.import_module(f"dgd_jax.configs.{module}").get_config(arg)
   smoke = smoke_config(module, arg)
   assert not full.smoke and smoke.smoke
-  assert common.smoke_schedules(full) is full  # a full run is untouched
-  assert plain(common.smoke_schedules(smoke)) == plain(smoke)  # idempotent
+  assert plan_checks.smoke_schedules(full) is full  # a full run is untouched
+  assert plain(plan_checks.smoke_schedules(smoke)) == plain(smoke)  # idempotent
   before, after = _leaves(plain(full)), _leaves(plain(smoke))
   changed = {k for k in after if before.get(k, "<absent>") != after[k]}
   schedules = {k for k in before if k.split(".")[-1] in common.SCHEDULES}
@@ -107,7 +107,7 @@ def test_smoke_cuts_the_audit_and_leaves_its_shapes():
   config = smoke_config("dgd", "fashion_mnist")
   with config.unlocked():  # as audit_run adds the block to a finished run's config
     config.audit = common.audit_config()
-  audit = common.smoke_schedules(config).audit
+  audit = plan_checks.smoke_schedules(config).audit
   full = common.audit_config()
   assert audit.splits == common.SMOKE_AUDIT_SPLITS < full.splits
   assert audit.inversion_steps == common.SMOKE_STEPS

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from dgd_jax.plan import checks as plan_checks
-from dgd_jax.plan.workdir import config_slice
+from dgd_jax.plan.context import config_slice
 from dgd_jax.runner import methods
 from dgd_jax.runner import sweep
 from dgd_jax.runtime.errors import ConfigError

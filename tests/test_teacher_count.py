@@ -10,7 +10,7 @@ import tiny_configs
 from dgd_jax.configs import dgd as dgd_config_file
 from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan import queries as query_plan
-from dgd_jax.plan.workdir import config_slice
+from dgd_jax.plan.context import config_slice
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError

@@ -14,10 +14,11 @@ import pytest
 
 from dgd_jax import privacy
 from dgd_jax.configs import baseline as baseline_config
-from dgd_jax.plan import workdir
+from dgd_jax.plan.context import config_slice
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime import errors
 from dgd_jax.runtime import files
+from dgd_jax.runtime import workdir
 from dgd_jax.runtime.errors import WorkdirLockedError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +29,7 @@ def holder(tmp_path):
   """Another process holding the lock of ``tmp_path / 'w'`` until it is killed."""
   code = textwrap.dedent(f"""
       import sys, time
-      from dgd_jax.plan.workdir import Workdir
+      from dgd_jax.runtime.workdir import Workdir
       with Workdir({str(tmp_path / 'w')!r}).lock():
         print("locked", flush=True)
         time.sleep(300)
@@ -168,7 +169,7 @@ def test_arrays_are_saved_whole(tmp_path):
 def test_leftovers_of_a_killed_write_do_not_block_the_stage(tmp_path, npz_file):
   config = baseline_config.get_config(f"npz:{npz_file},cpu")
   wd = workdir.Workdir(str(tmp_path / "w"))
-  stage = wd.stage("baseline", config, ("seed", "model", "baseline"))
+  stage = workdir.Stage(wd, "baseline", config_slice(config, ("seed", "model", "baseline")))
   os.makedirs(stage.path)
   (tmp_path / "w" / "baseline" / ".stage.json.x1y2.tmp").write_text('{"sta')  # killed here
   stage.begin()  # not refused as a foreign folder
@@ -197,7 +198,7 @@ def test_a_workdir_of_another_format_is_refused_whole_before_anything_runs(tmp_p
   pipeline.run(config, str(path))
   recorded = json.loads((path / workdir.CONFIG).read_text())
   assert recorded["format"] == workdir.FORMAT
-  assert workdir.Workdir(str(path)).read_config().to_dict() == files.plain(config)
+  assert workdir.Workdir(str(path)).read_config() == files.plain(config)
   del recorded["format"]  # as a workdir of format 1 wrote it
   (path / workdir.CONFIG).write_text(json.dumps(recorded))
   before = sorted(p.name for p in path.iterdir())
@@ -254,9 +255,8 @@ def test_a_config_recorded_before_a_field_was_added_is_read_with_its_neutral_val
   path.mkdir()
   (path / workdir.CONFIG).write_text(json.dumps(
       {"format": workdir.FORMAT, "seed": 0, "teachers": {"num_steps": 600, "shared_init": False}}))
-  config = workdir.Workdir(str(path)).read_config()
-  assert config.to_dict() == {"seed": 0, "teachers": {"num_steps": 600, "width": 0.0,
-                                                      "mixup": 0.0}}
+  assert workdir.Workdir(str(path)).read_config() == {
+      "seed": 0, "teachers": {"num_steps": 600, "width": 0.0, "mixup": 0.0}}
 
 
 @pytest.mark.integration

@@ -15,11 +15,12 @@ import sys
 from absl import app, flags
 
 from dgd_jax.configs import common
-from dgd_jax.plan.workdir import Workdir
+from dgd_jax.plan.context import Config, config_slice
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime import progress
 from dgd_jax.runtime.errors import PrivacyAuditError, UserInputError, WorkdirConflictError
+from dgd_jax.runtime.workdir import Stage, Workdir
 from dgd_jax.stages import audit as audit_stage
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished run's workdir.")
@@ -35,17 +36,17 @@ def audit_run(workdir: str, overrides: dict) -> dict:
   """The run's config with the audit's settings, checked against what the workdir holds;
   runs the audit stage and returns the report."""
   wd = Workdir(workdir)
-  config = wd.read_config()
+  config = Config(wd.read_config())
   audit = config.audit.to_dict() if "audit" in config else common.audit_config().to_dict()
   audit.update({k: v for k, v in overrides.items() if v is not None})
   config.audit = audit
   missing = [n for n in audit_stage.requires(methods.plan_stages(config))
-             if not wd.stage(n, config, methods.config_keys(n, config)).done()]
+             if not Stage(wd, n, config_slice(config, methods.config_keys(n, config))).done()]
   if missing:
     raise WorkdirConflictError(f"{workdir}: stages {missing} are not finished; the audit "
                                "trains nothing. Finish the run with `python -m "
                                "dgd_jax.main` first.")
-  stage = wd.stage("audit", config, methods.config_keys("audit", config))
+  stage = Stage(wd, "audit", config_slice(config, methods.config_keys("audit", config)))
   try:
     stage.check()
   except WorkdirConflictError as e:

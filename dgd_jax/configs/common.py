@@ -8,7 +8,7 @@ value of one of the file's choices (a budget, a model, ...) or one of its flags.
 file states what it accepts in its ``GRAMMAR``; ``parse_arg`` refuses anything else (an
 unknown token, two values of one choice, a flag without the one it needs) with a one-line
 ``ConfigError`` naming the valid tokens and the closest match. ``smoke`` (any file, any
-preset) keeps every shape and cuts every schedule to one step (``smoke_schedules``).
+preset) keeps every shape and cuts every schedule to one step (``plan.checks.smoke_schedules``).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ SMOKE_QUERIES = 500  # label queries: one full chunk of ensemble.QUERY_CHUNK
 SMOKE_SYNTHETIC = 1000  # every unlabelled pool: the queries and as many unlabelled again
 SMOKE_AUDIT_SPLITS = 2  # membership-audit splits (teachers audited: one per split)
 # Schedule lengths the smoke modifier cuts, wherever they appear in a config; the counts it
-# cuts are above (smoke_schedules), the private set is kept.
+# cuts are above (plan.checks.smoke_schedules), the private set is kept.
 SCHEDULES = ("num_steps", "rounds", "iterations_per_round", "inversion_steps")
 # Datasets whose paper classifier has the two extra fully connected layers (DGD IV-A).
 SVHN_LIKE = ("svhn_cropped", "cifar10")
@@ -279,7 +279,8 @@ def base_config(dataset: str, preset: str, smoke: bool = False) -> ml_collection
   """Fields every method has: data source, seed, classifier architecture, logging."""
   config = ml_collections.ConfigDict()
   config.preset = preset
-  config.smoke = smoke  # a smoke run: smoke_schedules cuts every schedule when the run starts
+  # a smoke run: plan.checks.smoke_schedules cuts every schedule when the run starts
+  config.smoke = smoke
   config.dataset = dataset
   config.data_dir = ""  # TFDS data dir; "" = TFDS's default (~/tensorflow_datasets)
   config.manual_dir = ""  # IDX files of a built-in dataset; "" = the dataset's default
@@ -329,52 +330,6 @@ def with_overrides(config: ml_collections.ConfigDict, overrides
       for p in parents:
         node = node[p]
       node[leaf] = value
-  return config
-
-
-def smoke_schedules(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The config a run uses: ``config`` itself, or for a smoke run (``,smoke`` or
-  ``--config.smoke=True``) a copy with every SCHEDULES field cut to SMOKE_STEPS, the
-  generator's learning-rate decay every round, logging every step and one checkpoint (the
-  last step), the label queries cut to SMOKE_QUERIES, every synthetic set to SMOKE_SYNTHETIC,
-  the audit to SMOKE_AUDIT_SPLITS splits, the teachers' evaluation to SMOKE_TEST_SIZE images,
-  PATE's public pool to SMOKE_SYNTHETIC images too, and the test split to SMOKE_TEST_SIZE
-  examples after that pool, so that every code path runs at the preset's shapes in minutes.
-  Idempotent."""
-  if not config.get("smoke", False):
-    return config
-  config = copy.deepcopy(config)
-
-  def cut(node):
-    for name, value in node.items():
-      if isinstance(value, ml_collections.ConfigDict):
-        cut(value)
-      elif name in SCHEDULES and isinstance(value, int):
-        node[name] = min(value, SMOKE_STEPS)
-      elif name == "decay_every":
-        node[name] = 1
-
-  cut(config)
-  config.log_every, config.checkpoint_every = 1, SMOKE_STEPS
-  if "queries" in config:  # 'auto' plans choose at most this many
-    q = config.queries
-    q.num_queries = min(q.num_queries, SMOKE_QUERIES)
-    if q.get("first_round", 0) >= q.num_queries:  # least_confident: two rounds still
-      q.first_round = q.num_queries // 2
-  for block in ("generator", "dpdfd"):  # 0 = as many as the private set (60,000)
-    if block in config and "num_synthetic" in config[block]:
-      config[block].num_synthetic = min(config[block].num_synthetic or SMOKE_SYNTHETIC,
-                                        SMOKE_SYNTHETIC)
-  if "audit" in config:
-    config.audit.splits = min(config.audit.splits, SMOKE_AUDIT_SPLITS)
-  if "teachers" in config:  # 0 = the whole test split, a public pool's images included
-    config.teachers.eval_size = min(config.teachers.eval_size or SMOKE_TEST_SIZE,
-                                    SMOKE_TEST_SIZE)
-  public = "pool" in config and config.pool.source == "public"
-  if public:  # PATE's public pool, as a synthetic one (0, its share of the test split, too)
-    config.pool.size = min(config.pool.size or SMOKE_SYNTHETIC, SMOKE_SYNTHETIC)
-  with config.unlocked():  # a field only smoke configs have: other fingerprints stay as they were
-    config.test_size = SMOKE_TEST_SIZE + (config.pool.size if public else 0)
   return config
 
 

@@ -63,7 +63,7 @@ class Dataset:
     return dataclasses.replace(self, x_train=self.x_train[:size], y_train=self.y_train[:size])
 
   def with_test_size(self, size: int) -> "Dataset":
-    """At most the first ``size`` test examples (0: all); set by ``smoke_schedules``."""
+    """At most the first ``size`` test examples (0: all); set by ``plan.checks.smoke_schedules``."""
     if size == 0:
       return self
     return dataclasses.replace(self, x_test=self.x_test[:size], y_test=self.y_test[:size])

@@ -63,19 +63,6 @@ TEACHERS_CHANGED = {"shuffle": {"replace_one": 1},
                     "stable": {"replace_one": 2, "add_or_remove_one": 1}}
 
 
-def teachers_changed(partition: str) -> dict[str, int]:
-  """{neighbouring relation: teachers one change moves} for the relations ``partition``
-  covers (``TEACHERS_CHANGED``)."""
-  if partition not in TEACHERS_CHANGED:
-    raise ConfigError(f"teachers.partition={partition!r}; use one of {PARTITIONS}.")
-  return dict(TEACHERS_CHANGED[partition])
-
-
-def config_teachers_changed(config) -> dict[str, int]:
-  """``teachers_changed`` of the run's ``teachers.partition``."""
-  return teachers_changed(config.teachers.partition)
-
-
 def stable_partition(x: np.ndarray, y: np.ndarray, num_teachers: int, seed: int
                      ) -> list[np.ndarray]:
   """Indices of each teacher's shard: example i goes to teacher H_seed(x_i, y_i) mod n, H the

@@ -12,13 +12,13 @@ import copy
 from absl import logging
 
 from dgd_jax import privacy
-from dgd_jax.configs.common import smoke_schedules
-from dgd_jax.data.partitions import config_teachers_changed
+from dgd_jax.configs.common import (SCHEDULES, SMOKE_AUDIT_SPLITS, SMOKE_QUERIES, SMOKE_STEPS,
+                                    SMOKE_SYNTHETIC, SMOKE_TEST_SIZE)
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan import queries as query_plan
-from dgd_jax.plan.context import Config, Method, private_size
+from dgd_jax.plan.context import Config, Method, config_teachers_changed, private_size
 from dgd_jax.privacy import checks as privacy_checks
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.synthesis import generative
@@ -105,6 +105,52 @@ def with_teachers(config: Config) -> Config:
   with config.unlocked():
     config.num_teachers = query_plan.num_teachers_for(size, *budget)
     config.num_teachers_chosen = query_plan.teachers_reason(size, *budget)
+  return config
+
+
+def smoke_schedules(config: Config) -> Config:
+  """The config a run uses: ``config`` itself, or for a smoke run (``,smoke`` or
+  ``--config.smoke=True``) a copy with every SCHEDULES field cut to SMOKE_STEPS, the
+  generator's learning-rate decay every round, logging every step and one checkpoint (the
+  last step), the label queries cut to SMOKE_QUERIES, every synthetic set to SMOKE_SYNTHETIC,
+  the audit to SMOKE_AUDIT_SPLITS splits, the teachers' evaluation to SMOKE_TEST_SIZE images,
+  PATE's public pool to SMOKE_SYNTHETIC images too, and the test split to SMOKE_TEST_SIZE
+  examples after that pool, so that every code path runs at the preset's shapes in minutes.
+  Idempotent."""
+  if not config.get("smoke", False):
+    return config
+  config = copy.deepcopy(config)
+
+  def cut(node):
+    for name, value in node.items():
+      if isinstance(value, Config):
+        cut(value)
+      elif name in SCHEDULES and isinstance(value, int):
+        node[name] = min(value, SMOKE_STEPS)
+      elif name == "decay_every":
+        node[name] = 1
+
+  cut(config)
+  config.log_every, config.checkpoint_every = 1, SMOKE_STEPS
+  if "queries" in config:  # 'auto' plans choose at most this many
+    q = config.queries
+    q.num_queries = min(q.num_queries, SMOKE_QUERIES)
+    if q.get("first_round", 0) >= q.num_queries:  # least_confident: two rounds still
+      q.first_round = q.num_queries // 2
+  for block in ("generator", "dpdfd"):  # 0 = as many as the private set (60,000)
+    if block in config and "num_synthetic" in config[block]:
+      config[block].num_synthetic = min(config[block].num_synthetic or SMOKE_SYNTHETIC,
+                                        SMOKE_SYNTHETIC)
+  if "audit" in config:
+    config.audit.splits = min(config.audit.splits, SMOKE_AUDIT_SPLITS)
+  if "teachers" in config:  # 0 = the whole test split, a public pool's images included
+    config.teachers.eval_size = min(config.teachers.eval_size or SMOKE_TEST_SIZE,
+                                    SMOKE_TEST_SIZE)
+  public = "pool" in config and config.pool.source == "public"
+  if public:  # PATE's public pool, as a synthetic one (0, its share of the test split, too)
+    config.pool.size = min(config.pool.size or SMOKE_SYNTHETIC, SMOKE_SYNTHETIC)
+  with config.unlocked():  # a field only smoke configs have: other fingerprints stay as they were
+    config.test_size = SMOKE_TEST_SIZE + (config.pool.size if public else 0)
   return config
 
 

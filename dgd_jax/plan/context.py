@@ -14,10 +14,11 @@ import jax.numpy as jnp
 import ml_collections
 
 from dgd_jax.data import Dataset, load_private
-from dgd_jax.plan.workdir import Stage, Workdir
-from dgd_jax.privacy.noise import NoiseSource
+from dgd_jax.data.partitions import PARTITIONS, TEACHERS_CHANGED
+from dgd_jax.privacy.noise import SECRET_BYTES, NoiseSource
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.runtime.files import fingerprint
+from dgd_jax.runtime.files import fingerprint, plain
+from dgd_jax.runtime.workdir import Stage, Workdir
 
 Config = ml_collections.ConfigDict
 # Config fields every stage's artefacts depend on (the data, the seed, the classifier).
@@ -25,6 +26,22 @@ BASE_KEYS = ("seed", "dataset", "private_size", "test_size", "model")  # test_si
 # The config field of the secret noise (privacy.noise): in the keys of every stage that draws
 # noise (its own ``config_keys``), so a workdir's releases belong to one noise source.
 NOISE_KEY = "noise_seed"
+
+
+def config_slice(config: Config, keys: tuple[str, ...]) -> dict:
+  """The part of ``config`` named by top-level ``keys`` (what a stage depends on, recorded in
+  its stage.json); keys the config lacks (e.g. no generator block in PATE) are left out."""
+  return {k: plain(config[k]) for k in keys if k in config}
+
+
+def noise_source(wd: Workdir, noise_seed: int, drawn: list[str]) -> NoiseSource:
+  """The run's noise (``privacy.noise``): reproducible from a public ``noise_seed`` >= 0, else
+  the workdir's secret (``Workdir.secret``: drawn at its first run, read back on every later
+  one). ``drawn``: the stages already begun in ``wd`` that drew noise (a missing key is then
+  refused)."""
+  if noise_seed != -1:
+    return NoiseSource.reproducible(noise_seed)
+  return NoiseSource(wd.secret(drawn, SECRET_BYTES))
 
 
 @dataclasses.dataclass
@@ -89,6 +106,19 @@ def private_size(config: Config) -> int:
   """N, the private training set's size, read from the data (a stage's ``ctx.dataset`` has
   it; this is for planning before any stage runs)."""
   return len(load_private(config).x_train)
+
+
+def teachers_changed(partition: str) -> dict[str, int]:
+  """{neighbouring relation: teachers one change moves} for the relations ``partition``
+  covers (``data.partitions.TEACHERS_CHANGED``)."""
+  if partition not in TEACHERS_CHANGED:
+    raise ConfigError(f"teachers.partition={partition!r}; use one of {PARTITIONS}.")
+  return dict(TEACHERS_CHANGED[partition])
+
+
+def config_teachers_changed(config) -> dict[str, int]:
+  """``teachers_changed`` of the run's ``teachers.partition``."""
+  return teachers_changed(config.teachers.partition)
 
 
 def planned_noise(block: str, noise: float, max_epsilon: float,

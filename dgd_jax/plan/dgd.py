@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from dgd_jax import privacy
-from dgd_jax.data import config_teachers_changed
 from dgd_jax.plan import dpsgd as dpsgd_plan
+from dgd_jax.plan.context import config_teachers_changed
 from dgd_jax.plan.queries import release, settings
 from dgd_jax.privacy import renyi_filter, smooth_sensitivity
 from dgd_jax.runtime.errors import ConfigError

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 from dgd_jax import privacy
-from dgd_jax.data import config_shards, config_teachers_changed, load_private
-from dgd_jax.plan.context import planned_noise, private_size
+from dgd_jax.data import config_shards, load_private
+from dgd_jax.plan.context import config_teachers_changed, planned_noise, private_size
 from dgd_jax.privacy import dpdfd as dpdfd_privacy
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.synthesis import dpdfd

@@ -6,21 +6,20 @@ label queries under the same relation."""
 from __future__ import annotations
 
 import copy
+import math
 import dataclasses
 import functools
 
 import numpy as np
 
 from dgd_jax import privacy
-from dgd_jax.data import config_teachers_changed
 from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.models import scattering
 from dgd_jax.models import backbone as backbone_model
 from dgd_jax.plan import backbone
 from dgd_jax.plan import queries as query_plan
-from dgd_jax.plan.context import planned_noise, private_size
+from dgd_jax.plan.context import config_teachers_changed, planned_noise, private_size
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.training import dpsgd as dpsgd_training
 
 
 BACKBONE = "backbone"  # config.dpsgd.model: the public pretrained backbone config.model names
@@ -62,6 +61,12 @@ def public_size(config, read: int | None = None) -> int:
   return read if read is not None else private_size(config)
 
 
+def steps_for_epochs(epochs: float, size: int, batch_size: int) -> int:
+  """ceil(epochs N / B), at least 1: the steps at expected batch B that visit each of N
+  examples ``epochs`` times in expectation."""
+  return max(1, math.ceil(epochs * size / batch_size))
+
+
 def schedule(config, size: int) -> tuple[int, int, str]:
   """(expected batch, steps, why) for N = ``size`` examples: ``dpsgd.batch_size`` and
   ``num_steps`` where set, else the batch round(q N) at ``sampling_rate`` q and the steps
@@ -75,7 +80,7 @@ def schedule(config, size: int) -> tuple[int, int, str]:
     raise ConfigError(f"config.dpsgd.num_steps=0 takes the steps from epochs x N / batch, but "
                       f"epochs={d.epochs}: set epochs > 0, or set num_steps.")
   batch = d.batch_size or max(1, round(d.sampling_rate * size))
-  steps = d.num_steps or dpsgd_training.steps_for_epochs(d.epochs, size, batch)
+  steps = d.num_steps or steps_for_epochs(d.epochs, size, batch)
   why = (f"batch {batch}" + (f" = round({d.sampling_rate:.6g} x {size})" if not d.batch_size
                              else " (set)")
          + f", {steps} steps" + (f" = ceil({d.epochs:g} epochs x {size} / {batch})"
@@ -93,7 +98,8 @@ def with_schedule(config):
   d = config.get("dpsgd")
   if d is None or (d.batch_size and d.num_steps):
     return config
-  batch, steps, why = schedule(config, public_size(config))
+  size = public_size(config)
+  batch, steps, why = schedule(config, size)
   config = copy.deepcopy(config)
   with config.unlocked():
     config.dpsgd.update(batch_size=batch, num_steps=steps, sampling_rate=0.0, epochs=0.0)

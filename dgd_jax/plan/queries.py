@@ -35,8 +35,8 @@ import math
 import numpy as np
 
 from dgd_jax import privacy
-from dgd_jax.data.partitions import config_teachers_changed
 from dgd_jax.labelling import aggregation
+from dgd_jax.plan.context import config_teachers_changed
 from dgd_jax.privacy.releases import build_release
 from dgd_jax.runtime.errors import ConfigError
 

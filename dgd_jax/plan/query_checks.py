@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dgd_jax.data import config_teachers_changed
 from dgd_jax.labelling import aggregation
 from dgd_jax.plan import pool
+from dgd_jax.plan.context import config_teachers_changed
 from dgd_jax.plan.dgd import filtered
 from dgd_jax.plan.queries import settings
 from dgd_jax.runtime.errors import ConfigError

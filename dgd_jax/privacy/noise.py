@@ -6,7 +6,7 @@ the private statistics back. So every draw a guarantee assumes secret comes from
 ``NoiseSource``, never from the public ``config.seed``:
 
 * ``NoiseSource.fresh()``: 256 bits from the operating system's entropy (``os.urandom``), the
-  default; a run keeps them in one owner-only file of its workdir (``plan.workdir``) so that a
+  default; a run keeps them in one owner-only file of its workdir (``runtime.workdir``) so that a
   killed and resumed run releases the same answers;
 * ``NoiseSource.reproducible(noise_seed)``: the same bits derived from a public integer, for
   tests and papers only: such a run is **not a private release** (report.json says so).

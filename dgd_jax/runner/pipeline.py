@@ -3,60 +3,48 @@
 A method is a sequence of stages (``methods.METHODS``); each stage is a pure-ish function of
 its config slice (``methods.config_keys``), the dataset, a public key derived from
 ``config.seed`` and, where it releases under DP, the run's secret noise
-(``Workdir.noise_source``). Its outputs are cached under ``<workdir>/<stage>/`` and reused by
-any later run whose slice matches; a mismatching slice is refused before anything is written.
+(``plan.context.noise_source``). Its outputs are cached under ``<workdir>/<stage>/`` and
+reused by any later run whose slice matches; a mismatching slice is refused before anything
+is written.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import os
-import time
 from typing import Callable
 
-import jax
 from absl import logging
 
 from dgd_jax.data import load_private
 from dgd_jax.plan import backbone
 from dgd_jax.plan import checks as plan_checks
-from dgd_jax.plan.context import Config, Context, Method, Program, memory
-from dgd_jax.plan.workdir import Stage, Workdir
-from dgd_jax.privacy.noise import NoiseSource
+from dgd_jax.plan.context import (Config, Context, Method, Program, config_slice, memory,
+                                  noise_source)
 from dgd_jax.runner import methods
 from dgd_jax.runner import release as release_lib
 from dgd_jax.runner import report as report_lib
 from dgd_jax.runner.methods import STAGES
 from dgd_jax.runtime import distributed
 from dgd_jax.runtime import tensorboard
-from dgd_jax.runtime.errors import (ConfigError, PrivacyAuditError, UserInputError,
-                                    WorkdirConflictError)
+from dgd_jax.runtime.errors import ConfigError, PrivacyAuditError, WorkdirConflictError
+from dgd_jax.runtime.files import plain
+from dgd_jax.runtime.workdir import Stage, Workdir, write_report
 
 
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
   """A run as ``checked_plan`` fixes it before anything is trained or written: the method, its
   config as the run uses it (``plan.checks.run_config``), the stages in order, the config keys
-  each stage's artefacts depend on, the stages that draw secret noise, and report.md's
-  warnings so far."""
+  each stage's artefacts depend on, the stages that draw secret noise, report.md's
+  warnings so far, and what its epsilon says of a public backbone (``backbone.cost_note``)."""
   method: Method
   config: Config
   stages: tuple[str, ...]
   keys: dict[str, tuple[str, ...]]
   noisy: frozenset[str]
   warnings: tuple[str, ...]
-
-
-def check_multiprocess(to_run: list[str]) -> None:
-  """A multi-process run trains teacher ensembles sharded over every process's devices;
-  the other stages run on one process. Refuses a plan that would run one of those."""
-  single = [n for n in to_run if not STAGES[n].multiprocess]
-  if single and distributed.is_multiprocess():
-    raise ConfigError(
-        f"Stages {single} run on one process, but this run has {jax.process_count()}. Run "
-        f"--stages={','.join(n for n in to_run if STAGES[n].multiprocess) or 'teachers'} "
-        "across processes, then the same command on one process with the same --workdir: "
-        "it reuses the finished teacher stages.")
+  backbone_note: str = ""
 
 
 def checked_plan(config: Config, stages: tuple[str, ...] | None = None) -> RunPlan:
@@ -72,7 +60,8 @@ def checked_plan(config: Config, stages: tuple[str, ...] | None = None) -> RunPl
   if stage_plan.method.privacy_stage in stage_plan.stages:  # before anything is trained
     plan_checks.budget_guard(config, stage_plan.method)
   weak = plan_checks.weak_signal(config)
-  return dataclasses.replace(stage_plan, config=config, warnings=(weak,) if weak else ())
+  return dataclasses.replace(stage_plan, config=config, warnings=(weak,) if weak else (),
+                             backbone_note=backbone.cost_note(config))
 
 
 def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> dict:
@@ -90,7 +79,8 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
   wd = Workdir(workdir, writer=distributed.is_writer())
   wd.check_format()
   planned = _planned_stages(plan, wd)
-  check_multiprocess([s.name for s in planned if not s.done()])
+  to_run = [s.name for s in planned if not s.done()]
+  distributed.check_multiprocess(to_run, [n for n in to_run if STAGES[n].multiprocess])
   with wd.lock():  # one writer per workdir
     for stage in planned:  # again: another run may have written before we took the lock
       stage.check()
@@ -98,8 +88,7 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
         stage.result()  # a damaged result.json is refused before anything is written
     wd.bind_data(config.dataset, fingerprint)
     begun = [s.name for s in planned if s.name in plan.noisy and os.path.exists(s.meta_path)]
-    noise = wd.noise_source(config.noise_seed, begun)
-    return _run_stages(config, wd, planned, noise, warnings, data)
+    return _run_stages(plan, wd, planned, begun, warnings, data)
 
 
 def stage_programs(config: Config, stages: tuple[str, ...] | None = None
@@ -141,7 +130,7 @@ def compile_programs(config: Config, stages: tuple[str, ...] | None = None,
 
 def _planned_stages(plan: RunPlan, wd: Workdir) -> list[Stage]:
   """The plan's stages in ``wd``, each refused if its folder holds another config's work."""
-  planned = [wd.stage(n, plan.config, plan.keys[n]) for n in plan.stages]
+  planned = [Stage(wd, n, config_slice(plan.config, plan.keys[n])) for n in plan.stages]
   for stage in planned:  # refuse conflicts before writing anything
     stage.check()
   return planned
@@ -173,7 +162,7 @@ def open_run(workdir: str, stage: str) -> Context:
   finished stages; nothing is written to the workdir (its metrics, lock and report included).
   Refused if the workdir is not a run or its stages were made by another config."""
   wd = Workdir(workdir, writer=False)
-  config = wd.read_config()  # refused if there is none, or of another workdir format
+  config = Config(wd.read_config())  # refused if there is none, or of another format
   planned = _planned_stages(_stage_plan(config), wd)
   results = {s.name: s.result() for s in planned if s.done()}
   target = next((s for s in planned if s.name == stage), None)
@@ -183,34 +172,32 @@ def open_run(workdir: str, stage: str) -> Context:
   return Context(config, wd, target, functools.cache(lambda: load_private(config)), results)
 
 
-def _run_stages(config: Config, wd: Workdir, planned: list[Stage], noise: NoiseSource,
+def _run_stages(plan: RunPlan, wd: Workdir, planned: list[Stage], begun: list[str],
                 warnings: list[str], data) -> dict:
-  """Runs the planned stages, reusing finished ones, with secret draws from ``noise``, and
-  writes the report and the release (under the lock)."""
-  wd.record_config(config)
+  """Runs the planned stages, reusing finished ones, with the run's noise (``begun``: the
+  stages begun before that drew it), and writes the release and the report (under the
+  lock)."""
+  config = plan.config
+  noise = noise_source(wd, config.noise_seed, begun)
+  resolved = plain(config)
+  wd.record_config(resolved)
   dataset = lambda: data
   results = {}
   for stage in planned:
     if stage.done():
       logging.info("%s: reusing the finished stage in %s", stage.name, stage.path)
     else:
-      stage.begin()
-      t0 = time.perf_counter()
-      try:
-        result = STAGES[stage.name].run(Context(config, wd, stage, dataset, dict(results),
-                                                noise))
-      except UserInputError:
-        stage.abandon_if_empty()  # e.g. too many teachers: let a fixed config use the dir
-        raise
-      stage.finish({**result, "stage_seconds": time.perf_counter() - t0})
-      distributed.barrier(f"{stage.name} finished")  # its result.json is written
+      ctx = Context(config, wd, stage, dataset, dict(results), noise)
+      stage.run(functools.partial(STAGES[stage.name].run, ctx))
     results[stage.name] = stage.result()
-  report = report_lib.build(config, results, noise.describe(), warnings)
-  if wd.writer:
-    report_lib.write(wd.path, report)
-    tensorboard.summary(wd.path, report)
+  report = report_lib.build(config, results, noise.describe(), warnings,
+                            backbone_note=plan.backbone_note, resolved=resolved)
+  text = report_lib.markdown(wd.path, report)
+  if wd.writer:  # the release, then report.json and report.md, composed before either
     release_lib.write(config, wd, report,
                       Context(config, wd, planned[-1], dataset, dict(results), noise))
+    write_report(wd.path, report, text)
+    tensorboard.summary(wd.path, report)
   failed = {n: c for n, c in report["audit_check"].items() if not c["passed"]}
   if failed:  # written first: report.md says it too
     raise PrivacyAuditError(

@@ -24,7 +24,7 @@ import shutil
 from flax import serialization
 
 from dgd_jax.plan.context import Context
-from dgd_jax.plan.workdir import Workdir
+from dgd_jax.runtime.workdir import Workdir
 from dgd_jax.runner import methods
 from dgd_jax.runner import report as report_lib
 from dgd_jax.runtime.files import atomic_write, makedirs

@@ -34,7 +34,8 @@ from absl import logging
 from dgd_jax import privacy
 from dgd_jax.configs.common import with_overrides
 from dgd_jax.plan import checks as plan_checks
-from dgd_jax.plan.workdir import NOISE_KEY_FILE, Workdir, config_slice, stored_slice
+from dgd_jax.plan.context import config_slice, noise_source
+from dgd_jax.runtime.workdir import NOISE_KEY_FILE, Workdir, stored_slice
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime import plots
@@ -161,7 +162,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, axes: Sequence[Axis],
   rows = []
   with Workdir(workdir).lock():  # one sweep per workdir (each point's run locks its own)
     if not accounting_only and any(c.noise_seed == -1 for _, c in points):
-      Workdir(workdir).noise_source(-1, [])  # the sweep's secret key, drawn once
+      noise_source(Workdir(workdir), -1, [])  # the sweep's secret key, drawn once
     for overrides, c in points:
       row = dict(overrides)
       if accounting_only:

@@ -22,7 +22,7 @@ import dataclasses
 import os
 import socket
 import time
-from typing import Mapping
+from typing import Collection, Mapping
 
 import jax
 import numpy as np
@@ -147,6 +147,19 @@ def is_multiprocess() -> bool:
 def is_writer() -> bool:
   """Whether this process writes the workdir's files (process 0)."""
   return jax.process_index() == 0
+
+
+def check_multiprocess(to_run: list[str], sharded: Collection[str]) -> None:
+  """A multi-process run trains teacher ensembles sharded over every process's devices
+  (``sharded``: the stages that do); the other stages run on one process. Refuses a plan
+  that would run one of those across processes."""
+  single = [n for n in to_run if n not in sharded]
+  if single and is_multiprocess():
+    across = ",".join(n for n in to_run if n in sharded) or "teachers"
+    raise ConfigError(
+        f"Stages {single} run on one process, but this run has {jax.process_count()}. Run "
+        f"--stages={across} across processes, then the same command on one process with the "
+        "same --workdir: it reuses the finished teacher stages.")
 
 
 def barrier(name: str) -> None:

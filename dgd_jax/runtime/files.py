@@ -2,7 +2,7 @@
 file, fsynced, renamed into place), JSON, text, CSV and NumPy arrays, JSON-lines records. A
 file that cannot be read raises ``DamagedArtefactError`` naming the stage folder to remove
 (``damaged``); a failed write raises ``WorkdirNotWritableError`` naming the file
-(``writing``). The workdir's layout, its config slices and its lock are ``plan/workdir.py``'s.
+(``writing``). The workdir's layout, its stage folders and its lock are ``runtime/workdir.py``'s.
 """
 from __future__ import annotations
 

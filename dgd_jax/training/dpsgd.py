@@ -33,12 +33,6 @@ from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import train
 
-def steps_for_epochs(epochs: float, size: int, batch_size: int) -> int:
-  """ceil(epochs N / B), at least 1: the steps at expected batch B that visit each of N
-  examples ``epochs`` times in expectation."""
-  return max(1, math.ceil(epochs * size / batch_size))
-
-
 def dpsgd_step(state: train_state.TrainState, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray,
                idx: jnp.ndarray, *, grad_fn, noise_std: float, expected_batch: float):
   """One DP-SGD step on the examples ``idx`` of (x, y) (-1: padding). Pure; jit it."""

@@ -12,7 +12,7 @@ Layout::
   <workdir>/lock.json          the writing run's pid, host and start time, while it runs
   <workdir>/data.json          the fingerprint of the data the stages read (``bind_data``)
   <workdir>/noise.key          the secret the run's DP noise is drawn from (owner-only; never
-                               publish it, ``noise_source``)
+                               publish it, ``secret``)
   <workdir>/release/           what the run's epsilon lets a user publish (``runner.release``);
                                everything else in the workdir is private
 
@@ -37,23 +37,23 @@ import os
 import shutil
 import socket
 import sys
-from typing import Any, Iterator
+import time
+from typing import Any, Callable, Iterator
 
-import ml_collections
 from absl import logging
 
-from dgd_jax.privacy.noise import SECRET_BYTES, NoiseSource
 from dgd_jax.runtime import distributed
 from dgd_jax.runtime import tensorboard
 from dgd_jax.runtime.errors import UserInputError, WorkdirConflictError, WorkdirLockedError
 from dgd_jax.runtime.files import (append_line, atomic_write, damaged, fingerprint,
-                                   is_temporary, makedirs, plain, read_artefact_json, read_json,
-                                   write_json)
+                                   is_temporary, makedirs, read_artefact_json, read_json,
+                                   write_json, write_text)
 
 LOCK = "lock.json"
 CONFIG = "config.json"
 NOISE_KEY_FILE = "noise.key"
 DATA = "data.json"
+REPORT, REPORT_MD = "report.json", "report.md"
 # The workdir format this code writes and reads (config.json's "format"). Format 2: the
 # config holds every field the code reads (no reader falls back to a default for an absent
 # one), and the teachers' result records the chunk they were planned with. A workdir of
@@ -105,12 +105,6 @@ def stored_slice(meta_path: str) -> dict:
   return as_written_now(meta["config"])
 
 
-def config_slice(config: ml_collections.ConfigDict, keys: tuple[str, ...]) -> dict:
-  """The part of ``config`` named by top-level ``keys`` (what a stage depends on); keys the
-  config lacks (e.g. no generator block in PATE) are left out."""
-  return {k: plain(config[k]) for k in keys if k in config}
-
-
 def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
   if isinstance(a, dict) and isinstance(b, dict):
     out = []
@@ -118,6 +112,12 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
       out += _differences(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{prefix}{k}.")
     return out
   return [] if a == b else [f"{prefix[:-1]}: {a!r} here, {b!r} in the workdir"]
+
+
+def write_report(folder: str, report: dict, text: str) -> None:
+  """``report`` as ``<folder>/report.json`` and its markdown ``text`` as report.md."""
+  write_json(os.path.join(folder, REPORT), report)
+  write_text(os.path.join(folder, REPORT_MD), text)
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -197,6 +197,21 @@ class Stage:
     write_json(self.meta_path,
                {"stage": self.name, "hash": fingerprint(self.config_part),
                 "config": self.config_part})
+
+  def run(self, compute: Callable[[], dict]) -> None:
+    """Makes the stage: ``begin``, then ``compute()`` (its outputs), then ``finish`` with them
+    and its wall time. A ``UserInputError`` before any artefact is saved (e.g. too many
+    teachers) removes the folder, so that a fixed config can use it. Every process waits
+    until result.json is written."""
+    self.begin()
+    t0 = time.perf_counter()
+    try:
+      result = compute()
+    except UserInputError:
+      self.abandon_if_empty()
+      raise
+    self.finish({**result, "stage_seconds": time.perf_counter() - t0})
+    distributed.barrier(f"{self.name} finished")
 
   def abandon_if_empty(self) -> None:
     """Removes what ``begin`` wrote if the stage stopped before saving any artefact."""
@@ -328,19 +343,17 @@ class Workdir:
   def noise_key_path(self) -> str:
     return os.path.join(self.path, NOISE_KEY_FILE)
 
-  def noise_source(self, noise_seed: int, drawn: list[str]) -> NoiseSource:
-    """The run's noise (``privacy.noise``): reproducible from ``noise_seed`` >= 0, else the
-    secret in ``noise.key``, drawn from the operating system's entropy at the workdir's first
-    run and read back on every later one, so a resumed run releases the same answers.
-    Process 0 reads or draws it and sends it to the others. ``drawn``: the stages already
-    begun here that drew noise; without the key their releases cannot be resumed, so a missing
-    key is then refused."""
-    if noise_seed != -1:
-      return NoiseSource.reproducible(noise_seed)
-    sent, refusal = bytes(SECRET_BYTES + 1), None  # a status byte, then the secret
+  def secret(self, drawn: list[str], size: int) -> bytes:
+    """The run's secret (``privacy.noise.NoiseSource`` draws the run's DP noise from it):
+    ``size`` bytes in ``noise.key``, drawn from the operating system's entropy at the
+    workdir's first run and read back on every later one, so a resumed run releases the same
+    answers. Process 0 reads or draws it and sends it to the others. ``drawn``: the stages
+    already begun here that drew noise; without the key their releases cannot be resumed, so
+    a missing key is then refused."""
+    sent, refusal = bytes(size + 1), None  # a status byte, then the secret
     if self.writer:
       try:
-        sent = b"\1" + self._read_or_draw_key(drawn)
+        sent = b"\1" + self._read_or_draw_key(drawn, size)
       except UserInputError as e:  # the other processes must not wait for a key
         refusal = e
     sent = distributed.from_process_zero(sent)
@@ -348,9 +361,9 @@ class Workdir:
       raise refusal
     if sent[0] != 1:
       raise WorkdirConflictError(f"process 0 refused {self.noise_key_path}: see its log.")
-    return NoiseSource(sent[1:])
+    return sent[1:]
 
-  def _read_or_draw_key(self, drawn: list[str]) -> bytes:
+  def _read_or_draw_key(self, drawn: list[str], size: int) -> bytes:
     path = self.noise_key_path
     if not os.path.exists(path):
       if drawn:
@@ -360,7 +373,7 @@ class Workdir:
             "spend the budget again. Nothing was changed. Use a new --workdir, or restore "
             "that file.")
       makedirs(self.path)
-      secret = NoiseSource.fresh().secret
+      secret = os.urandom(size)
       with contextlib.suppress(FileExistsError):  # exclusive: never replace a key
         atomic_write(path, lambda f: f.write(secret), binary=True, exclusive=True)
       os.chmod(path, 0o600)
@@ -372,13 +385,9 @@ class Workdir:
           f"{path}` and re-run; else use a new --workdir.")
     with open(path, "rb") as f:
       secret = f.read()
-    if len(secret) != SECRET_BYTES:
-      raise damaged(path, ValueError(f"{len(secret)} bytes, not {SECRET_BYTES}"))
+    if len(secret) != size:
+      raise damaged(path, ValueError(f"{len(secret)} bytes, not {size}"))
     return secret
-
-  def stage(self, name: str, config: ml_collections.ConfigDict, keys: tuple[str, ...]
-            ) -> Stage:
-    return Stage(self, name, config_slice(config, keys))
 
   def check_format(self) -> None:
     """Refuses a workdir written in another format (``FORMAT``); a new one passes."""
@@ -393,9 +402,9 @@ class Workdir:
           f"{FORMAT} only: its artefacts may lack fields this version reads. Nothing was "
           "changed. Use a new --workdir, or read this one with the dgd_jax that wrote it.")
 
-  def read_config(self) -> ml_collections.ConfigDict:
+  def read_config(self) -> dict:
     """The config the workdir's latest run recorded (``check_format`` first), as this code
-    would record it (``as_written_now``)."""
+    would record it (``as_written_now``), without the workdir's ``format``."""
     path = os.path.join(self.path, CONFIG)
     if not os.path.exists(path):
       raise WorkdirConflictError(f"{path} does not exist: {self.path} is not the workdir of "
@@ -403,13 +412,14 @@ class Workdir:
     self.check_format()
     recorded = dict(read_artefact_json(path))
     del recorded["format"]
-    return ml_collections.ConfigDict(as_written_now(recorded))
+    return as_written_now(recorded)
 
-  def record_config(self, config: ml_collections.ConfigDict) -> None:
+  def record_config(self, resolved: dict) -> None:
+    """Writes ``resolved`` (a run's config, ``plain``) as config.json and appends it to
+    runs.jsonl."""
     if not self.writer:
       return
     makedirs(self.path)
-    resolved = plain(config)
     write_json(os.path.join(self.path, CONFIG), {**resolved, "format": FORMAT})
     append_line(os.path.join(self.path, "runs.jsonl"),
                 {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(),
