@@ -6,9 +6,9 @@ label queries under the same relation."""
 from __future__ import annotations
 
 import copy
-import math
 import dataclasses
 import functools
+import math
 
 import numpy as np
 
