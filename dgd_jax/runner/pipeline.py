@@ -36,15 +36,14 @@ from dgd_jax.runtime.workdir import Stage, Workdir, write_report
 class RunPlan:
   """A run as ``checked_plan`` fixes it before anything is trained or written: the method, its
   config as the run uses it (``plan.checks.run_config``), the stages in order, the config keys
-  each stage's artefacts depend on, the stages that draw secret noise, report.md's
-  warnings so far, and what its epsilon says of a public backbone (``backbone.cost_note``)."""
+  each stage's artefacts depend on, the stages that draw secret noise, and report.md's
+  warnings so far."""
   method: Method
   config: Config
   stages: tuple[str, ...]
   keys: dict[str, tuple[str, ...]]
   noisy: frozenset[str]
   warnings: tuple[str, ...]
-  backbone_note: str = ""
 
 
 def checked_plan(config: Config, stages: tuple[str, ...] | None = None) -> RunPlan:
@@ -60,8 +59,7 @@ def checked_plan(config: Config, stages: tuple[str, ...] | None = None) -> RunPl
   if stage_plan.method.privacy_stage in stage_plan.stages:  # before anything is trained
     plan_checks.budget_guard(config, stage_plan.method)
   weak = plan_checks.weak_signal(config)
-  return dataclasses.replace(stage_plan, config=config, warnings=(weak,) if weak else (),
-                             backbone_note=backbone.cost_note(config))
+  return dataclasses.replace(stage_plan, config=config, warnings=(weak,) if weak else ())
 
 
 def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> dict:
@@ -179,8 +177,7 @@ def _run_stages(plan: RunPlan, wd: Workdir, planned: list[Stage], begun: list[st
   lock)."""
   config = plan.config
   noise = noise_source(wd, config.noise_seed, begun)
-  resolved = plain(config)
-  wd.record_config(resolved)
+  wd.record_config(plain(config))
   dataset = lambda: data
   results = {}
   for stage in planned:
@@ -190,8 +187,7 @@ def _run_stages(plan: RunPlan, wd: Workdir, planned: list[Stage], begun: list[st
       ctx = Context(config, wd, stage, dataset, dict(results), noise)
       stage.run(functools.partial(STAGES[stage.name].run, ctx))
     results[stage.name] = stage.result()
-  report = report_lib.build(config, results, noise.describe(), warnings,
-                            backbone_note=plan.backbone_note, resolved=resolved)
+  report = report_lib.build(config, results, noise.describe(), warnings)
   text = report_lib.markdown(wd.path, report)
   if wd.writer:  # the release, then report.json and report.md, composed before either
     release_lib.write(config, wd, report,

@@ -7,10 +7,12 @@ import os
 from dgd_jax import privacy
 from dgd_jax.configs.common import SMOKE_STEPS
 from dgd_jax.labelling import aggregation
+from dgd_jax.plan import backbone
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.privacy.ledger import DATA_DEPENDENT_WARNING, RELATION_NAMES
 from dgd_jax.runner import methods
 from dgd_jax.runtime import host
+from dgd_jax.runtime.files import plain
 from dgd_jax.runtime.workdir import write_report
 
 # Stage results that report.json also shows at its top level.
@@ -72,13 +74,10 @@ def _privacy(config, results: dict) -> dict:
   }
 
 
-def build(config, results: dict, noise: dict | None, warnings: list[str], *,
-          backbone_note: str, resolved: dict) -> dict:
+def build(config, results: dict, noise: dict | None = None, warnings: list[str] = ()) -> dict:
   """report.json's content from the stage ``results``; ``noise``: where the run's DP noise
   came from (``NoiseSource.describe``); ``warnings``: report.md prints them under the
-  headline (e.g. ``plan.checks.large_delta``); ``backbone_note``: what the epsilon says of a
-  public backbone (``plan.backbone.cost_note``); ``resolved``: the config as the workdir
-  records it (``plain(config)``)."""
+  headline (e.g. ``plan.checks.large_delta``)."""
   method = methods.method(config)
   headline = results.get(method.headline_stage, {})
   report = {
@@ -129,8 +128,8 @@ def build(config, results: dict, noise: dict | None, warnings: list[str], *,
     else:
       report["privacy"]["not_covered"] = [note]
   if "covers" in report:  # a public backbone's weights cost no epsilon
-    report["covers"]["covered"] += backbone_note
-  report["config"] = resolved
+    report["covers"]["covered"] += backbone.cost_note(config)
+  report["config"] = plain(config)
   return report
 
 
