@@ -98,8 +98,7 @@ def with_schedule(config):
   d = config.get("dpsgd")
   if d is None or (d.batch_size and d.num_steps):
     return config
-  size = public_size(config)
-  batch, steps, why = schedule(config, size)
+  batch, steps, why = schedule(config, public_size(config))
   config = copy.deepcopy(config)
   with config.unlocked():
     config.dpsgd.update(batch_size=batch, num_steps=steps, sampling_rate=0.0, epochs=0.0)
