@@ -9,7 +9,7 @@ import pytest
 
 from dgd_jax import privacy
 from dgd_jax.configs import dpdfd as dpdfd_config
-from dgd_jax.plan.context import Context, config_slice, noise_source
+from dgd_jax.plan.context import Context, noise_source
 from dgd_jax.runtime.workdir import Stage, Workdir
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
@@ -207,7 +207,7 @@ def test_dpdfd_never_reads_private_training_data(npz_file, tmp_path):
   os.rename(npz_file, f"{npz_file}.away")  # a read of the private set from disk fails too
   try:
     wd = Workdir(str(tmp_path / "d"))
-    s = Stage(wd, "dpdfd", config_slice(config, methods.config_keys("dpdfd", config)))
+    s = Stage(wd, "dpdfd", methods.stage_slice("dpdfd", config))
     s.begin()
     result = stage.run(Context(config, wd, s, TestSetOnly, baseline["stages"],
                                noise_source(wd, config.noise_seed, [])))  # the run's key

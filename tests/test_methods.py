@@ -232,13 +232,12 @@ def test_a_calibrated_private_baseline_is_not_reused_at_another_budget(npz_file)
   its slice (and so the generator's) changes with either, while the plain baseline's
   does not."""
   from dgd_jax.configs import dgd as dgd_config_file
-  from dgd_jax.plan.context import config_slice
   from dgd_jax.runtime.files import fingerprint
 
   def slices(arg, **privacy):
     config = dgd_config_file.get_config(f"npz:{npz_file},{arg}")
     config.privacy.update(privacy)
-    return {n: fingerprint(config_slice(config, methods.config_keys(n, config)))
+    return {n: fingerprint(methods.stage_slice(n, config))
             for n in ("baseline", "generator")}
 
   private = slices("cpu,private_baseline")

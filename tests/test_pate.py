@@ -8,7 +8,7 @@ import pytest
 from dgd_jax import privacy
 from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan.artefacts import QUERIES, VOTES
-from dgd_jax.plan.context import Context, config_slice
+from dgd_jax.plan.context import Context
 from dgd_jax.runtime.workdir import Stage, Workdir
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
@@ -130,7 +130,7 @@ def test_pate_student_reads_only_the_pool_images_and_noisy_labels(npz_file, tmp_
   with pytest.raises(AssertionError, match="true label of the public pool"):
     PublicOnly.y_test[:POOL]  # the guard works
   wd = Workdir(str(workdir))
-  stage = Stage(wd, "student", config_slice(config, methods.config_keys("student", config)))
+  stage = Stage(wd, "student", methods.stage_slice("student", config))
   stage.begin()
   result = student.run(Context(config, wd, stage, PublicOnly, {}))
   assert result["num_evaluated"] == 128 - POOL and 0 <= result["test_accuracy"] <= 1

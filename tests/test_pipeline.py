@@ -21,7 +21,7 @@ from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan import dgd as dgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan import student_fit
-from dgd_jax.plan.context import Config, Context, config_slice
+from dgd_jax.plan.context import Config, Context
 from dgd_jax.runtime.workdir import Stage, Workdir
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
@@ -413,7 +413,7 @@ def test_student_never_reads_private_training_data(finished_dgd_copy):
 
   TestSetOnly = tiny_configs.without_training_data(real)
   wd = Workdir(str(workdir))
-  stage = Stage(wd, "student", config_slice(config, methods.config_keys("student", config)))
+  stage = Stage(wd, "student", methods.stage_slice("student", config))
   stage.begin()
   result = student.run(Context(config, wd, stage, TestSetOnly, {}))
   assert 0 <= result["test_accuracy"] <= 1 and result["num_labelled"] == 50

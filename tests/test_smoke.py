@@ -30,7 +30,6 @@ from dgd_jax.cli.audit import audit_run
 from dgd_jax.configs import common
 from dgd_jax.data import idx
 from dgd_jax.plan import checks as plan_checks
-from dgd_jax.plan.context import config_slice
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime.files import fingerprint, plain
@@ -155,7 +154,7 @@ def link_shared_stages(config, workdir, shared) -> None:
   config = plan_checks.run_config(config)
   workdir.mkdir()
   for name in methods.plan_stages(config):
-    part = config_slice(config, methods.config_keys(name, config))
+    part = methods.stage_slice(name, config)
     folder = shared / f"{name}-{fingerprint(part)}"
     folder.mkdir(exist_ok=True)
     os.symlink(folder, workdir / name)

@@ -8,7 +8,6 @@ import os
 import pytest
 
 from dgd_jax.plan import checks as plan_checks
-from dgd_jax.plan.context import config_slice
 from dgd_jax.runner import methods
 from dgd_jax.runner import sweep
 from dgd_jax.runtime.errors import ConfigError
@@ -200,7 +199,7 @@ def test_reuse_links_a_finished_stage_written_before_a_neutral_field_was_added(n
   config = plan_checks.run_config(tiny_configs.dgd(npz_file))
   old = tmp_path / "old" / "teachers"
   old.mkdir(parents=True)
-  part = config_slice(config, methods.config_keys("teachers", config))
+  part = methods.stage_slice("teachers", config)
   del part["teachers"]["mixup"]
   write_json(str(old / "stage.json"), {"stage": "teachers", "config": part})
   write_json(str(old / "result.json"), {})

@@ -15,7 +15,7 @@ import sys
 from absl import app, flags
 
 from dgd_jax.configs import common
-from dgd_jax.plan.context import Config, config_slice
+from dgd_jax.plan.context import Config
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime import progress
@@ -41,12 +41,12 @@ def audit_run(workdir: str, overrides: dict) -> dict:
   audit.update({k: v for k, v in overrides.items() if v is not None})
   config.audit = audit
   missing = [n for n in audit_stage.requires(methods.plan_stages(config))
-             if not Stage(wd, n, config_slice(config, methods.config_keys(n, config))).done()]
+             if not Stage(wd, n, methods.stage_slice(n, config)).done()]
   if missing:
     raise WorkdirConflictError(f"{workdir}: stages {missing} are not finished; the audit "
                                "trains nothing. Finish the run with `python -m "
                                "dgd_jax.main` first.")
-  stage = Stage(wd, "audit", config_slice(config, methods.config_keys("audit", config)))
+  stage = Stage(wd, "audit", methods.stage_slice("audit", config))
   try:
     stage.check()
   except WorkdirConflictError as e:

@@ -11,7 +11,7 @@ from dgd_jax.plan import dpdfd as dpdfd_plan
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan import query_checks
-from dgd_jax.plan.context import BASE_KEYS, NOISE_KEY, Config, Method, StageSpec
+from dgd_jax.plan.context import BASE_KEYS, NOISE_KEY, Config, Method, StageSpec, config_slice
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.stages import (audit, baseline, dpdfd, dpsgd, generator, ldp, queries, student,
                             teachers, vae)
@@ -249,6 +249,12 @@ def config_keys(name: str, config: Config) -> tuple[str, ...]:
     keys += config_keys(required, config)
   own = STAGES[name].config_keys
   return tuple(dict.fromkeys(keys + list(own(config) if callable(own) else own)))
+
+
+def stage_slice(name: str, config: Config) -> dict:
+  """The part of ``config`` stage ``name``'s artefacts depend on (``config_keys``), as its
+  stage.json records it."""
+  return config_slice(config, config_keys(name, config))
 
 
 def draws_noise(name: str, config: Config) -> bool:

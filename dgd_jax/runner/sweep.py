@@ -34,7 +34,7 @@ from absl import logging
 from dgd_jax import privacy
 from dgd_jax.configs.common import with_overrides
 from dgd_jax.plan import checks as plan_checks
-from dgd_jax.plan.context import config_slice, noise_source
+from dgd_jax.plan.context import noise_source
 from dgd_jax.runtime.workdir import NOISE_KEY_FILE, Workdir, stored_slice
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
@@ -109,7 +109,7 @@ def _link_stages(config, workdir: str, point: str, reuse: Sequence[str]) -> None
   if os.path.exists(key) and not os.path.lexists(os.path.join(workdir, point, NOISE_KEY_FILE)):
     os.symlink(key, os.path.join(workdir, point, NOISE_KEY_FILE))
   for name in methods.plan_stages(config):
-    part = config_slice(config, methods.config_keys(name, config))
+    part = methods.stage_slice(name, config)
     shared = os.path.join(workdir, "stages", f"{name}-{fingerprint(part)}")
     for found in ([] if os.path.exists(shared) else [os.path.join(r, name) for r in reuse]):
       stage_json = os.path.join(found, "stage.json")
