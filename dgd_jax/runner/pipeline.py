@@ -188,8 +188,8 @@ def _run_stages(plan: RunPlan, wd: Workdir, planned: list[Stage], begun: list[st
       stage.run(functools.partial(STAGES[stage.name].run, ctx))
     results[stage.name] = stage.result()
   report = report_lib.build(config, results, noise.describe(), warnings)
-  text = report_lib.markdown(wd.path, report)
-  if wd.writer:  # the release, then report.json and report.md, composed before either
+  if wd.writer:  # report.md composed, then the release, report.json and report.md written
+    text = report_lib.markdown(wd.path, report)
     release_lib.write(config, wd, report,
                       Context(config, wd, planned[-1], dataset, dict(results), noise))
     write_report(wd.path, report, text)
