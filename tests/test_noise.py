@@ -17,9 +17,10 @@ import tiny_configs
 from dgd_jax.plan import checks as plan_checks
 from dgd_jax.plan.context import noise_source
 from dgd_jax.runtime.workdir import Stage, Workdir
-from dgd_jax.privacy import checks, noise
+from dgd_jax.privacy import checks, discrete, noise
 from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.runner import pipeline
+from dgd_jax.runtime import host
 from dgd_jax.runtime.errors import ConfigError, WorkdirConflictError
 
 
@@ -74,6 +75,68 @@ def test_lnmax_releases_only_the_argmax_of_its_laplace_noise():
   out = aggregation.lnmax(jax.random.key(0), votes, 10.0)
   assert out.released is None and out.labels.shape == (50,)
   assert aggregation.AGGREGATORS["lnmax"].released == "labels"
+
+
+def _words(u: np.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+  u = np.asarray(u, np.uint64)
+  return (jnp.asarray((u >> np.uint64(32)).astype(np.uint32)),
+          jnp.asarray((u & np.uint64(0xFFFFFFFF)).astype(np.uint32)))
+
+
+def test_discrete_laplace_counts_are_an_exact_64_bit_pmf():
+  """c_k >= 1, sum 2^64 exactly, the discrete Laplace pmf (tails folded into the ends)."""
+  scale, support = 3.0, 20
+  c = discrete.discrete_laplace_counts(scale, support)
+  assert c.dtype == np.uint64 and len(c) == 2 * support + 1 and (c >= 1).all()
+  assert sum(int(v) for v in c) == 1 << 64
+  q, k = np.exp(-1 / scale), np.arange(-support + 1, support)
+  ideal = (1 - q) / (1 + q) * q ** np.abs(k)
+  np.testing.assert_allclose(c[1:-1].astype(float) / 2.0 ** 64, ideal, rtol=1e-12)
+  np.testing.assert_allclose(float(c[-1]) / 2.0 ** 64, q ** support / (1 + q), rtol=1e-12)
+  assert not c.flags.writeable  # cached: shared by every caller
+
+
+def test_table_index_is_the_exact_integer_inverse_cdf():
+  """u maps to the number of cumulative counts <= u: at every boundary C_i - 1 / C_i, and at
+  the ends 0 and 2^64 - 1, exactly as an unsigned 64-bit searchsorted."""
+  c = discrete.discrete_laplace_counts(3.0, 20)
+  cdf = np.cumsum(c[:-1], dtype=np.uint64)
+  u = np.concatenate([cdf, cdf - np.uint64(1), np.array([0, (1 << 64) - 1], np.uint64),
+                      np.random.default_rng(0).integers(0, 1 << 63, 500, np.uint64)])
+  got = np.asarray(noise.table_index(*_words(u), discrete.cdf_words(c)))
+  np.testing.assert_array_equal(got, np.searchsorted(cdf, u, side="right"))
+  assert got.min() == 0 and got.max() == len(c) - 1
+
+
+def test_from_counts_draws_the_table_pmf():
+  """A fixed key's 400k draws against c_k / 2^64 (chi-square, every bin >= 100 expected)."""
+  c = discrete.discrete_laplace_counts(3.0, 20)
+  n = 400_000
+  draws = np.asarray(noise.from_counts(jax.random.key(3, impl="rbg"), discrete.cdf_words(c),
+                                       (n,)))
+  assert draws.dtype == np.int32 and 0 <= draws.min() and draws.max() < len(c)
+  expected = n * c.astype(float) / 2.0 ** 64
+  observed = np.bincount(draws, minlength=len(c)).astype(float)
+  assert expected.min() >= 100 and observed.sum() == n  # every bin large enough for chi-square
+  assert stats.chisquare(observed, expected).pvalue > 1e-3
+
+
+def test_clipped_shift_epsilon_is_exact_and_not_vacuous():
+  """The realised epsilon of clip(j + k, -R, R) is the ideal |j - j'| / t plus a tiny
+  rounding excess; a corrupted table is caught (a zero count: inf; a moved count: more)."""
+  scale, inputs, r = 4.0, (-6, 6), 10
+  c = discrete.discrete_laplace_counts(scale, r + 6)
+  eps = discrete.clipped_shift_epsilon(c, inputs, r)
+  assert 12 / scale <= eps <= 12 / scale + 1e-9
+  assert discrete.clipped_shift_epsilon(c, (0, 6), r) == pytest.approx(6 / scale, abs=1e-9)
+  zero = c.copy()
+  zero[3] = 0
+  assert discrete.clipped_shift_epsilon(zero, inputs, r) == np.inf
+  moved = c.copy()  # half of P(k = -15) moved to k = 0: P(-9 | 6) / P(-9 | -6) doubles
+  moved[1], moved[r + 6] = c[1] // np.uint64(2), c[r + 6] + (c[1] - c[1] // np.uint64(2))
+  assert discrete.clipped_shift_epsilon(moved, inputs, r) == pytest.approx(eps + np.log(2))
+  short = discrete.discrete_laplace_counts(scale, r + 5)  # y = R unreachable from j = -6
+  assert discrete.clipped_shift_epsilon(short, inputs, r) == np.inf
 
 
 def test_workdir_keeps_one_owner_only_key(tmp_path):

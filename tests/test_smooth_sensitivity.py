@@ -320,3 +320,9 @@ def test_released_value_over_secret_keys_has_thm23_mean_and_spread():
   assert len(np.unique(values)) == len(values)
   fresh = np.array([release(NoiseSource.fresh()) for _ in range(20)])
   assert len(np.unique(np.concatenate([values, fresh]))) == len(values) + len(fresh)
+  # the hardened sampler (noise.numpy_normal), not one standard_normal draw
+  from dgd_jax.privacy import noise  # pylint: disable=g-import-not-at-top
+  hardened = first.epsilon + first.std * noise.numpy_normal(keys[0].rng("smooth_sensitivity"))
+  assert values[0] == hardened
+  assert values[0] != first.epsilon + first.std * keys[0].rng(
+      "smooth_sensitivity").standard_normal()

@@ -18,9 +18,13 @@ report, log or file name: ``repr`` shows only where it came from.
 
 Samplers (floating-point attacks, Mironov 2012; Holohan & Braghin 2021): ``normal`` sums
 ``GAUSSIAN_DRAWS`` = 4 standard normal draws and halves the sum (Opacus' ``secure_mode``), so
-the low-order bits of one draw do not reveal where it fell; ``laplace`` is JAX's single-draw
-Laplace, used only where the release is an argmax or a client's own local release. What
-either leaves uncovered is stated in PRIVACY.md ("The noise: where it comes from").
+the low-order bits of one draw do not reveal where it fell (``numpy_normal``: the same from a
+NumPy generator, for the smooth-sensitivity release); ``laplace`` is JAX's single-draw
+float Laplace, used where only an argmax leaves (LNMax); ``from_counts`` is exact integer
+noise: 64 uniform bits mapped by an integer inverse CDF through a table of counts
+(``privacy.discrete``), so the pmf drawn is the table's exactly (the LDP client's noise,
+``training.ldp``). What each leaves uncovered is stated in PRIVACY.md
+("The noise: where it comes from").
 """
 from __future__ import annotations
 
@@ -110,7 +114,40 @@ def normal(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
   return jnp.sum(draws, axis=0) / jnp.sqrt(jnp.asarray(GAUSSIAN_DRAWS, dtype))
 
 
+def numpy_normal(rng: np.random.Generator, shape=()) -> np.ndarray:
+  """``normal``'s hardening for a NumPy generator (float64): the halved sum of
+  ``GAUSSIAN_DRAWS`` standard normal draws, N(0, 1), whose value is not one draw's."""
+  draws = rng.standard_normal((GAUSSIAN_DRAWS,) + tuple(shape))
+  return np.sum(draws, axis=0) / np.sqrt(GAUSSIAN_DRAWS)
+
+
 def laplace(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
-  """Laplace(0, 1), one draw (``jax.random.laplace``): used where only an argmax (LNMax) or a
-  client's own local release leaves; PRIVACY.md states what it leaves uncovered."""
+  """Laplace(0, 1), one float draw (``jax.random.laplace``): used where only an argmax (LNMax)
+  leaves; PRIVACY.md states what it leaves uncovered."""
   return jax.random.laplace(key, tuple(shape), dtype)
+
+
+def table_index(high: jax.Array, low: jax.Array, cdf: tuple[np.ndarray, np.ndarray]) -> jax.Array:
+  """The number of cumulative counts C_i <= u = high 2^32 + low (``discrete.cdf_words``'s two
+  uint32 words per C_i, ascending): the inverse CDF on 64-bit integers, a branchless binary
+  search comparing (high, low) lexicographically. int32, in [0, len(cdf[0])]."""
+  c_high, c_low = (jnp.asarray(w, jnp.uint32) for w in cdf)
+  n = int(c_high.shape[0])
+  pos = jnp.zeros(jnp.shape(high), jnp.int32)
+  step = 1 << max(n.bit_length() - 1, 0)
+  while step and n:  # pos + step entries are all <= u: move on (Bentley's binary search)
+    cand = pos + step
+    i = jnp.minimum(cand, n) - 1
+    h, l = c_high[i], c_low[i]
+    below = (h < high) | ((h == high) & (l <= low))
+    pos = jnp.where((cand <= n) & below, cand, pos)
+    step >>= 1
+  return pos
+
+
+def from_counts(key: jax.Array, cdf: tuple[np.ndarray, np.ndarray], shape) -> jax.Array:
+  """Integer indices i with P(i) = c_i / 2^64 exactly, for the table whose cumulative counts
+  ``discrete.cdf_words`` gives: two uint32 words of ``jax.random.bits`` per draw, then
+  ``table_index`` (exact inverse-CDF sampling; no float arithmetic on the way). int32."""
+  bits = jax.random.bits(key, (2,) + tuple(shape), jnp.uint32)
+  return table_index(bits[0], bits[1], cdf)

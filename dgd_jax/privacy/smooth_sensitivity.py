@@ -41,7 +41,7 @@ import math
 import numpy as np
 from scipy import optimize, special, stats
 
-from dgd_jax.privacy import checks, conversion, pate2018
+from dgd_jax.privacy import checks, conversion, noise, pate2018
 from dgd_jax.runtime.errors import ConfigError
 
 
@@ -510,6 +510,6 @@ def release_confident_gnmax(votes, threshold: float | None, sigma1: float | None
       order=order, beta=float(plan.beta), smooth_sensitivity=float(ss),
       sigma_ss=float(plan.sigma_ss), rdp=rdp, gnss_rdp=float(cost),
       epsilon_before=before, epsilon=float(before + cost), std=float(std),
-      released=float(before + cost + std * rng.standard_normal()), delta=delta,
+      released=float(before + cost + std * noise.numpy_normal(rng)), delta=delta,
       charged=charged, queries=int(votes.shape[0]), answered=int(mask.sum()),
       conditions=conditions, source=plan.source, dp_release=plan.dp_release)

@@ -89,7 +89,9 @@ def run(ctx: Context) -> dict:
       "robust_clean_accuracy": acc(model.apply, state.params, data.x_test),
       "local_epsilon": privacy.ldp_local_epsilon(c.sigma, num_features, c.mu),
       "local_epsilon_note": "pure epsilon of one client sample (all its unmasked features, "
-                            f"range 2B each, Laplace B/sigma); per feature: {per_feature:g}",
+                            "range 2B each, exact discrete Laplace B/sigma on the grid B/255), "
+                            "as the sampler's integer table realises it; per feature: "
+                            f"{per_feature:.12g}",
       "sigma": c.sigma, "mu": c.mu, "bound": c.bound,
       "samples_png": "ldp/samples.png",
   }

@@ -1,8 +1,15 @@
 """Client-private queries (Sun et al., "Not Just Cloud Privacy"): the client's transformer
 (Algorithm 1: random masking, infinity-norm bounding, local Laplace noise) and the teacher's
 robust training (Algorithm 2 and Eq. 3: LDP-perturbed copies plus a worst-case L2
-perturbation found by projected gradient ascent). Pure and jittable; the local epsilon is
-``privacy.ldp_local_epsilon``.
+perturbation found by projected gradient ascent). Pure and jittable.
+
+The local noise is Algorithm 1's Laplace on a public integer grid, sampled exactly
+(``privacy.local``'s docstring derives its epsilon): each bounded feature is rounded to
+j g, g = B / K, j in [-K, K]; an integer k is drawn from the discrete Laplace of scale
+t = K / sigma by ``noise.from_counts`` (64 uniform bits through an integer CDF table); the
+client sends clip(j + k, -R, R) g. A float draw would leak the input through which float32
+outputs are possible (Mironov 2012); the integer output's pmf is the table's, and
+``privacy.ldp_local_epsilon`` is the epsilon that table realises.
 """
 from __future__ import annotations
 
@@ -14,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from dgd_jax.privacy import noise
+from dgd_jax.privacy import discrete, local, noise
 
 # The paper's (sigma, mu) settings (LDP Table 1, Fig. 2).
 PRESETS = {"ldp1": (1.0, 0.01), "ldp5": (5.0, 0.10)}
@@ -36,15 +43,32 @@ def linf_bound(x: jnp.ndarray, b: float) -> jnp.ndarray:
   return x / jnp.maximum(1.0, jnp.max(jnp.abs(x)) / b)
 
 
+def on_grid(x: jnp.ndarray, b: float) -> jnp.ndarray:
+  """The grid point j of each feature of a bounded x: round(x K / B), int32 in [-K, K]."""
+  k = local.LDP_GRID
+  return jnp.clip(jnp.round(x * (k / b)), -k, k).astype(jnp.int32)
+
+
+def grid_noise(key: jax.Array, shape, sigma: float) -> jax.Array:
+  """Integer discrete Laplace(K / sigma) noise, exactly ``local.ldp_noise_counts(sigma)``'s pmf
+  on -(R + K)..R + K (``noise.from_counts``). int32."""
+  counts = local.ldp_noise_counts(sigma)
+  support = (len(counts) - 1) // 2  # index i is k = i - support
+  return noise.from_counts(key, discrete.cdf_words(counts), shape) - support
+
+
 def transform(key: jax.Array, x: jnp.ndarray, sigma: float, mu: float,
               b: float = DEFAULT_BOUND) -> jnp.ndarray:
-  """Algorithm 1 on a batch (leading axis): mask, bound, add Lap(B / sigma) per feature;
-  one key per sample."""
+  """Algorithm 1 on a batch (leading axis): mask, bound, round to the grid, add discrete
+  Laplace(K / sigma) grid units per feature, clip to [-R, R], send y B / K; one key per
+  sample. sigma is static (it picks the noise table)."""
+  r = local.ldp_output_range(sigma)
 
   def one(k, xi):
     k_mask, k_noise = jax.random.split(k)
-    xi = linf_bound(mask(k_mask, xi, mu), b)
-    return xi + (b / sigma) * noise.laplace(k_noise, xi.shape)  # line 3 (the client's key)
+    j = on_grid(linf_bound(mask(k_mask, xi, mu), b), b)
+    y = jnp.clip(j + grid_noise(k_noise, xi.shape, sigma), -r, r)  # line 3 (the client's key)
+    return (y * (b / local.LDP_GRID)).astype(x.dtype)
 
   return jax.vmap(one)(jax.random.split(key, x.shape[0]), x)
 
@@ -70,7 +94,7 @@ def worst_perturbation(loss_fn, x: jnp.ndarray, eta: float, steps: int) -> jnp.n
 class RobustSettings:
   """The client transform (Algorithm 1) and the robust teacher's Eq. 3."""
 
-  sigma: float  # Laplace scale B / sigma (Algorithm 1 line 3)
+  sigma: float  # noise scale B / sigma (Algorithm 1 line 3; discrete, on the grid B / 255)
   mu: float  # masking rate
   bound: float  # B
   lam: float  # Eq. 3's share of perturbed samples
