@@ -7,11 +7,13 @@ import os
 import struct
 
 import jax
+import ml_collections
 import numpy as np
 from flax import serialization
 from tensorboardX.proto import event_pb2
 
 from dgd_jax.runner import methods
+from dgd_jax.runtime import host
 
 # Words in a field's name that mark a function of the teachers' votes or of a non-private model
 # (outside the ledger JSON, whose data-dependent accountants it flags itself): such a field must
@@ -124,7 +126,10 @@ def assert_release(workdir: str, report: dict) -> None:
   folder = os.path.join(workdir, "release")
   names = sorted(os.path.relpath(p, folder) for p in _files(folder))
   method = methods.METHODS[report["method"]]
-  has_model = bool(method.released_model) and method.headline_stage in report["stages"]
+  assert report["model_withheld"] == methods.model_withheld(
+      ml_collections.ConfigDict(report["config"]))
+  has_model = (bool(method.released_model) and method.headline_stage in report["stages"]
+               and not report["model_withheld"])
   assert "report.json" in names and "report.md" in names, names
   assert ("model.msgpack" in names) == has_model, names
   others = [n for n in names if n not in ("report.json", "report.md", "model.msgpack")]
@@ -134,7 +139,10 @@ def assert_release(workdir: str, report: dict) -> None:
   with open(os.path.join(folder, "report.json")) as f:
     public = json.load(f)
   assert public["noiseless"] == {} and public["noise"] == report["noise"]
-  assert set(public["stages"]) == set(report["stages"]) - set(methods.NONPRIVATE_STAGES)
+  kept = set(report["stages"]) - set(methods.NONPRIVATE_STAGES)
+  if report["model_withheld"] and method.headline_stage != method.privacy_stage:
+    kept.discard(method.headline_stage)  # its accuracy, evaluations and curves
+  assert set(public["stages"]) == kept
   for key in _keys({k: v for k, v in public.items() if k not in ("config", "withheld")}):
     assert key not in methods.NOISELESS_FIELDS or key == "smooth_sensitivity", key
   assert not {"audit", "audit_check", "stage_seconds", "wall_seconds"} & set(public)
@@ -145,11 +153,65 @@ def assert_release(workdir: str, report: dict) -> None:
   assert "Diagnostic (not released)" not in md and "noiseless diagnostics" not in md.lower()
   if report["noiseless"]:
     assert "## Withheld from this release" in md
+  assert_published_only(workdir, report, public, md)
   if has_model:
     with open(os.path.join(folder, "model.msgpack"), "rb") as f:
       params = serialization.msgpack_restore(f.read())  # no workdir, no template
     assert jax.tree.leaves(params) and all(
         isinstance(x, np.ndarray) for x in jax.tree.leaves(params))
+
+
+def _numbers(value):
+  """Every float below ``value``."""
+  if isinstance(value, dict):
+    for v in value.values():
+      yield from _numbers(v)
+  elif isinstance(value, list):
+    for v in value:
+      yield from _numbers(v)
+  elif isinstance(value, float):
+    yield value
+
+
+def assert_published_only(workdir: str, report: dict, public: dict, md: str) -> None:
+  """What ``release/`` must not hold: a withheld model's accuracy, evaluations or curves; a
+  data-dependent epsilon; a timing; a local path; a file others cannot read. And report.md's
+  not-covered list holds no "Covers ..." or neighbouring-relation sentence."""
+  folder = os.path.join(workdir, "release")
+  method = methods.METHODS[report["method"]]
+  withheld = report["model_withheld"]
+  assert public["model_withheld"] == withheld
+  if withheld and method.headline_stage:
+    assert public["test_accuracy"] is None and public["model"] is None
+    assert withheld in md and "release/ withholds" in md
+    for name, result in public["stages"].items():
+      assert "test_accuracy" not in result and not any(k.endswith("_png") for k in result), name
+    assert not [n for n in _files(folder) if n.endswith(".png")
+                and os.path.relpath(n, folder).split(os.sep)[0] == method.headline_stage]
+  stage = report["stages"].get(method.privacy_stage or "", {})
+  independent = set(_numbers(report.get("epsilons", {}))) | {
+      eps for r in (stage.get("privacy") or {}).get("by_neighbours", {}).values()
+      for eps in _numbers(r["epsilons"])}
+  for eps in _numbers(report.get("epsilons_data_dependent", {})):
+    assert eps in independent or eps not in set(_numbers(public)), eps
+  assert public.get("epsilon_is_data_dependent") in (None, False)
+  if public["privacy"].get("epsilon") is not None:
+    assert public["privacy"]["epsilon"] in independent
+  assert not [k for k in _keys(public) if k.endswith("_seconds")]
+  local = {os.path.dirname(os.path.abspath(workdir)), os.path.expanduser("~")}
+  data = report["config"]["dataset"].split(":", 1)[-1]
+  if os.path.isabs(data):
+    local.add(os.path.dirname(data))
+  for name in _files(folder):
+    if not name.endswith(".png") and not name.endswith(".msgpack"):
+      with open(name) as f:
+        text = f.read()
+      assert not [p for p in local if p in text], (name, local)
+    assert os.stat(name).st_mode & 0o777 == 0o644, (name, oct(os.stat(name).st_mode))
+  assert os.stat(folder).st_mode & 0o777 == 0o755
+  listed = md.split("Not covered by the epsilon:")[-1].split("\n## ")[0]
+  assert not [line for line in listed.splitlines()
+              if line.startswith(("- Covers", "- Neighbours:"))], listed
 
 
 def events(folder: str) -> dict[str, dict[int, float]]:

@@ -2,6 +2,8 @@
 learns from it and is evaluated on the rest; least-confident query selection."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -86,6 +88,12 @@ def test_pate_plus_least_confident_selection(npz_file, tmp_path):
   assert len(indices) == 40 and len(set(indices.tolist())) == 40  # nobody asked twice
   assert report["accountant"] == "rdp_data_dependent"
   assert report["stages"]["queries"]["answered"] <= 40
+  # release/ states the tightest data-independent epsilon instead (report_checks)
+  public = json.loads((tmp_path / "p" / "release" / "report.json").read_text())
+  assert not public["epsilon_is_data_dependent"] and public["epsilon"] not in by.values()
+  assert public["accountant"] in report["epsilons"]
+  assert "privacy.epsilon (rdp_data_dependent)" in public["withheld"]
+  assert_noiseless_named(str(tmp_path / "p"))
 
 
 def test_the_public_pool_is_nine_tenths_of_the_test_split_unless_set(npz_file):

@@ -251,6 +251,10 @@ class Method:
   # The parameters of the model the epsilon covers (the headline stage's), read from a run's
   # context: what ``<workdir>/release/`` publishes (None: no model to publish).
   released_model: Callable[[Context], Any] | None = None
+  # Why the epsilon does not cover everything the headline model learnt from, and the
+  # configuration that would, in one sentence; "" where it covers it all: only then does
+  # ``<workdir>/release/`` publish the model, its accuracy and its curves (``runner.release``).
+  model_withheld: Callable[[Config], str] = lambda config: ""
   # The planned releases (``privacy.Release``) stated under a neighbouring relation: the budget
   # guard and ``sweep --accounting_only`` account these before anything is trained.
   releases: Callable[[Config, str], list] | None = None

@@ -177,13 +177,52 @@ def _uncovered_inputs(config: Config, results: dict) -> list[str]:
              else []))
 
 
+_TRAIN_POOL_WITHHELD = (
+    "The student's unlabelled pool is the private training set (pool.source='train'), seen "
+    "without noise: a public pool (PATE's pool.source='public') or DGD's private_baseline "
+    "makes it releasable.")
+
+
+def _student_withheld(config: Config) -> str:
+  """Why a DGD or PATE student is withheld: a pool the epsilon does not cover (the private
+  set, or synthetic inputs made without DP; baseline.check refuses every private-baseline
+  setting that bypasses the noise)."""
+  if config.pool.source == "train":
+    return _TRAIN_POOL_WITHHELD
+  if config.pool.source == "synthetic" and "dpsgd" not in config.get("baseline", {}):
+    return ("The epsilon covers the label answers only, and the student also learns from "
+            "synthetic inputs made with a baseline trained on the private data without "
+            "noise: end-to-end accounted DGD (the private_baseline preset, e.g. "
+            "dgd.py:<data>,cpu,private_baseline) makes it releasable.")
+  return ""
+
+
+def _dpdfd_model_withheld(config: Config) -> str:
+  """Why a DPDFD student is withheld: label DP only, or inputs not covered."""
+  if config.dpdfd.teacher == "private_data":
+    return ("Direct training (dpdfd.teacher='private_data') is label DP only: the student "
+            "back-propagates through the private images without noise; a sensitive model "
+            "queried through A_{C,sigma} (dpdfd.py:<data>,cpu) makes it releasable.")
+  if dpdfd_plan.uses_synthetic(config):
+    return ("The student's inputs are the generator stage's synthetic set "
+            "(dpdfd.inputs='synthetic'), inverted from a baseline trained on the private data "
+            "without noise: Algorithm 1's own generator (dpdfd.inputs='generator', as in "
+            "dpdfd.py:<data>,cpu) makes it releasable.")
+  return ""
+
+
 def _student(ctx) -> dict:
   """The released student's parameters (DGD, PATE)."""
   return artefacts.load_classifier(ctx, "student")[1]
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("baseline", ("baseline",), headline_stage="baseline", privacy_note=(
+    Method("baseline", ("baseline",), headline_stage="baseline",
+           model_withheld=lambda c: (
+               "The baseline is trained on the private data without noise (no "
+               "differential-privacy guarantee): DP-SGD (dpsgd.py:<data>) trains a releasable "
+               "model."),
+           privacy_note=(
         "Trained on the private training set without noise: no differential-privacy "
         "guarantee (epsilon = infinity). Do not release it as a private model.")),
     Method("teachers", ("teachers",), privacy_note=_TEACHERS_NOTE),
@@ -191,6 +230,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("dgd", ("baseline", "teachers", "generator", "vae", "queries", "student"),
            headline_stage="student", privacy_stage="queries", releases=dgd_plan.releases,
            uncovered=_uncovered_inputs, released_model=_student,
+           model_withheld=_student_withheld,
            neighbours=dgd_plan.neighbours, covers=QUERIES_COVER, privacy_note=lambda c: (
                _DGD_PRIVATE_BASELINE_NOTE if "dpsgd" in c.baseline else _DGD_NOTE),
            # baseline.check refuses every private-baseline setting that bypasses the noise
@@ -198,6 +238,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("pate", ("teachers", "vae", "queries", "student"), headline_stage="student",
            privacy_stage="queries", releases=dgd_plan.releases, neighbours=dgd_plan.neighbours,
            uncovered=_uncovered_inputs, released_model=_student,
+           model_withheld=_student_withheld,
            covers=QUERIES_COVER,
            privacy_note=(
                "The epsilon covers the teachers' noisy answers to the student's label "
@@ -209,13 +250,18 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            uncovered=_uncovered_inputs,
            released_model=lambda ctx: artefacts.load_dpdfd(
                ctx, ctx.config.dpdfd.self_training)[1],
-           neighbours=dpdfd_plan.neighbours,
+           model_withheld=_dpdfd_model_withheld, neighbours=dpdfd_plan.neighbours,
            covers="{num_steps} DPDFD steps (A_{{C,sigma}} releases)",
            default_stages=lambda c: (("dpdfd",) if c.dpdfd.teacher == "private_data"
                                      or dpdfd_plan.uses_synthetic(c) else ("dpdfd_samples",)),
            privacy_note=lambda c: _DPDFD_NOTE + (_DPDFD_SYNTHETIC_NOTE
                                                  if dpdfd_plan.uses_synthetic(c) else "")),
-    Method("ldp", ("baseline", "ldp"), headline_stage="ldp", privacy_note=(
+    Method("ldp", ("baseline", "ldp"), headline_stage="ldp",
+           model_withheld=lambda c: (
+               "The robust teacher is trained on the private data without noise: the LDP "
+               "guarantee is the client's local epsilon on what it sends, not a model's; "
+               "DP-SGD (dpsgd.py:<data>) trains a releasable model."),
+           privacy_note=(
         "local_epsilon is the client's local (pure) epsilon per transformed sample "
         "(Algorithm 1). BASE and the robust teacher are trained on the private data without "
         "noise: no differential-privacy guarantee for the teacher side.")),
@@ -234,6 +280,16 @@ def method(config: Config) -> Method:
   if config.method not in METHODS:
     raise ConfigError(f"config.method={config.method!r}; known methods: {sorted(METHODS)}.")
   return METHODS[config.method]
+
+
+def model_withheld(config: Config) -> str:
+  """Why ``<workdir>/release/`` holds no model for this config (``Method.model_withheld``), or
+  "" where the epsilon covers everything its headline model learnt from (or it has none)."""
+  m = method(config)
+  if m.headline_stage is None:
+    return ""
+  return m.model_withheld(config) or (
+      "" if m.privacy_stage else "The method makes no differential-privacy release.")
 
 
 def requirements(name: str, config: Config) -> tuple[str, ...]:

@@ -47,6 +47,7 @@ def _privacy(config, results: dict) -> dict:
   independent = p.get("data_independent_epsilons", p["epsilons"])
   accountant = config.privacy.accountant
   data_dependent = accountant in p["data_dependent_accountants"]
+  records, not_covered = _record_notes(p["not_covered"], data_dependent)
   return {
       "queries": stage.get("num_queries"),
       "steps": stage.get("num_steps") if "num_queries" not in stage else None,
@@ -64,14 +65,29 @@ def _privacy(config, results: dict) -> dict:
       # The LDP client's own (local, pure) epsilon per sample it sends, where there is one.
       "ldp_local_epsilon": stage.get("ldp_local_epsilon"),
       "covers": {"covered": stage.get("covered") or method.covers.format(**stage),
-                 "not_covered": [method.note(config)]
-                                # the warning belongs to a data-dependent headline only;
-                                # the records' exclusions are the method note's, said once
-                                + [n.replace(privacy.TEACHER_EXCLUSIONS, "").strip()
-                                   for n in p["not_covered"]
-                                   if data_dependent or n != DATA_DEPENDENT_WARNING]
+                 "records": records,
+                 "not_covered": [method.note(config)] + not_covered
                                 + method.uncovered(config, results)},
   }
+
+
+def _record_notes(notes: list[str], data_dependent: bool) -> tuple[list[str], list[str]]:
+  """The ledger's notes (``PrivacyLedger.not_covered``) split into what the records cover
+  (their "Covers ..." sentences and the neighbouring relation) and what they leave out; the
+  data-dependent warning belongs to a data-dependent headline only, and the records' teacher
+  exclusions are the method note's, said once."""
+  covered, not_covered = [], []
+  for note in notes:
+    if note == DATA_DEPENDENT_WARNING and not data_dependent:
+      continue
+    head, sep, tail = note.replace(privacy.TEACHER_EXCLUSIONS, "").strip().partition(
+        "Not covered:")
+    if head.startswith(("Covers", "Neighbours:")):
+      covered.append(head.strip())
+      head = ""
+    if (head + sep + tail).strip():
+      not_covered.append((head + sep + tail).strip())
+  return covered, not_covered
 
 
 def build(config, results: dict, noise: dict | None = None, warnings: list[str] = ()) -> dict:
@@ -103,6 +119,8 @@ def build(config, results: dict, noise: dict | None = None, warnings: list[str] 
          if config.get("dpsgd_schedule_chosen") else {}),
       # where the DP noise came from: a secret key, or a public noise_seed (not private)
       "noise": noise,
+      # why release/ holds no model ("": it holds the headline model; methods.model_withheld)
+      "model_withheld": methods.model_withheld(config),
       "warnings": list(warnings),
       "stage_seconds": {k: r.get("stage_seconds") for k, r in results.items()},
       "wall_seconds": sum(r.get("stage_seconds") or 0.0 for r in results.values()),
@@ -237,6 +255,7 @@ def _headline(report: dict) -> list[str]:
     lines.append(f"**Test accuracy: {100 * report['test_accuracy']:.2f}%**"
                  + (f" (non-private baseline: {100 * baseline:.2f}%)"
                     if baseline is not None and report["method"] != "baseline" else ""))
+  lines += _publish_lines(report)
   p = report["privacy"]
   if p["epsilon"] is not None:
     count = (f"{report['queries']} queries" if report["queries"] is not None
@@ -254,6 +273,18 @@ def _headline(report: dict) -> list[str]:
   else:
     lines.append("**Privacy: no differential-privacy guarantee** (see Privacy).")
   return [line + "  " for line in lines[:-1]] + lines[-1:] + [""]
+
+
+def _publish_lines(report: dict) -> list[str]:
+  """What ``<workdir>/release/`` may publish of this run's headline model, and why."""
+  method = methods.METHODS[report["method"]]
+  if method.headline_stage is None:
+    return []
+  if report.get("model_withheld"):
+    return [f"**release/ withholds the {method.headline_stage} model, its accuracy and its "
+            f"curves**: {report['model_withheld']}"]
+  return [f"release/ publishes the {method.headline_stage} model (model.msgpack): the "
+          "epsilon covers everything it learnt from."]
 
 
 def _pate2018_lines(report: dict) -> list[str]:
@@ -344,6 +375,8 @@ def markdown(workdir: str, report: dict, extra: list[str] = ()) -> str:
   if report.get("noiseless") and not report.get("covers"):  # else listed under not covered
     lines += [methods.noiseless_note(report["noiseless"]), ""]
   if report.get("covers"):
+    lines += ["Covered, release by release:", ""] + [
+        f"- {n}" for n in report["covers"].get("records", [])] + [""]
     lines += ["Not covered by the epsilon:", ""]
     lines += [f"- {n}" for n in report["covers"]["not_covered"][1:]]  # [0]: the note above
     if report.get("epsilons_data_dependent") and not report["epsilon_is_data_dependent"]:
