@@ -52,6 +52,10 @@ _TIMEOUT = flags.DEFINE_integer("distributed_timeout", 300, "Seconds to wait for
 _COMPILE_ONLY = flags.DEFINE_bool(
     "compile_only", False, "Compile every jitted program of the run at the config's full "
     "shapes and print their memory; train and write nothing (no --workdir needed).")
+_ALLOW_NOISE_REDRAW = flags.DEFINE_bool(
+    "allow_noise_redraw", False, "Resume or recompute a noisy stage on another backend or JAX "
+    "version than it first drew on: its noise is drawn anew, a second release of the same "
+    "private data that spends the budget again.")
 flags.mark_flags_as_required(["config"])
 
 
@@ -76,7 +80,8 @@ def main(argv):
     if not _WORKDIR.value:
       raise UserInputError("pass --workdir=<folder> (its checkpoints, metrics and report), or "
                            "--compile_only to compile the run's programs without training.")
-    report = pipeline.run(_CONFIG.value, _WORKDIR.value, _STAGES.value)
+    report = pipeline.run(_CONFIG.value, _WORKDIR.value, _STAGES.value,
+                          allow_noise_redraw=_ALLOW_NOISE_REDRAW.value)
   except UserInputError as e:
     sys.exit(f"error: {e}")
   except PrivacyAuditError as e:

@@ -89,11 +89,14 @@ def assert_secret_kept(workdir: str, report: dict) -> None:
   nor their hex appear in any other file of the workdir (reports, config, metrics,
   TensorBoard events, checkpoints) or in a file name."""
   path = os.path.join(workdir, "noise.key")
+  noisy = {n for n in report["stages"]
+           if methods.draws_noise(n, ml_collections.ConfigDict(report["config"]))}
+  assert report["noise"]["drawn_on"] == {n: host.noise_platform() for n in noisy}
   if report["noise"]["reproducible"]:
     assert not os.path.exists(path), "a reproducible run wrote a noise key"
     return
-  assert report["noise"] == {"source": "secret_key", "reproducible": False,
-                             "private_release": True}, report["noise"]
+  assert {k: v for k, v in report["noise"].items() if k != "drawn_on"} == {
+      "source": "secret_key", "reproducible": False, "private_release": True}, report["noise"]
   assert os.stat(path).st_mode & 0o777 == 0o600, oct(os.stat(path).st_mode)
   with open(path, "rb") as f:
     secret = f.read()

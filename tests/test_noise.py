@@ -171,8 +171,11 @@ def _answers(workdir):
 
 
 def _student(workdir):
-  with open(os.path.join(workdir, "release", "model.msgpack"), "rb") as f:
-    return f.read()
+  """The student's parameters, serialised (the label-only DGD run withholds it from release/)."""
+  from flax import serialization  # pylint: disable=g-import-not-at-top
+  from dgd_jax.plan import artefacts  # pylint: disable=g-import-not-at-top
+  params = artefacts.load_classifier(pipeline.open_run(workdir, "student"), "student")[1]
+  return serialization.msgpack_serialize(serialization.to_state_dict(params))
 
 
 def _redo_queries(workdir, drop_key: bool):
@@ -214,13 +217,37 @@ def test_secret_draws_differ_resumes_reuse_and_noise_seed_reproduces(finished_dg
     np.testing.assert_array_equal(_answers(copies["seeded_again"])[k], v)
   assert _student(copies["seeded"]) == _student(copies["seeded_again"])
   assert seeded["noise"] == {"source": "noise_seed", "noise_seed": 11, "reproducible": True,
-                             "private_release": False}
+                             "private_release": False,
+                             "drawn_on": {"queries": host.noise_platform()}}
   assert not os.path.exists(os.path.join(copies["seeded"], "noise.key"))
   for folder in (copies["seeded"], os.path.join(copies["seeded"], "release")):
     with open(os.path.join(folder, "report.md")) as f:
       assert "NOT A PRIVATE RELEASE" in f.read()
   with open(os.path.join(workdir, "report.md")) as f:
     assert "NOT A PRIVATE RELEASE" not in f.read()
+
+
+@pytest.mark.integration
+def test_a_noisy_stage_is_redrawn_only_on_the_platform_it_drew_on(finished_dgd_copy):
+  """The same key draws other noise on another backend or JAX version: resuming or
+  recomputing a noisy stage there is refused unless allowed; reusing it is not a draw."""
+  path, workdir, report = finished_dgd_copy
+  config = tiny_configs.dgd(path)
+  here = host.noise_platform()
+  assert report["noise"]["drawn_on"] == {"queries": here}
+  elsewhere = {**here, "backend": "tpu", "jax": "0.0.1"}
+  with open(os.path.join(workdir, "noise_draws.json"), "w") as f:
+    json.dump({"queries": elsewhere}, f)
+  assert pipeline.run(config, workdir)["noise"]["drawn_on"] == {"queries": elsewhere}  # reused
+  before = _answers(workdir)
+  _redo_queries(workdir, drop_key=False)
+  with pytest.raises(WorkdirConflictError, match="allow_noise_redraw"):
+    pipeline.run(config, workdir)
+  assert not os.path.exists(os.path.join(workdir, "queries"))  # refused before it began
+  redrawn = pipeline.run(config, workdir, allow_noise_redraw=True)
+  assert redrawn["noise"]["drawn_on"] == {"queries": here}
+  for k, v in before.items():  # here the key draws what it drew here before
+    np.testing.assert_array_equal(_answers(workdir)[k], v)
 
 
 @pytest.mark.integration

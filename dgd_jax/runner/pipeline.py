@@ -26,6 +26,7 @@ from dgd_jax.runner import release as release_lib
 from dgd_jax.runner import report as report_lib
 from dgd_jax.runner.methods import STAGES
 from dgd_jax.runtime import distributed
+from dgd_jax.runtime import host
 from dgd_jax.runtime import tensorboard
 from dgd_jax.runtime.errors import ConfigError, PrivacyAuditError, WorkdirConflictError
 from dgd_jax.runtime.files import plain
@@ -62,9 +63,11 @@ def checked_plan(config: Config, stages: tuple[str, ...] | None = None) -> RunPl
   return dataclasses.replace(stage_plan, config=config, warnings=(weak,) if weak else ())
 
 
-def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> dict:
+def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None,
+        allow_noise_redraw: bool = False) -> dict:
   """Runs ``stages`` (default: the method's default stages) and every stage they need, and
-  returns the report dict."""
+  returns the report dict. A noisy stage is resumed or recomputed only on the platform it
+  first drew its noise on (``Workdir.check_noise_platform``) unless ``allow_noise_redraw``."""
   plan = checked_plan(config, stages)
   config = plan.config
   data = load_private(config)  # its errors come before anything is written
@@ -84,6 +87,8 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None) -> 
       stage.check()
       if stage.done():
         stage.result()  # a damaged result.json is refused before anything is written
+    wd.check_noise_platform([n for n in to_run if n in plan.noisy], host.noise_platform(),
+                            allow_noise_redraw)
     wd.bind_data(config.dataset, fingerprint)
     begun = [s.name for s in planned if s.name in plan.noisy and os.path.exists(s.meta_path)]
     return _run_stages(plan, wd, planned, begun, warnings, data)
@@ -184,10 +189,14 @@ def _run_stages(plan: RunPlan, wd: Workdir, planned: list[Stage], begun: list[st
     if stage.done():
       logging.info("%s: reusing the finished stage in %s", stage.name, stage.path)
     else:
+      if stage.name in plan.noisy:
+        wd.record_noise_platform(stage.name, host.noise_platform())
       ctx = Context(config, wd, stage, dataset, dict(results), noise)
       stage.run(functools.partial(STAGES[stage.name].run, ctx))
     results[stage.name] = stage.result()
-  report = report_lib.build(config, results, noise.describe(), warnings)
+  drawn_on = {n: p for n, p in wd.noise_platforms().items() if n in plan.noisy}
+  report = report_lib.build(config, results, {**noise.describe(), "drawn_on": drawn_on},
+                            warnings)
   if wd.writer:  # report.md composed, then the release, report.json and report.md written
     text = report_lib.markdown(wd.path, report)
     release_lib.write(config, wd, report,

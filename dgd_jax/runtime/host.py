@@ -27,6 +27,8 @@ import os
 import platform
 import sys
 
+import numpy as np
+
 from dgd_jax.runtime.errors import ConfigError
 
 # glibc's mallopt parameters (malloc.h).
@@ -73,6 +75,14 @@ def use_every_core() -> int:
 # The packages whose versions can change a run's numbers.
 SOFTWARE = ("jax", "jaxlib", "flax", "optax", "numpy", "dp-accounting", "jax-privacy",
             "tensorflow-datasets")
+
+
+def noise_platform() -> dict:
+  """What decides the values a secret key's draws take: the JAX backend (XLA's rng_bit_generator,
+  behind the ``rbg`` keys, is platform-specific), JAX's and NumPy's versions."""
+  import jax  # pylint: disable=import-outside-toplevel
+  return {"backend": jax.default_backend(), "jax": jax.__version__,
+          "jaxlib": importlib.metadata.version("jaxlib"), "numpy": np.__version__}
 
 
 def software() -> dict:

@@ -13,6 +13,8 @@ Layout::
   <workdir>/data.json          the fingerprint of the data the stages read (``bind_data``)
   <workdir>/noise.key          the secret the run's DP noise is drawn from (owner-only; never
                                publish it, ``secret``)
+  <workdir>/noise_draws.json   the platform (backend, JAX and NumPy versions) each noisy
+                               stage drew on (``noise_platforms``)
   <workdir>/release/           what the run's epsilon lets a user publish (``runner.release``);
                                everything else in the workdir is private
 
@@ -52,6 +54,7 @@ from dgd_jax.runtime.files import (append_line, atomic_write, damaged, fingerpri
 LOCK = "lock.json"
 CONFIG = "config.json"
 NOISE_KEY_FILE = "noise.key"
+NOISE_DRAWS = "noise_draws.json"
 DATA = "data.json"
 REPORT, REPORT_MD = "report.json", "report.md"
 # The workdir format this code writes and reads (config.json's "format"). Format 2: the
@@ -338,6 +341,33 @@ class Workdir:
     elif self.writer:
       makedirs(self.path)
       write_json(path, {"dataset": name, "fingerprint": fingerprint_})
+
+  def noise_platforms(self) -> dict[str, dict]:
+    """{stage: the platform (``host.noise_platform``) it drew its noise on}."""
+    path = os.path.join(self.path, NOISE_DRAWS)
+    return read_artefact_json(path) if os.path.exists(path) else {}
+
+  def check_noise_platform(self, stages: list[str], platform: dict, allow: bool) -> None:
+    """Refuses to draw the noise of ``stages`` on another ``platform`` than they first drew on:
+    one key gives other values there (a resumed stage would mix two draws, a recomputed one
+    would release the same private data again under fresh noise), unless ``allow``."""
+    recorded = self.noise_platforms()
+    moved = {n: recorded[n] for n in stages if n in recorded and recorded[n] != platform}
+    if moved and not allow:
+      raise WorkdirConflictError(
+          f"{self.path}: stages {sorted(moved)} drew their noise on "
+          + "; ".join(f"{n}: {p}" for n, p in sorted(moved.items())) + f", and this run is on "
+          f"{platform}, where the same key draws other noise: resuming or recomputing them "
+          "here releases the same private data again under new noise. Nothing was changed. "
+          "Run on the platform they drew on, or pass --allow_noise_redraw "
+          "(pipeline.run(..., allow_noise_redraw=True)) to draw again and spend the budget "
+          "again.")
+
+  def record_noise_platform(self, stage: str, platform: dict) -> None:
+    """Records that ``stage`` draws its noise on ``platform`` (before it draws)."""
+    if self.writer and self.noise_platforms().get(stage) != platform:
+      write_json(os.path.join(self.path, NOISE_DRAWS),
+                 {**self.noise_platforms(), stage: platform})
 
   @property
   def noise_key_path(self) -> str:
