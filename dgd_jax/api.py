@@ -20,11 +20,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import hashlib
 import importlib
 import json
+import math
 import numbers
 import os
+import re
 import tempfile
+import types
 import warnings
 from typing import Any, Callable
 
@@ -47,10 +52,14 @@ from dgd_jax.plan import pool as pool_plan
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan import student_fit
 from dgd_jax.privacy import checks
+from dgd_jax.privacy import smooth_sensitivity
+from dgd_jax.privacy.ledger import NOT_PRIVATE
 from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.privacy.releases import build_release
 from dgd_jax.runner import pipeline
+from dgd_jax.runtime import host
 from dgd_jax.runtime.errors import ConfigError, DatasetError, WorkdirConflictError
+from dgd_jax.runtime.files import fingerprint
 from dgd_jax.training import dpsgd
 from dgd_jax.training import ensemble
 from dgd_jax.training import memory_plan
@@ -186,6 +195,16 @@ def _vote_counts(votes: Any) -> np.ndarray:
   return votes
 
 
+def _delta_for_size(delta: float, size: int, allowed: bool) -> float:
+  """``delta`` against N = ``size`` (``privacy.checks.delta_for_size``, the one rule): a delta
+  of 1/N or more refused unless ``allowed``, then warned."""
+  delta = checks.delta_for_size(delta, size, allowed, allow=checks.ALLOW_LARGE_DELTA_KEYWORD)
+  warning = checks.large_delta_warning(delta, size, "allow_large_delta=True")
+  if warning:
+    warnings.warn(warning, stacklevel=3)
+  return delta
+
+
 def _warn_if_drowned(mechanism: str, noise_scale: float, n: int, k: int) -> None:
   """Warns when the noise leaves the labels near chance even where 90% of the n teachers
   agree (public quantities only: no vote is read)."""
@@ -199,20 +218,33 @@ def _warn_if_drowned(mechanism: str, noise_scale: float, n: int, k: int) -> None
         "chooses both for a budget.", stacklevel=3)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class Answers:
   """What ``noisy_labels`` releases, and its ledger record. ``labels`` [Q] (-1 where
   Confident-GNMax did not answer), ``answered`` [Q], ``histograms`` [Q, K]: the noisy vote
   histograms where the mechanism releases them whole ('gaussian_histogram'), else None.
   ``release`` is the record ``epsilon`` accounts; for LNMax, GNMax and Confident-GNMax it
   carries the (private) votes, so that ``epsilon(..., data_dependent=True)`` and
-  ``smooth_sensitivity_epsilon`` can analyse them: never publish the record itself."""
+  ``smooth_sensitivity_epsilon`` can analyse them: never publish the record itself. Printed,
+  it shows public quantities only (the mechanism, its noise, the counts, the noise's source),
+  never an array."""
 
   labels: np.ndarray
   answered: np.ndarray
   histograms: np.ndarray | None
   release: privacy.Release
   noise_seed: int | None = None  # not None: reproducible noise, NOT a private release
+
+  def __repr__(self) -> str:
+    r = self.release
+    noise = ("noise='secret'" if self.noise_seed is None else
+             f"noise_seed={self.noise_seed}, private_release=False")
+    extra = "".join(f", {name}={getattr(r, name):g}" for name in ("threshold", "sigma1")
+                    if getattr(r, name, None) is not None)
+    return (f"Answers(mechanism={r.mechanism!r}, noise_scale={r.noise_parameter:g}{extra}, "
+            f"queries={len(self.labels)}, answered={int(np.sum(self.answered))}, "
+            f"histograms={'released' if self.histograms is not None else 'none'}, "
+            f"teachers_changed={r.teachers_changed}, {noise})")
 
 
 def noisy_labels(votes: Any, mechanism: str, noise_scale: float, *,
@@ -256,8 +288,9 @@ def smooth_sensitivity_epsilon(answers: Answers, delta: float = 1e-5, *,
   ``gnss_rdp`` composed with the queries at that order (``privacy.SmoothSensitivityCost``).
   Returns ``privacy.smooth_sensitivity.SmoothSensitivityRelease``; its ``released`` is the
   value to publish (``epsilon``, ``std`` and ``rdp`` beside it are private diagnostics).
-  Noise from the OS; ``noise_seed``: reproducible, not private."""
-  from dgd_jax.privacy import smooth_sensitivity  # pylint: disable=g-import-not-at-top
+  Noise from the OS; ``noise_seed``: reproducible, not private. Where this release's or the
+  answers' noise came from a seed, a ``SeededSmoothSensitivityRelease`` says so
+  (``private_release`` False, ``note``)."""
   r = answers.release
   if r.mechanism not in ("gnmax", "confident_gnmax") or r.votes is None:
     raise ConfigError(f"smooth_sensitivity_epsilon analyses GNMax or Confident-GNMax answers "
@@ -266,10 +299,28 @@ def smooth_sensitivity_epsilon(answers: Answers, delta: float = 1e-5, *,
   terms = (votes, *r.gnmax_parameters, delta)
   plan = smooth_sensitivity.plan_release(len(votes), int(votes[0].sum()), votes.shape[1],
                                          *terms[1:], consensus=consensus)
-  return smooth_sensitivity.release_confident_gnmax(
+  out = smooth_sensitivity.release_confident_gnmax(
       *terms, plan, answered=answers.answered,
       rng=NoiseSource.of(noise_seed).rng("smooth_sensitivity"),
       teachers_changed=r.teachers_changed)
+  seeds = [f"{name}={seed}" for name, seed in (("noise_seed", noise_seed),
+                                               ("the answers' noise_seed", answers.noise_seed))
+           if seed is not None]
+  if not seeds:
+    return out
+  return SeededSmoothSensitivityRelease(
+      **{f.name: getattr(out, f.name) for f in dataclasses.fields(out)},
+      note=f"{NOT_PRIVATE}: the noise follows from {' and '.join(seeds)}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class SeededSmoothSensitivityRelease(smooth_sensitivity.SmoothSensitivityRelease):
+  """A smooth-sensitivity release drawn from a public seed (``smooth_sensitivity_epsilon``
+  with ``noise_seed``, or on seeded answers): reproducible, NOT a private release; ``note``
+  says where the seed came from."""
+
+  private_release: bool = False
+  note: str = ""
 
 
 def noise_for(mechanism: str, queries: int, epsilon: float, delta: float = 1e-5, *,
@@ -277,6 +328,7 @@ def noise_for(mechanism: str, queries: int, epsilon: float, delta: float = 1e-5,
   """The least noise (Laplace scale for 'lnmax', Gaussian std otherwise) with which
   ``queries`` answers of ``mechanism`` fit ``epsilon`` at ``delta`` under ``accountant``:
   data-independent, no vote is read."""
+  checks.epsilon("epsilon", epsilon)
   one_noise = tuple(m for m in _mechanisms() if m != "confident_gnmax")
   if mechanism not in one_noise:
     raise ConfigError(f"mechanism={mechanism!r}: noise_for plans one noise, for one of "
@@ -290,9 +342,13 @@ def noise_for(mechanism: str, queries: int, epsilon: float, delta: float = 1e-5,
 
 def dpsgd_noise_for(num_examples: int, batch_size: int, epochs: float, epsilon: float,
                     delta: float = 1e-5, *, accountant: str = ACCOUNTANT,
-                    norm_bound: float = 1.0) -> float:
+                    norm_bound: float = 1.0, allow_large_delta: bool = False) -> float:
   """DP-SGD's noise multiplier for ceil(epochs N / batch_size) steps at sampling rate
-  batch_size / N to fit ``epsilon`` at ``delta`` (add/remove-one), as ``train_dpsgd`` uses."""
+  batch_size / N to fit ``epsilon`` at ``delta`` (add/remove-one), as ``train_dpsgd`` uses.
+  A delta of 1/N or more (N = ``num_examples``) is refused unless ``allow_large_delta``."""
+  checks.epsilon("epsilon", epsilon)
+  num_examples = checks.count("num_examples", num_examples)
+  _delta_for_size(delta, num_examples, allow_large_delta)
   steps = dpsgd_plan.steps_for_epochs(epochs, num_examples, batch_size)
   plan = privacy.DpsgdSteps(1.0, int(batch_size), int(num_examples), steps, norm_bound)
   return privacy.dpsgd_noise_multiplier(plan, epsilon, delta, accountant)
@@ -304,7 +360,8 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
                 learning_rate: float = 1e-3, accountant: str = ACCOUNTANT,
                 optimizer: optax.GradientTransformation | None = None,
                 loss: Callable | None = None, microbatch_size: int = 32, seed: int = 0,
-                noise_seed: int | None = None, workdir: str | None = None) -> Result:
+                noise_seed: int | None = None, workdir: str | None = None,
+                allow_large_delta: bool = False, allow_noise_redraw: bool = False) -> Result:
   """``model`` (any ``flax.linen.Module`` mapping images to logits) trained on (x, y) with
   DP-SGD on jax-privacy (Abadi et al. 2016): each step a Poisson sample of expected size
   ``batch_size`` (None: N // 20, a sampling rate of 5%), per-example gradients of ``loss``
@@ -320,9 +377,22 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
   initialisation; the noise and the Poisson batches come from the operating system's entropy
   (kept in ``workdir``'s noise.key when given, so that a killed run resumes from its
   checkpoints with the same draws), or from ``noise_seed`` (an int >= 0) for a reproducible
-  run that is NOT a private release. A delta of 1/N or more is refused. The module runs as
-  ``train_teachers`` runs it (``Result.model``: BatchNorm as a group norm, which keeps each
-  example's gradient its own; dropout on, each example's mask its own)."""
+  run that is NOT a private release. A delta of 1/N or more is refused unless
+  ``allow_large_delta`` (then warned); a run begun in ``workdir`` resumes only on the backend
+  and JAX version it drew on unless ``allow_noise_redraw`` (``Workdir.check_noise_platform``).
+  The module runs as ``train_teachers`` runs it
+  (``Result.model``: BatchNorm as a group norm, which keeps each example's gradient its own;
+  dropout on, each example's mask its own).
+
+  A workdir holds one run: its stage folder records everything that makes it (the model's
+  class, fields and parameter shapes, the optimiser, the loss, the learning rate, the batch,
+  steps, epochs, clip norm, noise multiplier, accountant, delta, epsilon, microbatch size and
+  seeds: ``_dpsgd_slice``), and the noise key and the batches are drawn for that record, as a
+  run's stages draw theirs; a call with another of them on the same workdir is refused
+  (WorkdirConflictError), the same call resumes. A user's optimiser or loss is recorded as a
+  description of its functions (qualified names, bytecode, defaults and closure values:
+  ``_describe``), not its source: what it reads from globals or other objects' state is not
+  seen."""
   from dgd_jax.plan.context import noise_source  # pylint: disable=g-import-not-at-top
   from dgd_jax.runtime.workdir import Stage, Workdir  # pylint: disable=g-import-not-at-top
   x = images(x)
@@ -331,7 +401,8 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
   k = _logits(model, x)
   y = labels(y, len(x), k)
   n = len(x)
-  checks.delta_for_size(delta, n)
+  checks.epsilon("epsilon", epsilon)
+  _delta_for_size(delta, n, allow_large_delta)
   batch_size = max(1, n // 20) if batch_size is None else batch_size
   if not (isinstance(batch_size, numbers.Integral) and 1 <= batch_size <= n):
     raise ConfigError(f"batch_size={batch_size!r} with {n} examples: the expected Poisson "
@@ -350,15 +421,22 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
     folder = workdir or stack.enter_context(tempfile.TemporaryDirectory())
     wd = Workdir(folder)
     wd.bind_data("train_dpsgd's (x, y)", content_fingerprint(x, y))
-    # a stage folder: a resumed run must be the same plan (Stage.check refuses another)
-    stage = Stage(wd, "dpsgd", {"steps": steps, "batch_size": int(batch_size),
-                                "noise_multiplier": sigma, "norm_bound": norm_bound,
-                                "seed": seed, "noise_seed": noise_seed})
+    # a stage folder: a resumed run must be the same run (Stage.check refuses another)
+    stage = Stage(wd, "dpsgd", _dpsgd_slice(
+        model, state.params, optimizer, loss, learning_rate=float(learning_rate),
+        batch_size=int(batch_size), steps=steps, epochs=float(epochs),
+        norm_bound=float(norm_bound), noise_multiplier=sigma, accountant=accountant,
+        delta=float(delta), epsilon=float(epsilon), microbatch_size=int(microbatch_size),
+        seed=int(seed), noise_seed=noise_seed))
     begun = ["dpsgd"] if os.path.exists(stage.meta_path) else []
+    if not os.path.isdir(os.path.join(stage.checkpoint_dir, str(steps))):  # steps left to draw
+      wd.check_noise_platform(["dpsgd"], host.noise_platform(), allow_noise_redraw)
+      wd.record_noise_platform("dpsgd", host.noise_platform())
     stage.begin()
     source = noise_source(wd, -1 if noise_seed is None else noise_seed, begun)
     state = dpsgd.train_private(state, model, x, y, record, microbatch_size, fit,
-                                source.key("dpsgd"), source.rng("dpsgd_batches"),
+                                source.key(_dpsgd_purpose(stage, "noise")),
+                                source.rng(_dpsgd_purpose(stage, "batches")),
                                 stage.checkpoint_dir, "dpsgd", metrics.append, loss)
   spent = privacy.PrivacyLedger([record]).epsilon(delta, accountant, data_dependent=False)
   report = {"epsilon": spent.epsilon, "delta": delta,
@@ -371,6 +449,109 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
   return Result(model, state.params, report, workdir)
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # a repr's memory address: another each process
+
+
+def _code(code: types.CodeType) -> str:
+  """A fingerprint of a function's code: its bytecode, constants (nested code included) and
+  names."""
+  consts = [_code(c) if isinstance(c, types.CodeType) else _describe(c)
+            for c in code.co_consts]
+  return fingerprint([code.co_code.hex(), consts, list(code.co_names)])
+
+
+def _describe(obj: Any, path: tuple = ()) -> Any:
+  """A JSON description of ``obj`` that is the same in every process for the same object:
+  numbers and strings as they are, arrays by shape, dtype and a hash of their bytes,
+  containers, named tuples (optax's transformations) and dataclasses field by field,
+  functions by qualified name, code, defaults and closure values (an optax transformation's
+  hyper-parameters live there), anything else by its repr less memory addresses. Best effort:
+  a function's globals and an object's hidden state are not described."""
+  if id(obj) in path or len(path) > 16:
+    return "<cycle>"
+  path = path + (id(obj),)
+  if obj is None or isinstance(obj, (bool, int, str)):
+    return obj
+  if isinstance(obj, float):
+    return obj if math.isfinite(obj) else repr(obj)
+  if isinstance(obj, (np.ndarray, np.generic, jax.Array)):
+    a = np.asarray(obj)
+    return f"array{list(a.shape)} {a.dtype} {hashlib.sha256(a.tobytes()).hexdigest()[:16]}"
+  if isinstance(obj, nn.Module):
+    return _ADDRESS.sub("", repr(obj))
+  if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+    return {type(obj).__qualname__: {f: _describe(getattr(obj, f), path) for f in obj._fields}}
+  if isinstance(obj, (list, tuple)):
+    return [_describe(v, path) for v in obj]
+  if isinstance(obj, (set, frozenset)):
+    return sorted(json.dumps(_describe(v, path), sort_keys=True) for v in obj)
+  if isinstance(obj, dict):
+    return {str(k): _describe(v, path) for k, v in obj.items()}
+  if isinstance(obj, functools.partial):
+    return {"partial": _describe(obj.func, path), "args": _describe(obj.args, path),
+            "keywords": _describe(obj.keywords, path)}
+  if isinstance(obj, types.MethodType):
+    return {"method": _describe(obj.__func__, path), "self": _describe(obj.__self__, path)}
+  if isinstance(obj, types.FunctionType):
+    closure = []
+    for cell in obj.__closure__ or ():
+      try:
+        closure.append(_describe(cell.cell_contents, path))
+      except ValueError:  # an empty cell
+        closure.append("<empty>")
+    return {"function": f"{obj.__module__}.{obj.__qualname__}", "code": _code(obj.__code__),
+            "defaults": _describe(obj.__defaults__, path),
+            "kwdefaults": _describe(obj.__kwdefaults__, path), "closure": closure}
+  if hasattr(obj, "__wrapped__"):  # jax.jit, functools.wraps
+    return {"wraps": _describe(obj.__wrapped__, path)}
+  if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    return {type(obj).__qualname__: {f.name: _describe(getattr(obj, f.name), path)
+                                     for f in dataclasses.fields(obj)}}
+  return _ADDRESS.sub("", repr(obj))
+
+
+def _named(obj: Any) -> str:
+  """A readable name of ``obj`` (an optax transformation: the transformations it chains, as
+  their factories' names; a function: its qualified name) and the fingerprint of its
+  description (``_describe``), which tells apart two with the same name."""
+  description = _describe(obj)
+  if hasattr(obj, "init") and hasattr(obj, "update"):
+    found = re.findall(r'"function": "[^"]*?(\w+)\.<locals>\.update_fn"',
+                       json.dumps(description))
+    parts = [p for p in dict.fromkeys(found) if p != "chain"]
+    name = "optax " + "+".join(parts) if parts else type(obj).__qualname__
+  else:
+    name = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+  return f"{name.lstrip('.')} {fingerprint(description)}"
+
+
+def _dpsgd_slice(model: nn.Module, params: Any, optimizer, loss, **settings) -> dict:
+  """``train_dpsgd``'s stage slice: every setting that makes its run, and descriptions of the
+  model (its class; a fingerprint of its repr, fields included, and of its initial
+  parameters' paths, shapes and dtypes), the optimiser (``_named``; the default: Adam at
+  ``learning_rate`` decaying linearly to 0, the learning rate recorded only there) and the
+  loss (``_named``; the default: cross-entropy)."""
+  inner = getattr(model, "module", model)
+  leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+  shapes = [[jax.tree_util.keystr(k), list(np.shape(v)), str(getattr(v, "dtype", ""))]
+            for k, v in leaves]
+  if optimizer is not None:
+    settings["learning_rate"] = None  # the optimiser's own is in its description
+  return {**settings,
+          "model": f"{type(inner).__module__}:{type(inner).__qualname__}",
+          "model_fingerprint": fingerprint([_ADDRESS.sub("", repr(model)), shapes]),
+          "optimizer": ("adam, linear decay to 0 (default)" if optimizer is None
+                        else _named(optimizer)),
+          "loss": "cross_entropy (default)" if loss is None else _named(loss)}
+
+
+def _dpsgd_purpose(stage, purpose: str) -> str:
+  """``purpose`` bound to ``train_dpsgd``'s stage slice, as a run's stages bind theirs
+  (``plan.context.Context._purpose``): another run on the same secret never draws the same
+  noise or batches."""
+  return f"{stage.name}/{fingerprint(stage.config_part)}/{purpose}"
+
+
 def epsilon(releases: Any, delta: float = 1e-5, accountant: str = ACCOUNTANT, *,
             data_dependent: bool = False) -> privacy.EpsilonReport:
   """The (epsilon, delta) of ``releases`` (one record, one ``Answers``, or a sequence of
@@ -380,10 +561,16 @@ def epsilon(releases: Any, delta: float = 1e-5, accountant: str = ACCOUNTANT, *,
   ('rdp_data_dependent', 'moments_accountant', 'rdp_answered_only') analyses the votes the
   records carry (PATE 2017/2018): a function of the private votes, not a guarantee, and not
   publishable as it is (``smooth_sensitivity_epsilon`` releases it). Its ``note`` says what it
-  covers."""
+  covers; for answers drawn with a ``noise_seed`` the report's ``private_release`` is False
+  and its note starts with NOT A PRIVATE RELEASE."""
   items = releases if isinstance(releases, (list, tuple)) else [releases]
   records = [r.release if isinstance(r, Answers) else r for r in items]
-  return privacy.PrivacyLedger(records).epsilon(delta, accountant, data_dependent=data_dependent)
+  report = privacy.PrivacyLedger(records).epsilon(delta, accountant,
+                                                  data_dependent=data_dependent)
+  seeds = sorted({r.noise_seed for r in items if isinstance(r, Answers)} - {None})
+  if seeds:
+    report = report.not_private(f"noise_seed={', '.join(map(str, seeds))}")
+  return report
 
 
 def plan_queries(num_teachers: int, num_classes: int, target_epsilon: float, *,
@@ -393,6 +580,7 @@ def plan_queries(num_teachers: int, num_classes: int, target_epsilon: float, *,
   ('lnmax' or 'gnmax'), its noise and the most queries that fit ``target_epsilon``, maximising
   the expected clean-equivalent labels on an assumed histogram whose top class holds
   ``consensus`` of the votes."""
+  checks.epsilon("target_epsilon", target_epsilon)
   return query_plan.choose(num_teachers, num_classes, target_epsilon, delta, consensus,
                            max_queries, accountant)[0]
 
@@ -447,15 +635,23 @@ def _module_spec(model: nn.Module | None) -> tuple[str, str]:
 
 
 def _method(name: str, model, x, y, x_test, y_test, epsilon: float, delta: float, preset: str,
-            workdir: str | None, noise_seed: int | None, overrides: dict | None) -> Result:
+            workdir: str | None, noise_seed: int | None, overrides: dict | None,
+            allow_large_delta: bool) -> Result:
   """One method's preset (``dgd_jax/configs/<name>.py:npz:<your arrays>,<preset>``) run on
-  the arrays in ``workdir`` (resumable) or a temporary folder, its released model read back."""
+  the arrays in ``workdir`` (resumable) or a temporary folder, its released model read back.
+  ``epsilon`` (the run's ``privacy.max_epsilon``) must be a finite number > 0 and ``delta``
+  below 1/len(x) unless ``allow_large_delta`` (``privacy.allow_large_delta``): refused here,
+  before anything is written."""
   from dgd_jax.configs import common  # pylint: disable=g-import-not-at-top
   from dgd_jax.runner import methods  # pylint: disable=g-import-not-at-top
   arrays = {"x_train": np.asarray(x), "y_train": np.asarray(y), "x_test": np.asarray(x_test),
             "y_test": np.asarray(y_test)}
   for k in ("x_train", "x_test"):
     images(arrays[k], k)  # refused here, with the array's name, before anything is written
+  checks.epsilon("epsilon", epsilon)
+  given = overrides or {}  # what the run reads: an override of delta or the flag wins
+  allow_large_delta = bool(given.get("privacy.allow_large_delta", allow_large_delta))
+  _delta_for_size(given.get("privacy.delta", delta), len(arrays["x_train"]), allow_large_delta)
   module, kwargs = _module_spec(model)
   with contextlib.ExitStack() as stack:
     folder = workdir or stack.enter_context(tempfile.TemporaryDirectory())
@@ -475,6 +671,7 @@ def _method(name: str, model, x, y, x_test, y_test, epsilon: float, delta: float
     config = common.with_overrides(config, {
         "privacy.max_epsilon": float(epsilon), "privacy.delta": float(delta),
         "noise_seed": -1 if noise_seed is None else int(noise_seed),
+        "privacy.allow_large_delta": bool(allow_large_delta),
         "model.module": module, "model.kwargs": kwargs, **(overrides or {})})
     report = pipeline.run(config, os.path.join(folder, "run"))
     method = methods.method(config)
@@ -492,35 +689,37 @@ def _method(name: str, model, x, y, x_test, y_test, epsilon: float, delta: float
 def dgd(model: nn.Module | None, x: Any, y: Any, x_test: Any, y_test: Any, *,
         epsilon: float = 10.0, delta: float = 1e-5, preset: str = "cpu",
         workdir: str | None = None, noise_seed: int | None = None,
-        overrides: dict | None = None) -> Result:
+        overrides: dict | None = None, allow_large_delta: bool = False) -> Result:
   """DGD on your arrays: ``dgd.py``'s ``preset`` with your module (None: the paper
   classifier) as baseline, teachers and student, its label release planned for ``epsilon``
   at ``delta``; (x, y) private, (x_test, y_test) the test split that evaluates. The epsilon
   covers the label answers only (README); ``workdir`` keeps every stage to resume (None: a
-  temporary folder). ``overrides``: {'block.field': value} on the preset."""
+  temporary folder). ``overrides``: {'block.field': value} on the preset. ``epsilon`` must be
+  a finite number > 0; a ``delta`` of 1/len(x) or more is refused unless
+  ``allow_large_delta`` (then warned, as report.md does)."""
   return _method("dgd", model, x, y, x_test, y_test, epsilon, delta, preset, workdir,
-                 noise_seed, overrides)
+                 noise_seed, overrides, allow_large_delta)
 
 
 def pate(model: nn.Module | None, x: Any, y: Any, x_test: Any, y_test: Any, *,
          epsilon: float = 3.0, delta: float = 1e-5, preset: str = "cpu",
          workdir: str | None = None, noise_seed: int | None = None,
-         overrides: dict | None = None) -> Result:
+         overrides: dict | None = None, allow_large_delta: bool = False) -> Result:
   """PATE on your arrays (``pate.py``'s ``preset``): teachers on (x, y), the student's
   unlabelled pool the first 9/10 of x_test (assumed public), evaluated on the rest; as
   ``dgd`` otherwise."""
   return _method("pate", model, x, y, x_test, y_test, epsilon, delta, preset, workdir,
-                 noise_seed, overrides)
+                 noise_seed, overrides, allow_large_delta)
 
 
 def dpdfd(model: nn.Module | None, x: Any, y: Any, x_test: Any, y_test: Any, *,
           epsilon: float = 10.0, delta: float = 1e-5, preset: str = "cpu",
           workdir: str | None = None, noise_seed: int | None = None,
-          overrides: dict | None = None) -> Result:
+          overrides: dict | None = None, allow_large_delta: bool = False) -> Result:
   """DPDFD on your arrays (``dpdfd.py``'s ``preset``): a model trained on (x, y) converted
   into a DP student by Algorithm 1; as ``dgd`` otherwise."""
   return _method("dpdfd", model, x, y, x_test, y_test, epsilon, delta, preset, workdir,
-                 noise_seed, overrides)
+                 noise_seed, overrides, allow_large_delta)
 
 
 def run(config, workdir: str) -> dict:

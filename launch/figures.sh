@@ -24,7 +24,7 @@ want accountants && sweep "$dgd" --workdir="$out/accountants" --accounting_only 
   --set=queries.num_queries=27,100,250,500,750,1000,1300,2000,3000
 # DGD Fig. 3: label queries vs student accuracy and epsilon (no budget cap).
 want queries && sweep "$dgd" "${dgd_reuse[@]}" --workdir="$out/queries" \
-  --config.privacy.max_epsilon=0 --set=queries.num_queries=27,750,1000,3000
+  --config.privacy.max_epsilon=inf --set=queries.num_queries=27,750,1000,3000
 # DGD Fig. 4: the student's pool: the data-free generator's synthetic set vs RAW private data.
 want source && sweep "$dgd" "${dgd_reuse[@]}" --workdir="$out/source" \
   --set=pool.source=synthetic,train
@@ -45,7 +45,7 @@ want amount && sweep "$dgd" "${dgd_reuse[@]}" --workdir="$out/amount" \
 # DPDFD Table 5 and Fig. 2 (500 steps; no budget guard: sigma is set, the epsilon reported):
 # noise multiplier sigma, and normalisation vs clipping over the norm bound C.
 dpdfd="--config=dgd_jax/configs/dpdfd.py:fashion_mnist,$preset"
-dpdfd_fixed=(--config.dpdfd.num_steps=500 --config.privacy.max_epsilon=0)
+dpdfd_fixed=(--config.dpdfd.num_steps=500 --config.privacy.max_epsilon=inf)
 want dpdfd_sigma && sweep "$dpdfd" "${dgd_reuse[@]}" "${dpdfd_fixed[@]}" \
   --workdir="$out/dpdfd_sigma" --set=dpdfd.noise=0.01,0.1,1,10
 want dpdfd_norm && sweep "$dpdfd" "${dgd_reuse[@]}" "${dpdfd_fixed[@]}" \

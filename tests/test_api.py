@@ -423,11 +423,172 @@ def test_dgd_and_pate_on_arrays_return_the_released_student(tmp_path):
      r"scaled to \[0, 1\]"),
     (lambda x, y: dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=3, delta=0.01), ConfigError,
      "1/N = 1/200"),
+    # issue 79: a delta of 1/N or more wherever N is known, and budgets that are none
+    (lambda x, y: dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=3, delta=0.01), ConfigError,
+     r"or, knowingly, allow_large_delta=True"),
+    (lambda x, y: dgd_jax.dpsgd_noise_for(100, 10, 1.0, 1.0, delta=0.05), ConfigError,
+     r"1/N = 1/100.*allow_large_delta=True"),
+    (lambda x, y: dgd_jax.dgd(UserMLP(), x, y, x, y, delta=0.01), ConfigError,
+     r"1/N = 1/200.*allow_large_delta=True"),
+    (lambda x, y: dgd_jax.pate(UserMLP(), x, y, x, y, overrides={"privacy.delta": 0.01}),
+     ConfigError, r"1/N = 1/200"),
+    (lambda x, y: dgd_jax.dpdfd(UserMLP(), x, y, x, y, epsilon=float("nan")), ConfigError,
+     r"epsilon=nan is not a privacy budget: it must be a finite number > 0"),
+    (lambda x, y: dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=float("nan")), ConfigError,
+     r"epsilon=nan is not a privacy budget"),
+    (lambda x, y: dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=float("inf")), ConfigError,
+     r"epsilon=inf is not a privacy budget"),
+    (lambda x, y: dgd_jax.dpsgd_noise_for(100, 10, 1.0, -1.0), ConfigError,
+     r"epsilon=-1.0 is not a privacy budget"),
+    (lambda x, y: dgd_jax.noise_for("gnmax", 10, 0.0), ConfigError,
+     r"epsilon=0.0 is not a privacy budget"),
+    (lambda x, y: dgd_jax.noise_for("lnmax", 10, float("nan")), ConfigError,
+     r"epsilon=nan is not a privacy budget"),
+    (lambda x, y: dgd_jax.plan_queries(50, 10, float("inf")), ConfigError,
+     r"target_epsilon=inf is not a privacy budget"),
+    (lambda x, y: dgd_jax.plan_queries(50, 10, -1.0), ConfigError,
+     r"target_epsilon=-1.0 is not a privacy budget"),
 ])
 def test_bad_input_is_refused_with_the_fix(call, error, match):
   x, y = make_images(np.random.default_rng(0), 200)
   with pytest.raises(error, match=match):
     call(x, y)
+
+
+@pytest.mark.integration
+def test_a_large_delta_is_accepted_only_when_asked_and_then_warned(tmp_path):
+  """The keyword accepts a delta of 1/N or more, with a warning; a method's refusal comes
+  before anything is written to its workdir."""
+  with pytest.warns(UserWarning, match=r"1/N = 1/100 \(allowed by allow_large_delta=True\)"):
+    assert dgd_jax.dpsgd_noise_for(100, 10, 1.0, 1.0, delta=0.05, allow_large_delta=True) > 0
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    dgd_jax.dpsgd_noise_for(100, 10, 1.0, 1.0, delta=0.005)  # below 1/N: no warning
+  x, y = make_images(np.random.default_rng(0), 64)
+  with pytest.raises(ConfigError, match="allow_large_delta=True"):
+    dgd_jax.dgd(UserMLP(), x, y, x, y, delta=0.05, workdir=str(tmp_path / "w"))
+  assert not (tmp_path / "w").exists()
+
+
+def test_answers_print_no_votes_and_seeded_epsilons_say_they_are_not_private():
+  """An Answers prints public quantities only (never the votes or another array); every
+  epsilon of seeded answers (the report, its repr, the smooth-sensitivity release) says it is
+  not a private release, and a secret draw's does not."""
+  votes = np.tile([[237, 7, 6, 0, 0, 0, 0, 0, 0, 0]], (100, 1))
+  for mechanism, extra in (("gnmax", {}), ("gaussian_histogram", {}),
+                           ("confident_gnmax", dict(threshold=200, sigma1=150))):
+    for seed in (None, 3):
+      answers = dgd_jax.noisy_labels(votes, mechanism, 40.0, noise_seed=seed, **extra)
+      text = repr(answers)
+      assert str(answers) == text and "237" not in text and "array" not in text, text
+      assert f"mechanism={mechanism!r}" in text and "noise_scale=40" in text
+      assert "queries=100" in text and f"answered={int(answers.answered.sum())}" in text
+      assert ("noise_seed=3, private_release=False" in text) == (seed is not None), text
+      report = dgd_jax.epsilon(answers)
+      assert report.private_release == (seed is None)
+      assert ("NOT A PRIVATE RELEASE" in repr(report)) == (seed is not None)
+      if seed is not None:
+        assert report.note.startswith("NOT A PRIVATE RELEASE: the noise follows from "
+                                      "noise_seed=3.")
+        assert not report.to_json()["private_release"]
+  secret = dgd_jax.noisy_labels(votes, "gnmax", 40.0)
+  mixed = dgd_jax.epsilon([secret, dgd_jax.noisy_labels(votes, "gnmax", 40.0, noise_seed=5)])
+  assert not mixed.private_release and "noise_seed=5" in mixed.note
+  ss = dgd_jax.smooth_sensitivity_epsilon(secret)
+  assert type(ss) is privacy.smooth_sensitivity.SmoothSensitivityRelease  # a secret draw
+  for seeded in (dgd_jax.smooth_sensitivity_epsilon(secret, noise_seed=0),
+                 dgd_jax.smooth_sensitivity_epsilon(answers)):
+    assert isinstance(seeded, privacy.smooth_sensitivity.SmoothSensitivityRelease)
+    assert not seeded.private_release and seeded.note.startswith("NOT A PRIVATE RELEASE")
+    assert "NOT A PRIVATE RELEASE" in repr(seeded) and not seeded.to_json()["private_release"]
+
+
+def _stopped_dpsgd(monkeypatch):
+  """train_dpsgd with its training replaced by one that records the noise key and batch
+  generator it was given, and stops."""
+  from dgd_jax.training import dpsgd  # pylint: disable=g-import-not-at-top
+  drawn = []
+
+  class Stop(Exception):
+    pass
+
+  def stop(state, model, x, y, record, microbatch_size, fit, noise_key, batch_rng, *rest):
+    drawn.append((np.asarray(jax.random.key_data(noise_key)),
+                  batch_rng.integers(1 << 62, size=4)))
+    raise Stop
+
+  monkeypatch.setattr(dpsgd, "train_private", stop)
+  return drawn, Stop
+
+
+@pytest.mark.integration
+def test_dp_sgd_draws_its_noise_for_everything_that_makes_its_run(monkeypatch, tmp_path):
+  """The noise key and the batch generator are the NoiseSource's for a purpose that names the
+  stage slice's fingerprint (as a run's stages bind theirs): another learning rate, optimiser,
+  loss or model under the same noise_seed draws other noise and batches; the same call the
+  same."""
+  import optax  # pylint: disable=g-import-not-at-top
+  from dgd_jax.privacy.noise import NoiseSource  # pylint: disable=g-import-not-at-top
+  drawn, stop = _stopped_dpsgd(monkeypatch)
+  x, y = make_images(np.random.default_rng(0), 200)
+  base = dict(epsilon=3.0, epochs=1, batch_size=50, noise_seed=0)
+  calls = {"base": {}, "again": {}, "learning_rate": dict(learning_rate=1e-2),
+           "optimizer": dict(optimizer=optax.sgd(0.1)),
+           "optimizer_rate": dict(optimizer=optax.sgd(0.2)),
+           "loss": dict(loss=lambda logits, labels: jnp.mean(logits ** 2)),
+           "model": {"model": UserMLP(features=16)}, "microbatch": dict(microbatch_size=16),
+           "accountant": dict(accountant="rdp"), "seed": dict(seed=1)}
+  keys, batches = {}, {}
+  for name, kw in calls.items():
+    folder = tmp_path / name
+    kw = {**base, **kw}
+    with pytest.raises(stop):
+      dgd_jax.train_dpsgd(kw.pop("model", UserMLP()), x, y, workdir=str(folder), **kw)
+    meta = json.loads((folder / "dpsgd" / "stage.json").read_text())
+    source = NoiseSource.reproducible(0)
+    expected = source.key(f"dpsgd/{meta['hash']}/noise")
+    np.testing.assert_array_equal(drawn[-1][0], jax.random.key_data(expected))
+    np.testing.assert_array_equal(
+        drawn[-1][1], source.rng(f"dpsgd/{meta['hash']}/batches").integers(1 << 62, size=4))
+    keys[name], batches[name] = drawn[-1][0].tobytes(), drawn[-1][1].tobytes()
+  assert keys["again"] == keys["base"] and batches["again"] == batches["base"]
+  others = [n for n in calls if n != "again"]
+  assert len({keys[n] for n in others}) == len(others)  # every setting: its own noise
+  assert len({batches[n] for n in others}) == len(others)  # and its own batches
+  meta = json.loads((tmp_path / "optimizer" / "dpsgd" / "stage.json").read_text())["config"]
+  assert meta["optimizer"].startswith("optax identity+scale ") and meta["learning_rate"] is None
+  assert meta["model"].endswith(":UserMLP") and meta["loss"] == "cross_entropy (default)"
+
+
+@pytest.mark.integration
+def test_a_dp_sgd_workdir_refuses_another_run_and_resumes_the_same(tmp_path):
+  """A second call on the same workdir with another learning rate, optimiser, loss or model
+  is refused with the pipeline's conflict message (never the first call's parameters); the
+  same call resumes to the same parameters; the optimiser's description is the same in
+  another process (a killed run resumes there)."""
+  import optax  # pylint: disable=g-import-not-at-top
+  x, y = make_images(np.random.default_rng(0), 200)
+  wd = str(tmp_path / "w")
+  kw = dict(epsilon=3.0, epochs=1, batch_size=50, optimizer=optax.sgd(0.1))
+  first = dgd_jax.train_dpsgd(UserMLP(), x, y, workdir=wd, **kw)
+  again = dgd_jax.train_dpsgd(UserMLP(), x, y, workdir=wd, **kw)
+  for a, b in zip(jax.tree.leaves(first.params), jax.tree.leaves(again.params)):
+    np.testing.assert_array_equal(a, b)
+  for change, field in ((dict(optimizer=None, learning_rate=1e-2), "learning_rate"),
+                        (dict(optimizer=optax.sgd(0.2)), "optimizer"),
+                        (dict(loss=lambda logits, labels: jnp.mean(logits ** 2)), "loss"),
+                        (dict(model=UserMLP(features=16)), "model_fingerprint")):
+    changed = {**kw, **change}
+    with pytest.raises(WorkdirConflictError,
+                       match=rf"holds 'dpsgd' artefacts of another config:\n  {field}: "):
+      dgd_jax.train_dpsgd(changed.pop("model", UserMLP()), x, y, workdir=wd, **changed)
+  code = ("import optax; from dgd_jax import api; "
+          "print(api._named(optax.sgd(0.1)), api._named(optax.softmax_cross_entropy))")
+  other = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=300, check=True).stdout.split()
+  from dgd_jax import api  # pylint: disable=g-import-not-at-top
+  assert other == (api._named(optax.sgd(0.1)) + " "
+                   + api._named(optax.softmax_cross_entropy)).split()
 
 
 def test_a_noise_that_drowns_the_ensemble_is_warned_with_the_expected_accuracy():

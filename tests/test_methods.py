@@ -339,7 +339,7 @@ def test_a_toy_method_is_one_record_plus_its_own_module(npz_file, tmp_path, monk
   config = baseline_config.get_config(f"npz:{npz_file},cpu")
   config.method = "toy"
   config.toy = {"unused": 0}
-  config.privacy = {"delta": 1e-5, "accountant": "rdp", "max_epsilon": 0.0,
+  config.privacy = {"delta": 1e-5, "accountant": "rdp", "max_epsilon": float("inf"),
                     "allow_large_delta": False}
   report = pipeline.run(config, str(tmp_path / "t"))
   assert report["method"] == "toy" and 0 <= report["test_accuracy"] <= 1

@@ -861,7 +861,7 @@ def test_each_relation_epsilon_matches_dp_accounting(queries):
   from dgd_jax.runner import methods  # pylint: disable=g-import-not-at-top
   config = dgd_config.get_config("fashion_mnist,cpu,plus")
   config.queries.num_queries = queries
-  config.privacy.max_epsilon = 0.0  # no budget: every plan is accounted
+  config.privacy.max_epsilon = float("inf")  # no budget: every plan is accounted
   for partition, covered in partitions.TEACHERS_CHANGED.items():
     config.teachers.partition = partition
     ledgers = plan_checks.planned_ledgers(config, methods.method(config))
@@ -985,3 +985,72 @@ def test_a_composition_too_large_for_memory_is_refused_not_a_traceback():
     ledger.epsilon(1e-5, "pld")
   reports = ledger.epsilons(1e-5)
   assert "pld" not in reports and reports["rdp"].epsilon > 1e9
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf"), "three", True])
+def test_a_target_epsilon_that_is_no_budget_is_refused_with_the_fix(value):
+  from dgd_jax.privacy import checks  # pylint: disable=g-import-not-at-top
+  template = privacy.LNMaxQueries(40.0, 1)
+  for call in (lambda: checks.epsilon("target_epsilon", value),
+               lambda: calibrate.max_queries(template, value, DELTA),
+               lambda: calibrate.min_noise(template, value, DELTA),
+               lambda: calibrate.dpsgd_noise_multiplier(
+                   privacy.DpsgdSteps(1.0, 100, 10_000, 10), value, DELTA, "pld")):
+    with pytest.raises(ConfigError, match=r"target_epsilon=.* is not a privacy budget: it must "
+                                          r"be a finite number > 0 \(e.g. target_epsilon=1\)"):
+      call()
+  assert checks.epsilon("target_epsilon", 2) == 2.0
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan"), 0.0, -0.5, float("-inf")])
+def test_a_budget_guard_that_is_no_budget_is_refused_before_anything_runs(value):
+  """privacy.max_epsilon: a zero, negative or NaN budget is refused (never read as 'no
+  guard') by the config checks, the values the run resolves and the budget guard; inf is the
+  explicit way to turn the guard off, and every preset's budget passes."""
+  from dgd_jax.configs import dgd as dgd_config  # pylint: disable=g-import-not-at-top
+  from dgd_jax.plan import checks as plan_checks  # pylint: disable=g-import-not-at-top
+  from dgd_jax.runner import methods  # pylint: disable=g-import-not-at-top
+  config = dgd_config.get_config("fashion_mnist,cpu,plus")
+  config.privacy.max_epsilon = value
+  for call in (lambda: plan_checks.check_config(config),
+               lambda: plan_checks.run_config(config),
+               lambda: plan_checks.budget_guard(config, methods.method(config))):
+    with pytest.raises(ConfigError, match=r"config.privacy.max_epsilon=.* is not a budget: set a "
+                                          r"finite epsilon > 0 .*or inf to turn the budget "
+                                          "guard off"):
+      call()
+  config.privacy.max_epsilon = float("inf")  # off: every plan accounted, none refused
+  plan_checks.check_config(config)
+  assert plan_checks.budget_guard(config, methods.method(config)).epsilon > 0
+
+
+def test_every_preset_budget_is_a_budget_or_off():
+  import importlib  # pylint: disable=g-import-not-at-top
+  from dgd_jax.privacy import checks  # pylint: disable=g-import-not-at-top
+  for name in ("baseline", "dgd", "dpdfd", "dpsgd", "ldp", "pate", "teachers"):
+    config = importlib.import_module(f"dgd_jax.configs.{name}").get_config("fashion_mnist")
+    if "privacy" in config:
+      budget = config.privacy.max_epsilon
+      assert checks.max_epsilon(budget) == budget and 0 < budget, name
+
+
+def test_an_epsilon_report_says_when_its_noise_was_seeded():
+  report = privacy.PrivacyLedger([privacy.GNMaxQueries(40.0, 100)]).epsilon(DELTA, "rdp")
+  assert report.private_release and "private_release" not in report.to_json()
+  seeded = report.not_private("noise_seed=3")
+  assert not seeded.private_release and seeded.epsilon == report.epsilon
+  assert seeded.note == f"NOT A PRIVATE RELEASE: the noise follows from noise_seed=3. {report.note}"
+  assert "private_release=False" in repr(seeded) and seeded.not_private("again") == seeded
+  assert not seeded.to_json()["private_release"]
+
+
+def test_a_delta_of_one_over_n_names_the_entry_points_fix():
+  from dgd_jax.privacy import checks  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ConfigError, match=r"--config.privacy.allow_large_delta=True"):
+    checks.delta_for_size(0.01, 100)
+  with pytest.raises(ConfigError, match=r"--allow_large_delta \(the output then warns\)"):
+    checks.delta_for_size(0.01, 100, allow=checks.ALLOW_LARGE_DELTA_FLAG)
+  assert checks.delta_for_size(0.01, 100, True) == 0.01
+  assert checks.delta_for_size(0.0099, 100) == 0.0099
+  assert checks.large_delta_warning(0.0099, 100, "x") is None
+  assert "1/N = 1/100 (allowed by x)" in checks.large_delta_warning(0.01, 100, "x")

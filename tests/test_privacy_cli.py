@@ -173,6 +173,20 @@ def test_target_epsilon_calibrates_queries_and_noise():
     (["--mechanism=laplace", "--noise_scale=40", "--queries=27"], "unknown mechanism 'laplace'"),
     (["--mechanism=lnmax", "--noise_scale=40", "--queries=1300", "--max_epsilon=10",
       "--accountant=advanced_composition"], "above the maximum epsilon 10"),
+    # issue 79: a delta of 1/N or more given N, and epsilon flags that are no budget
+    (["--mechanism=dpsgd", "--dataset_size=100", "--delta=0.05", "--noise_scale=3",
+      "--batch_size=10", "--steps=10"],
+     "delta=0.05 is at least 1/N = 1/100: a guarantee with delta >= 1/N allows publishing one "
+     "private example outright. Pass a delta below 1/N (e.g. 0.001), or, knowingly, "
+     "--allow_large_delta (the output then warns)."),
+    (["--mechanism=dpsgd", "--dataset_size=100", "--delta=0.05", "--batch_size=10",
+      "--steps=10", "--target_epsilon=1"], "1/N = 1/100"),
+    (["--mechanism=lnmax", "--noise_scale=40", "--target_epsilon=nan"],
+     "--target_epsilon=nan is not a privacy budget: it must be a finite number > 0"),
+    (["--mechanism=lnmax", "--noise_scale=40", "--queries=10", "--max_epsilon=-1"],
+     "--max_epsilon=-1.0 is not a privacy budget"),
+    (["--mechanism=gnmax", "--noise_scale=40", "--queries=10", "--max_epsilon=inf"],
+     "--max_epsilon=inf is not a privacy budget"),
 ])
 @pytest.mark.integration
 def test_bad_input_exits_with_a_message_and_no_traceback(args, message):
@@ -308,6 +322,36 @@ def test_filter_over_the_quick_start_votes(runs):
   assert "renyi_filter" not in out["data_dependent_accountants"]
   stops = ok_json(runs["filter_stops"])["filter"]  # GNMax: every query charged
   assert stops["stop_reason"] == "budget" and stops["asked"] == stops["answered"] < 40
+
+
+@pytest.mark.integration
+def test_seeded_draws_say_so_on_every_epsilon(runs):
+  """--noise_seed makes the filter's threshold draws public: the output says NOT A PRIVATE
+  RELEASE on every epsilon; a secret draw's does not."""
+  seeded, secret = (ok_json(runs[k]) for k in ("quickstart_filter_seeded", "quickstart_filter"))
+  assert seeded["private_release"] is False and seeded["noise"]["noise_seed"] == 3
+  for detail in seeded["details"].values():
+    assert not detail["private_release"]
+    assert detail["note"].startswith("NOT A PRIVATE RELEASE: the noise follows from "
+                                     "--noise_seed=3.")
+  assert secret["private_release"] is True and not secret["noise"]["reproducible"]
+  assert all("private_release" not in d and "NOT A PRIVATE" not in d["note"]
+             for d in secret["details"].values())
+  assert {k: v["epsilon"] for k, v in seeded["details"].items()} == seeded["epsilons"]
+
+
+@pytest.mark.integration
+def test_a_large_delta_is_accepted_with_the_flag_and_warned():
+  args = ["--mechanism=dpsgd", "--dataset_size=100", "--delta=0.05", "--noise_scale=3",
+          "--batch_size=10", "--steps=10", "--allow_large_delta"]
+  text = planner(*args)
+  assert text.returncode == 0, text.stderr
+  assert text.stdout.startswith("Warning: delta = 0.05 is at least 1/N = 1/100 (allowed by "
+                                "--allow_large_delta)")
+  out = ok_json(planner(*args, "--json"))
+  assert out["warnings"] == [text.stdout.splitlines()[0][len("Warning: "):]]
+  below = ok_json(planner(*args[:2], "--delta=0.005", *args[3:6], "--json"))
+  assert "warnings" not in below and "private_release" not in below  # nothing drawn
 
 
 @pytest.mark.integration

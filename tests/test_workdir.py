@@ -3,6 +3,7 @@ writes, and its format (a workdir of another format is refused)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -246,6 +247,16 @@ def test_a_field_renamed_since_is_read_under_its_new_name():
   stored = {**record.describe(), "relation": "replace_one"}
   del stored["neighbours"]
   assert privacy.DpsgdSteps.from_json(stored).neighbours == "replace_one"
+
+
+def test_a_budget_guard_recorded_off_as_0_reads_as_inf():
+  """The guard off was privacy.max_epsilon 0 (now refused), now inf: a stored slice with 0
+  matches a run with inf, and a real budget stays what it was."""
+  old = {"privacy": {"max_epsilon": 0.0, "delta": 1e-5, "allow_large_delta": False}}
+  assert workdir.as_written_now(old) == {
+      "privacy": {"max_epsilon": math.inf, "delta": 1e-5, "allow_large_delta": False}}
+  budget = {"privacy": {"max_epsilon": 3.0, "delta": 1e-5, "allow_large_delta": False}}
+  assert workdir.as_written_now(budget) == budget
 
 
 def test_a_config_recorded_before_a_field_was_added_is_read_with_its_neutral_value(tmp_path):

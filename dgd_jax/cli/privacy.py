@@ -17,7 +17,9 @@ r"""Privacy planner: epsilon of planned (or recorded) teacher queries under ever
 
 ``--target_epsilon`` calibrates: without ``--queries`` it gives the most queries (DPDFD: steps)
 that fit, without the noise parameter the least noise; ``--vae_eps1`` counts towards the target.
-``--max_epsilon`` refuses a plan above it. With ``--votes``, ``--smooth_sensitivity`` releases
+``--max_epsilon`` refuses a plan above it. Every epsilon flag must be a finite number > 0.
+Given ``--dataset_size`` (N), a ``--delta`` of 1/N or more is refused unless
+``--allow_large_delta`` (the output then warns). With ``--votes``, ``--smooth_sensitivity`` releases
 the data-dependent epsilon with noise scaled to its smooth sensitivity (PATE 2018 Sec. 4) at an
 order, beta and sigma_ss fixed before the votes (``--ss_order``, ``--ss_beta``, ``--ss_sigma``,
 or the public plan), composed with the queries (the ``smooth_sensitivity`` accountant), and
@@ -25,8 +27,8 @@ prints PATE 2018's vote-chosen release beside it as a diagnostic; and
 ``--filter_epsilon`` runs a Renyi filter over the queries in order (Feldman & Zrnic 2021); both
 read the threshold bits of ``--answered_mask`` or, without it, draw them as Confident-GNMax
 would, from a secret key (``--noise_seed`` makes those draws reproducible: not a private
-release). Parses flags and calls the library; the library never
-reads FLAGS.
+release; its output then says so on every epsilon). Parses flags and calls the library; the
+library never reads FLAGS.
 """
 from __future__ import annotations
 
@@ -63,7 +65,11 @@ _ANSWERED = flags.DEFINE_integer(
 _ANSWERED_MASK = flags.DEFINE_string(
     "answered_mask", None, "confident_gnmax with --votes: .npy boolean mask of the answered "
     "queries of a finished run (realised, as --answered).")
-_DELTA = flags.DEFINE_float("delta", 1e-5, "delta of (epsilon, delta)-DP, in (0, 1).")
+_DELTA = flags.DEFINE_float("delta", 1e-5, "delta of (epsilon, delta)-DP, in (0, 1); below 1/N "
+                            "given --dataset_size (N).")
+_ALLOW_LARGE_DELTA = flags.DEFINE_bool(
+    "allow_large_delta", False, "Accept a --delta of 1/N or more (N: --dataset_size), which "
+    "permits publishing a private example outright; the output then warns.")
 _VOTES = flags.DEFINE_string(
     "votes", None, ".npy array of vote histograms [queries, classes] for the data-dependent "
     "analysis: whole, non-negative counts, every row summing to the number of teachers.")
@@ -255,7 +261,7 @@ def _threshold_bits(release: releases.Release, rng: np.random.Generator) -> np.n
   if isinstance(release.answered, np.ndarray):
     return release.answered
   votes = release.votes
-  return votes.max(axis=1) + release.sigma1 * rng.standard_normal(votes.shape[0]) >= \
+  return votes.max(axis=1) + release.sigma1 * noise.numpy_normal(rng, (votes.shape[0],)) >= \
       release.threshold
 
 
@@ -279,6 +285,8 @@ def _pate2018(release: releases.Release, delta: float
   threshold, sigma1, sigma2 = release.gnmax_parameters
   k = release.teachers_changed
   out, votes = {}, release.votes
+  if _SMOOTH.value or (confident and not isinstance(release.answered, np.ndarray)):
+    out["noise"] = source.describe()  # what the drawn threshold bits and release came from
   if _FILTER.value is not None:
     mechanism = "confident_gnmax" if confident else "gnmax"
     order = _FILTER_ORDER.value if _FILTER_ORDER.value is not None else (
@@ -354,12 +362,37 @@ def _pate2018_lines(extra: dict) -> list[str]:
   return lines
 
 
+def _checked_inputs() -> list[str]:
+  """Refuses, before anything is computed, an epsilon flag that is no budget (negative, zero,
+  NaN, infinite) and a --delta of 1/N or more given --dataset_size (unless
+  --allow_large_delta); the warnings for what is accepted."""
+  for flag in (_TARGET, _MAX_EPSILON, _FILTER):
+    if flag.value is not None:
+      checks.epsilon(f"--{flag.name}", flag.value)
+  checks.delta(_DELTA.value)
+  if _DATASET_SIZE.value is None:
+    return []
+  checks.delta_for_size(_DELTA.value, _DATASET_SIZE.value, _ALLOW_LARGE_DELTA.value,
+                        allow=checks.ALLOW_LARGE_DELTA_FLAG)
+  warning = checks.large_delta_warning(_DELTA.value, _DATASET_SIZE.value, "--allow_large_delta")
+  return [warning] if warning else []
+
+
+def _not_private(extra: dict) -> str | None:
+  """None, or where the public noise of a seeded run's draws came from (--noise_seed)."""
+  source = extra.get("noise")
+  if source is None or source["private_release"]:
+    return None
+  return f"--noise_seed={source['noise_seed']}"
+
+
 def run() -> str:
   """The planner's output for the parsed flags."""
   if _MECHANISM.value is None:
     raise ConfigError(f"pass --mechanism: one of {', '.join(releases.MECHANISMS)}.")
   mechanism = _MECHANISM.value
   delta = _DELTA.value
+  warnings = _checked_inputs()
   release, calibration = _plan(mechanism)
   release, extra, more = _pate2018(release, delta)
   book = ledger.PrivacyLedger([release, *more, *_pure_terms()], moment_orders=_moment_orders())
@@ -367,20 +400,35 @@ def run() -> str:
   if _MAX_EPSILON.value is not None:
     accountant = _ACCOUNTANT.value if _ACCOUNTANT.present else None
     budget = book.check_budget(_MAX_EPSILON.value, delta, accountant)
+  seeded = _not_private(extra)
+
+  def flagged(data_dependent: bool = True) -> dict:  # a seeded run's reports say so, each
+    reports = book.epsilons(delta, data_dependent=data_dependent)
+    return {n: r.not_private(seeded) for n, r in reports.items()} if seeded else reports
+
   summary = book.to_json(delta)
+  if seeded:  # every epsilon printed says the draws behind it are public
+    summary["details"] = {name: r.to_json() for name, r in flagged().items()}
+    budget = budget.not_private(seeded) if budget is not None else None
   if _JSON.value:
     count = "steps" if mechanism == "dpsgd" else "queries"  # DPDFD's steps stay "queries"
     out = {"mechanism": mechanism, count: release.count, **summary}
+    if "noise" in extra:  # something was drawn: from a secret key, or not
+      out["private_release"] = not seeded
+    if warnings:
+      out["warnings"] = warnings
     if calibration:
       out["calibration"] = calibration
     if budget is not None:
       out["budget"] = {"max_epsilon": _MAX_EPSILON.value, "checked": budget.to_json()}
     return json.dumps({**out, **extra})
-  lines = _table(f"Privacy plan: {release.summary()}; delta = {delta:g}",
-                 book.epsilons(delta), delta)
+  lines = [f"{ledger.NOT_PRIVATE}: the draws behind these epsilons follow from {seeded}; "
+           "leave the flag unset for a secret draw.", ""] if seeded else []
+  lines += [f"Warning: {w}" for w in warnings] + ([""] if warnings else [])
+  lines += _table(f"Privacy plan: {release.summary()}; delta = {delta:g}", flagged(), delta)
   if book.data_dependent:
     lines += [""] + _table("Data-independent (DP guarantees of the plan, every query charged):",
-                           book.epsilons(delta, data_dependent=False), delta)
+                           flagged(False), delta)
   if calibration:
     solved = (f"max --queries = {calibration['max_queries']}" if "max_queries" in calibration
               else f"min --noise_scale = {calibration['min_noise']:.9g}")

@@ -2,7 +2,7 @@ r"""Sweep command line (see ``dgd_jax.runner.sweep``):
 
   python -m dgd_jax.sweep --config=dgd_jax/configs/dgd.py:fashion_mnist,cpu \
       --workdir=workdirs/fig3 --set=queries.num_queries=27,750,1000,3000 \
-      --config.privacy.max_epsilon=0 [--reuse=workdirs/dgd_cpu] [--accounting_only]
+      --config.privacy.max_epsilon=inf [--reuse=workdirs/dgd_cpu] [--accounting_only]
 
 Parses flags and calls ``dgd_jax.runner.sweep.run``; the library never reads FLAGS.
 """

@@ -421,7 +421,7 @@ def privacy_config(max_epsilon: float, accountant: str = "rdp") -> ml_collection
   return ml_collections.ConfigDict(dict(
       delta=1e-5,
       accountant=accountant,  # the headline's accountant (dp-accounting RDP by default)
-      max_epsilon=max_epsilon,  # budget guard on the data-independent plan; 0 disables it
+      max_epsilon=max_epsilon,  # budget guard on the data-independent plan; inf disables it
       # delta >= 1/N (N the private set's size) is refused unless this is set (report.md warns)
       allow_large_delta=False,
   ))

@@ -24,6 +24,8 @@ COMMAND (quick CPU preset, reusing a finished teachers stage when the workdir ha
   python -m dgd_jax.main --config=dgd_jax/configs/pate.py:fashion_mnist,cpu \
       --workdir=workdirs/pate_cpu
 """
+import math
+
 from dgd_jax.configs import common
 from dgd_jax.training import ldp
 
@@ -46,7 +48,7 @@ def get_config(arg: str | None = None):
   config.teachers = common.teachers_config(preset)
   config.pool = common.pool_config("public", size=0)  # 9/10 of the test split: PATE 2017 Sec. 4
   config.vae = common.vae_config(preset == "paper")
-  budget = BUDGETS[arg["budget"]] if arg["budget"] else 0.0
+  budget = BUDGETS[arg["budget"]] if arg["budget"] else math.inf  # no budget token: no guard
   config.privacy = common.privacy_config(max_epsilon=budget, accountant="rdp")
   if plus:
     config.queries = common.queries_config(num_queries, "confident_gnmax", noise_scale=40.0)

@@ -27,6 +27,7 @@ from dgd_jax.synthesis import generative
 def check_config(config: Config) -> None:
   """Raises ConfigError naming the field and the fix for values no stage can use (the
   method's name is the registry's to check: ``runner.methods.method``)."""
+  check_budget(config)
   if config.model.module:  # importable, a flax module, for a method that takes one
     artefacts.user_model(config, 2)
     widths = [f"{b}.width" for b in ("teachers", "student") if config.get(b, {}).get("width")]
@@ -74,12 +75,22 @@ def check_config(config: Config) -> None:
     raise ConfigError(f"config.sweep.sizes={config.sweep.sizes}: teacher counts must be >= 1.")
 
 
+def check_budget(config: Config) -> None:
+  """Refuses a ``privacy.max_epsilon`` that is zero, negative or NaN: each would turn the
+  budget guard (and the plans calibrated to the budget) off without a word. A finite value > 0
+  is the budget; ``inf`` turns the guard off, explicitly."""
+  if "privacy" in config and "max_epsilon" in config.privacy:
+    privacy_checks.max_epsilon(config.privacy.max_epsilon)
+
+
 def run_config(config: Config) -> Config:
   """The config a run uses: a public pool's size 0 replaced by its share of the test split
   (``pool.with_public_size``), ``num_teachers = 0`` replaced by the count chosen for the
   private set's size and the budget (``with_teachers``), DP-SGD's batch and steps derived from
   the data's size where 0 (``dpsgd_plan.with_schedule``), then ``smoke_schedules``.
-  Idempotent."""
+  Idempotent. Refuses a budget no plan can be made for first (``check_budget``): the
+  values it resolves read it."""
+  check_budget(config)
   config = pool.with_public_size(config)
   config = with_teachers(config)
   config = dpsgd_plan.with_schedule(config)
@@ -171,11 +182,7 @@ def large_delta(config: Config, size: int) -> str | None:
   otherwise a ConfigError refuses: for a method with a DP release."""
   p = config.privacy
   privacy_checks.delta_for_size(p.delta, size, allowed=p.allow_large_delta)
-  if p.delta < 1.0 / size:
-    return None
-  return (f"delta = {p.delta:g} is at least 1/N = 1/{size} (allowed by "
-          "config.privacy.allow_large_delta): such a guarantee permits publishing a private "
-          "example outright.")
+  return privacy_checks.large_delta_warning(p.delta, size, "config.privacy.allow_large_delta")
 
 
 def weak_signal(config: Config) -> str | None:
@@ -201,13 +208,15 @@ def budget_guard(config: Config, method: Method) -> privacy.EpsilonReport | None
   """The largest data-independent epsilon of the planned releases, over the claimed
   relations, under ``privacy.accountant`` (a data-dependent headline is guarded by its
   data-independent counterpart); ConfigError when any relation's exceeds
-  ``privacy.max_epsilon`` (> 0). Runs before anything is trained."""
+  ``privacy.max_epsilon`` (finite; ``inf`` turns the guard off, a zero, negative or NaN value
+  is refused: ``check_budget``). Runs before anything is trained."""
+  check_budget(config)
   ledgers = planned_ledgers(config, method)
   if not ledgers:
     return None
   p = config.privacy
   accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
-  if p.max_epsilon > 0:
+  if privacy_checks.has_budget(p.max_epsilon):
     reports = [ledger.check_budget(p.max_epsilon, p.delta, accountant)
                for ledger in ledgers.values()]
   else:

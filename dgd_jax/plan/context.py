@@ -15,6 +15,7 @@ import ml_collections
 
 from dgd_jax.data import Dataset, load_private
 from dgd_jax.data.partitions import PARTITIONS, TEACHERS_CHANGED
+from dgd_jax.privacy import checks as privacy_checks
 from dgd_jax.privacy.noise import SECRET_BYTES, NoiseSource
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.runtime.files import fingerprint, plain
@@ -127,9 +128,9 @@ def planned_noise(block: str, noise: float, max_epsilon: float,
   plan fits ``config.privacy.max_epsilon``, refused when there is no budget to fit."""
   if noise > 0:
     return noise
-  if max_epsilon <= 0:
+  if not privacy_checks.has_budget(max_epsilon):
     raise ConfigError(f"config.{block}.noise=0 asks for the least noise within "
-                      "config.privacy.max_epsilon, which is 0 (no budget): set one of them.")
+                      "config.privacy.max_epsilon, which is inf (no budget): set one of them.")
   return calibrate()
 
 

@@ -12,6 +12,7 @@ from dgd_jax import privacy
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan.context import config_teachers_changed
 from dgd_jax.plan.queries import release, settings
+from dgd_jax.privacy import checks as privacy_checks
 from dgd_jax.privacy import renyi_filter, smooth_sensitivity
 from dgd_jax.runtime.errors import ConfigError
 
@@ -73,8 +74,8 @@ def planned(config, neighbours: str, before=()) -> privacy.Release:
     raise ConfigError(f"config.queries.filter needs aggregator gnmax or confident_gnmax (the "
                       f"Renyi filter charges the GNMax step when answered); got {plan.mechanism}.")
   p = config.privacy
-  if not p.max_epsilon > 0:
-    raise ConfigError("config.queries.filter spends config.privacy.max_epsilon, which is 0: "
+  if not privacy_checks.has_budget(p.max_epsilon):
+    raise ConfigError("config.queries.filter spends config.privacy.max_epsilon, which is inf: "
                       "set the budget (e.g. --config.privacy.max_epsilon=2).")
   confident = isinstance(plan, privacy.ConfidentGNMaxQueries)
   sigma1, threshold = (plan.sigma1, plan.threshold) if confident else (None, None)

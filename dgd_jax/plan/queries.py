@@ -37,6 +37,7 @@ import numpy as np
 from dgd_jax import privacy
 from dgd_jax.labelling import aggregation
 from dgd_jax.plan.context import config_teachers_changed
+from dgd_jax.privacy import checks as privacy_checks
 from dgd_jax.privacy.releases import build_release
 from dgd_jax.runtime.errors import ConfigError
 
@@ -117,7 +118,7 @@ def count_budget(config) -> tuple:
   target (epsilon, delta), its planning accountant and the most teachers one neighbouring
   change moves; (0,), no budget, where the queries' plan is fixed or there is no target."""
   q, p = config.get("queries"), config.get("privacy")
-  if not q or q.plan != "auto" or not p or not p.max_epsilon > 0:
+  if not q or q.plan != "auto" or not p or not privacy_checks.has_budget(p.max_epsilon):
     return (0.0,)
   accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
   return (p.max_epsilon, p.delta, accountant, max(config_teachers_changed(config).values()))
@@ -302,9 +303,9 @@ def settings(config) -> Settings:
   if q.plan != "auto":
     raise ConfigError(f"config.queries.plan={q.plan!r}; use 'fixed' (the config's aggregator, "
                       "noise and count) or 'auto' (chosen for privacy.max_epsilon).")
-  if not p.max_epsilon > 0:
+  if not privacy_checks.has_budget(p.max_epsilon):
     raise ConfigError("config.queries.plan='auto' chooses the plan for a target epsilon: set "
-                      "config.privacy.max_epsilon > 0.")
+                      "config.privacy.max_epsilon to a finite epsilon, not inf.")
   accountant = "rdp" if p.accountant in privacy.DATA_DEPENDENT_ONLY else p.accountant
   # Planned for the claimed relation whose change moves the most teachers (the largest epsilon).
   worst = max(config_teachers_changed(config).values())

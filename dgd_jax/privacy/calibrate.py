@@ -92,7 +92,7 @@ def max_queries(release: Release, target_epsilon: float, delta: float, accountan
   release exceeds it)."""
   release = _template(release)
   others = _others(others)
-  target = checks.positive("target_epsilon", target_epsilon)
+  target = checks.epsilon("target_epsilon", target_epsilon)
   delta = checks.delta(delta)
 
   def fits(n: int) -> bool:
@@ -123,7 +123,7 @@ def min_noise(release: Release, target_epsilon: float, delta: float, accountant:
 
 def _min_noise(release: Release, target_epsilon: float, delta: float, accountant: str,
                rtol: float, others: tuple[Release, ...], ledger_kwargs: dict) -> float:
-  target = checks.positive("target_epsilon", target_epsilon)
+  target = checks.epsilon("target_epsilon", target_epsilon)
   delta = checks.delta(delta)
   pure = [r for r in others if isinstance(r, PureDpRelease)]
   if pure and sum(r.epsilon for r in pure) >= target:
@@ -179,7 +179,7 @@ def dpsgd_noise_multiplier(release: "DpsgdSteps", target_epsilon: float, delta: 
   from jax_privacy import accounting as jp_accounting  # pylint: disable=g-import-not-at-top
   from dgd_jax.privacy import events  # pylint: disable=g-import-not-at-top
   release = _template(release)
-  target = checks.positive("target_epsilon", target_epsilon)
+  target = checks.epsilon("target_epsilon", target_epsilon)
   delta = checks.delta(delta)
   configs = {"rdp": lambda: jp_accounting.RdpAccountantConfig(
                  orders=list(PrivacyLedger().orders)),

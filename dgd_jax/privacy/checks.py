@@ -55,18 +55,73 @@ def delta(value: float) -> float:
   return value
 
 
-def delta_for_size(value: float, size: int, allowed: bool = False) -> float:
+# How each entry point that knows N accepts a delta of 1/N or more (``delta_for_size``'s
+# ``allow``): the run's config, the planner's flag, the API's keyword.
+ALLOW_LARGE_DELTA_CONFIG = "--config.privacy.allow_large_delta=True (report.md then warns)"
+ALLOW_LARGE_DELTA_FLAG = "--allow_large_delta (the output then warns)"
+ALLOW_LARGE_DELTA_KEYWORD = "allow_large_delta=True (a UserWarning then says so)"
+
+
+def delta_for_size(value: float, size: int, allowed: bool = False,
+                   allow: str = ALLOW_LARGE_DELTA_CONFIG) -> float:
   """``delta`` checked against N = ``size``, the private set's size (public or a public
   bound): delta >= 1/N allows a mechanism that publishes one example in the clear and is
-  still (0, delta)-DP, so it is refused unless ``allowed`` (the caller then warns)."""
+  still (0, delta)-DP, so it is refused unless ``allowed`` (the caller then warns,
+  ``large_delta_warning``). ``allow`` names the caller's way to accept it. The one home of
+  the rule: every entry point that knows N calls it."""
   value = delta(value)
-  if size > 0 and value >= 1.0 / size and not allowed:
+  if is_large_delta(value, size) and not allowed:
     raise ConfigError(
         f"delta={value:g} is at least 1/N = 1/{size}: a guarantee with delta >= 1/N allows "
         "publishing one private example outright. Pass a delta below 1/N (e.g. "
-        f"{10 ** math.floor(math.log10(0.1 / size)):g}), or, knowingly, "
-        "--config.privacy.allow_large_delta=True (report.md then warns).")
+        f"{10 ** math.floor(math.log10(0.1 / size)):g}), or, knowingly, {allow}.")
   return value
+
+
+def is_large_delta(value: float, size: int) -> bool:
+  """Whether ``delta`` is at least 1/N (N = ``size`` > 0)."""
+  return size > 0 and value >= 1.0 / size
+
+
+def large_delta_warning(value: float, size: int, allowed_by: str) -> str | None:
+  """None, or the warning for an accepted delta of 1/N or more (``allowed_by``: the setting
+  that accepted it)."""
+  if not is_large_delta(value, size):
+    return None
+  return (f"delta = {value:g} is at least 1/N = 1/{size} (allowed by {allowed_by}): such a "
+          "guarantee permits publishing a private example outright.")
+
+
+def epsilon(name: str, value: float) -> float:
+  """A target epsilon or budget: a finite number > 0 (zero, negative or NaN is no budget at
+  all, and an infinite one promises nothing)."""
+  try:
+    number = float(value)
+  except (TypeError, ValueError):
+    number = math.nan
+  if isinstance(value, bool) or not math.isfinite(number) or number <= 0:
+    raise ConfigError(f"{name}={value!r} is not a privacy budget: it must be a finite number > 0 "
+                      f"(e.g. {name}=1).")
+  return number
+
+
+def max_epsilon(value: float, name: str = "config.privacy.max_epsilon") -> float:
+  """A run's budget guard ``privacy.max_epsilon``: a finite number > 0, or ``inf``, the
+  explicit way to turn the guard off (every plan then accounted, none refused or calibrated;
+  ``has_budget``). Zero, negative and NaN values are refused, never read as 'off'."""
+  try:
+    number = float(value)
+  except (TypeError, ValueError):
+    number = math.nan
+  if isinstance(value, bool) or math.isnan(number) or number <= 0:
+    raise ConfigError(f"{name}={value!r} is not a budget: set a finite epsilon > 0 (e.g. "
+                      f"--{name}=3), or inf to turn the budget guard off.")
+  return number
+
+
+def has_budget(max_epsilon_: float) -> bool:
+  """Whether a checked ``max_epsilon`` sets a budget (finite), not the guard off (inf)."""
+  return math.isfinite(max_epsilon_)
 
 
 def orders(name: str, values, minimum: float) -> np.ndarray:

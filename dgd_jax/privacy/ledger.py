@@ -104,9 +104,15 @@ def neighbours_note(relation: str, teachers_changed: int | None) -> str:
   return note
 
 
+NOT_PRIVATE = "NOT A PRIVATE RELEASE"
+
+
 @dataclasses.dataclass(frozen=True)
 class EpsilonReport:
-  """One accountant's (epsilon, delta) for the whole ledger."""
+  """One accountant's (epsilon, delta) for the whole ledger. ``private_release``: False where
+  the releases it accounts are known to have been drawn with a public noise seed (anyone with
+  it removes the noise), so that the epsilon describes the mechanism, not what was published;
+  ``note`` then starts with NOT A PRIVATE RELEASE (``not_private``)."""
 
   epsilon: float
   delta: float
@@ -114,9 +120,23 @@ class EpsilonReport:
   order: float | None
   data_dependent: bool
   note: str
+  private_release: bool = True
+
+  def not_private(self, why: str) -> "EpsilonReport":
+    """This report flagged as no private release: ``why`` says where the public noise came
+    from (e.g. 'noise_seed=0')."""
+    if not self.private_release:
+      return self
+    return dataclasses.replace(self, private_release=False,
+                               note=f"{NOT_PRIVATE}: the noise follows from {why}. {self.note}")
 
   def to_json(self) -> dict:
-    return dataclasses.asdict(self)
+    """Its fields; ``private_release`` only where False (a report that is not flagged claims
+    nothing about where its releases' noise came from: report.json's ``noise`` says)."""
+    out = dataclasses.asdict(self)
+    if self.private_release:
+      del out["private_release"]
+    return out
 
 
 def _describe_events(evs) -> str:

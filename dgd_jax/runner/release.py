@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import math
 import os
 import re
 import shutil
@@ -180,6 +181,8 @@ def _public(value):
     return [_public(v) for v in value]
   if isinstance(value, str):
     return _PATH.sub(r"\1", value)
+  if isinstance(value, float) and not math.isfinite(value):
+    return repr(value)  # standard JSON: "inf" (a budget guard off), not Infinity
   return value
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import math
 import os
 import shutil
 import socket
@@ -80,12 +81,16 @@ ADDED_FIELDS = {("teachers", "mixup"): 0.0, ("teachers", "width"): 0.0,
 REMOVED_FIELDS = {("teachers", "shared_init"): False}
 # Fields renamed since, old name: new name (one name per concept).
 RENAMED_FIELDS = {("privacy", "relation"): ("privacy", "dpdfd_analysis")}
+# Values that changed their spelling since, (block, field): (old, new): the budget guard off
+# was max_epsilon 0, now inf (0 is refused).
+CHANGED_VALUES = {("privacy", "max_epsilon"): (0.0, math.inf)}
 
 
 def as_written_now(stored: dict) -> dict:
   """A recorded config (config.json) or stage slice (stage.json) as this code writes it: each of
   ``ADDED_FIELDS`` it lacks at its value, each of ``REMOVED_FIELDS`` it holds at its value
-  dropped, each of ``RENAMED_FIELDS`` under its new name (only in blocks the slice has)."""
+  dropped, each of ``RENAMED_FIELDS`` under its new name, each of ``CHANGED_VALUES`` in its new
+  spelling (only in blocks the slice has)."""
   out = {k: dict(v) if isinstance(v, dict) else v for k, v in stored.items()}
   for (block, old), (_, new) in RENAMED_FIELDS.items():
     if isinstance(out.get(block), dict) and old in out[block] and new not in out[block]:
@@ -96,6 +101,9 @@ def as_written_now(stored: dict) -> dict:
   for (block, field), value in REMOVED_FIELDS.items():
     if isinstance(out.get(block), dict) and field in out[block] and out[block][field] == value:
       del out[block][field]
+  for (block, field), (old, new) in CHANGED_VALUES.items():
+    if isinstance(out.get(block), dict) and out[block].get(field) == old:
+      out[block][field] = new
   return out
 
 

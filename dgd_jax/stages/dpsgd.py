@@ -17,6 +17,7 @@ from dgd_jax.models import backbone, dpsgd as dpsgd_models, scattering
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan.context import NOISE_KEY, Context, Program, abstract
+from dgd_jax.privacy import checks as privacy_checks
 from dgd_jax.training import dpsgd
 from dgd_jax.training import train
 
@@ -71,7 +72,7 @@ def run(ctx: Context) -> dict:
   n = dpsgd_plan.public_size(config, len(data.x_train))
   record = dpsgd_plan.release(config, dpsgd_plan.noise_multiplier(config, n), n)
   ledger = privacy.PrivacyLedger([record])
-  if p.max_epsilon > 0:
+  if privacy_checks.has_budget(p.max_epsilon):
     ledger.check_budget(p.max_epsilon, p.delta, p.accountant)
   model = dpsgd_plan.model_of(config, data.num_classes)
   t0 = time.perf_counter()

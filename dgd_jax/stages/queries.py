@@ -58,6 +58,7 @@ from dgd_jax.plan import student_fit
 from dgd_jax.plan.artefacts import QUERIES, VOTES, classifier, fit_config
 from dgd_jax.plan.context import NOISE_KEY, Context
 from dgd_jax.plan.queries import release, settings
+from dgd_jax.privacy import checks as privacy_checks
 from dgd_jax.privacy import smooth_sensitivity
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.runtime.files import save_array, save_arrays
@@ -267,7 +268,7 @@ def run(ctx: Context) -> dict:
   baseline = {r: dpsgd_plan.recorded_baseline(ctx.results, r) for r in dgd_plan.neighbours(config)}
   steps = dpsgd_plan.recorded_baseline(ctx.results)
   plans = {r: dgd_plan.planned(config, r, baseline[r]) for r in dgd_plan.neighbours(config)}
-  if steps and p.max_epsilon > 0:
+  if steps and privacy_checks.has_budget(p.max_epsilon):
     for r in dgd_plan.neighbours(config):
       privacy.PrivacyLedger([*baseline[r], plans[r]]).check_budget(
           p.max_epsilon, p.delta, p.accountant)
