@@ -71,7 +71,8 @@ def _withhold(report: dict, path: str) -> str:
 
 
 # What ``release/`` holds for each method: (method, config file and preset, config overrides).
-# README.md and PRIVACY.md print ``publish_table()`` (tests/test_release.py keeps them equal).
+# PRIVACY.md prints ``publish_table()`` and README.md's table says what each row's release/
+# holds (tests/test_release.py checks both, and runs each row's tiny configuration).
 PUBLISH = (
     ("DGD, every preset but private_baseline", "dgd.py:cpu", {}),
     ("DGD end to end", "dgd.py:cpu,private_baseline", {}),

@@ -353,7 +353,10 @@ class Workdir:
   def noise_platforms(self) -> dict[str, dict]:
     """{stage: the platform (``host.noise_platform``) it drew its noise on}."""
     path = os.path.join(self.path, NOISE_DRAWS)
-    return read_artefact_json(path) if os.path.exists(path) else {}
+    recorded = read_artefact_json(path) if os.path.exists(path) else {}
+    if not isinstance(recorded, dict):
+      raise damaged(path, ValueError(f"a JSON {type(recorded).__name__}, not an object"))
+    return recorded
 
   def check_noise_platform(self, stages: list[str], platform: dict, allow: bool) -> None:
     """Refuses to draw the noise of ``stages`` on another ``platform`` than they first drew on:
