@@ -84,6 +84,10 @@ def main(argv):
                           allow_noise_redraw=_ALLOW_NOISE_REDRAW.value)
   except UserInputError as e:
     sys.exit(f"error: {e}")
+  except KeyboardInterrupt:  # every artefact is written whole: a rerun resumes
+    print("interrupted: rerun the same command to resume from the last checkpoint.",
+          file=sys.stderr)
+    sys.exit(130)
   except PrivacyAuditError as e:
     sys.exit(f"AUDIT FAILED: {e}")
   summary = {k: report[k] for k in ("method", "dataset", "preset", "test_accuracy")}

@@ -155,3 +155,43 @@ def test_a_killed_deepinversion_resumes_to_the_same_synthetic_set(npz_file, tmp_
   np.testing.assert_array_equal(np.load(workdir / "generator" / "synthetic.npy"), expected)
   assert untimed(json.loads((workdir / "generator" / "result.json").read_text())) == untimed(
       json.loads((tmp_path / "uninterrupted" / "generator" / "result.json").read_text()))
+
+
+def _teachers_command(npz_file, workdir) -> list[str]:
+  """``python -m dgd_jax.main`` for PATE's teachers alone: 4 teachers, 200 steps, a checkpoint
+  every 5 steps (time to be killed between two)."""
+  return [sys.executable, "-m", "dgd_jax.main",
+          f"--config=dgd_jax/configs/pate.py:npz:{npz_file},cpu", f"--workdir={workdir}",
+          "--stages=teachers", "--config.num_teachers=4", "--config.teachers.num_steps=200",
+          "--config.checkpoint_every=5"]
+
+
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "Ctrl-C"])
+def test_a_killed_teacher_stage_resumes_to_the_same_teachers(sig, npz_file, tmp_path):
+  """The stacked teacher state (a step per teacher, sharded over the teachers) restored from
+  its first checkpoint trains on to the uninterrupted run's teachers; Ctrl-C says so in one
+  line and exits 130."""
+  run = lambda w, **kw: subprocess.Popen(_teachers_command(npz_file, w), cwd=REPO,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True, **kw)
+  whole = run(tmp_path / "whole")
+  assert whole.wait(timeout=1800) == 0, whole.stderr.read()[-3000:]
+  workdir = tmp_path / "killed"
+  proc = run(workdir)
+  while latest_checkpoint(workdir / "teachers" / "checkpoints") == 0:
+    assert proc.poll() is None, proc.stderr.read()[-3000:]
+    time.sleep(0.02)
+  proc.send_signal(sig)
+  _, err = proc.communicate(timeout=600)
+  assert not (workdir / "teachers" / "result.json").exists(), "finished before the kill"
+  if sig == signal.SIGINT:
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("interrupted: rerun the same command")
+  resumed = run(workdir)
+  assert resumed.wait(timeout=1800) == 0, resumed.stderr.read()[-3000:]
+  expected = json.loads((tmp_path / "whole" / "teachers" / "result.json").read_text())
+  assert untimed(json.loads((workdir / "teachers" / "result.json").read_text())) == untimed(
+      expected)

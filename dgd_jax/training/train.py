@@ -196,7 +196,13 @@ def _restore(manager: ocp.CheckpointManager, step: int, state: Any, checkpoint_d
     restored = manager.restore(step, args=ocp.args.StandardRestore(_saved(state)))
   except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds
     raise files.damaged(os.path.join(checkpoint_dir, str(step)), e) from None
-  return _restored(state, restored).replace(step=step)
+  return _restored(state, restored).replace(step=_at_step(state.step, step))
+
+
+def _at_step(counter: Any, step: int) -> Any:
+  """``step`` in the shape, dtype and placement of a state's own ``counter``: a stacked
+  ensemble's is an [n] array sharded over its teachers, a single model's a scalar."""
+  return counter * 0 + step if hasattr(counter, "shape") else step
 
 
 def load_items(checkpoint_dir: str, abstract: dict) -> dict:
