@@ -260,10 +260,10 @@ class PrivacyLedger:
         result = getattr(self, f"_{name}")(mechanisms, delta, data_dependent)
       except MemoryError:  # e.g. a PLD composed of 10^13 releases: its support outgrows memory
         if len(wanted) == 1:
+          composed = _describe_events([r.event() for r in mechanisms])
           raise ConfigError(
-              f"the {name} accountant cannot compose {_describe_events(
-                  [r.event() for r in mechanisms])} in memory: use another accountant (rdp), "
-              "or fewer releases.") from None
+              f"the {name} accountant cannot compose {composed} in memory: use another "
+              "accountant (rdp), or fewer releases.") from None
         logging.warning("accountant %s skipped: its composition does not fit in memory", name)
         continue
       if result is None:
