@@ -38,7 +38,7 @@ dataset-fashion-mnist), or put the four IDX files in a folder and run with \
   say dataset "Fashion-MNIST installed in $fmnist (Debian package dataset-fashion-mnist)"
 fi
 
-# The newest Python that runs, 3.12 first: jax >= 0.11 needs it (3.10 and 3.11 get jax 0.10.2).
+# The newest Python that runs, 3.12 first: jax >= 0.11 needs it (3.11 gets jax 0.10.2).
 # pyenv's interpreters are tried too, since its shims fail for versions it has not activated.
 first_python() {
   local c
@@ -48,9 +48,9 @@ first_python() {
   done
 }
 python_bin="${PYTHON:-$(first_python)}"
-[ -n "$python_bin" ] || fail venv "install Python >= 3.10 (apt-get install python3.12) or set PYTHON"
-"$python_bin" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
-  || fail venv "$python_bin is not Python 3.10 or newer: set PYTHON to one"
+[ -n "$python_bin" ] || fail venv "install Python >= 3.11 (apt-get install python3.12) or set PYTHON"
+"$python_bin" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || fail venv "$python_bin is not Python 3.11 or newer: set PYTHON to one"
 if [ -x "$venv/bin/python" ]; then
   say venv "$venv"
 else
