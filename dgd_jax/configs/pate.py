@@ -58,7 +58,8 @@ def get_config(arg: str | None = None):
       config.privacy.accountant = "smooth_sensitivity"  # the release composed at its order
     else:  # Feldman & Zrnic 2021: answered-only charging as a DP guarantee
       config.queries.filter = True
-      config.privacy.update(max_epsilon=budget or BUDGETS["eps3"], accountant="renyi_filter")
+      config.privacy.update(max_epsilon=BUDGETS[arg["budget"] or "eps3"],
+                            accountant="renyi_filter")
   else:
     config.queries = common.queries_config(num_queries, "lnmax", noise_scale=20.0)  # 1/gamma
   config.student = common.student_config()
