@@ -429,7 +429,8 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
         delta=float(delta), epsilon=float(epsilon), microbatch_size=int(microbatch_size),
         seed=int(seed), noise_seed=noise_seed))
     begun = ["dpsgd"] if os.path.exists(stage.meta_path) else []
-    if not os.path.isdir(os.path.join(stage.checkpoint_dir, str(steps))):  # steps left to draw
+    if noise_seed is None and not os.path.isdir(  # secret draws left to make
+        os.path.join(stage.checkpoint_dir, str(steps))):
       wd.check_noise_platform(["dpsgd"], host.noise_platform(), allow_noise_redraw)
       wd.record_noise_platform("dpsgd", host.noise_platform())
     stage.begin()

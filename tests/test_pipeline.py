@@ -2,6 +2,7 @@
 config's workdir, clear errors without tracebacks."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -623,3 +624,75 @@ def test_student_block_that_cannot_be_trained_is_refused_before_any_stage(
     with pytest.raises(ConfigError, match=f"config.student.{field}="):
       pipeline.run(config, str(tmp_path / f"{field}_{value}"))
     assert not os.path.exists(tmp_path / f"{field}_{value}" / "baseline")
+
+
+# ---- A stage lives no longer than what it read ------------------------------------------------
+
+@pytest.mark.integration
+def test_a_finished_stage_is_reused_only_with_the_results_it_read(finished_dgd_copy):
+  """rm -r queries recomputes the queries (the same key: the same answers) but the student,
+  made from the removed ones, is refused until it is removed too; then it is made anew."""
+  path, workdir, report = finished_dgd_copy
+  config = tiny_configs.dgd(path)
+  shutil.rmtree(os.path.join(workdir, "queries"))
+  with pytest.raises(WorkdirConflictError,
+                     match=r"student was made from other results of \['queries'\].*rm -r"):
+    pipeline.run(config, workdir)
+  assert os.path.exists(os.path.join(workdir, "queries", "result.json"))  # kept
+  shutil.rmtree(os.path.join(workdir, "student"))
+  again = pipeline.run(config, workdir)
+  untimed = lambda r: {k: v for k, v in r.items() if not k.endswith("_seconds")}
+  assert untimed(again["stages"]["queries"]) == untimed(report["stages"]["queries"])
+
+
+@pytest.mark.integration
+def test_a_workdir_stays_bound_to_its_data_without_data_json(tmp_path):
+  """Other arrays at the same path, with data.json removed: every stage's own record of its
+  data refuses them, and data.json is not rewritten with the new data's fingerprint."""
+  from conftest import write_npz  # pylint: disable=g-import-not-at-top
+  data = write_npz(tmp_path)
+  workdir = str(tmp_path / "w")
+  pipeline.run(tiny_configs.baseline(data), workdir)
+  os.remove(os.path.join(workdir, "data.json"))
+  write_npz(tmp_path, seed=7)  # other arrays, the same file
+  with pytest.raises(WorkdirConflictError, match="baseline was made from other data"):
+    pipeline.run(tiny_configs.baseline(data), workdir)
+  assert not os.path.exists(os.path.join(workdir, "data.json"))
+
+
+@pytest.mark.integration
+def test_the_noise_key_once_drawn_from_is_kept(finished_dgd_copy, monkeypatch):
+  """Once a stage drew from noise.key: a run without it is refused even where that stage's
+  folder is gone (noise_draws.json recorded the draw), a damaged key is refused with a fix
+  that holds, and a key removed while a run holds it is written back."""
+  path, workdir, _ = finished_dgd_copy
+  config = tiny_configs.dgd(path)
+  key = os.path.join(workdir, "noise.key")
+  with open(key, "rb") as f:
+    secret = f.read()
+  os.remove(key)
+  for stage in ("queries", "student"):
+    shutil.rmtree(os.path.join(workdir, stage))
+  with pytest.raises(WorkdirConflictError, match=r"missing, but stages \['queries'\]"):
+    pipeline.run(config, workdir)
+  assert not os.path.exists(os.path.join(workdir, "queries"))
+  with open(key, "wb") as f:
+    f.write(b"12345")
+  os.chmod(key, 0o600)
+  with pytest.raises(WorkdirConflictError, match="5 bytes.*restore that file from a backup"):
+    pipeline.run(config, workdir)
+  with open(key, "wb") as f:
+    f.write(secret)
+  spec = methods.STAGES["queries"]
+
+  def removing_the_key(ctx):
+    os.remove(key)  # while the run holds the secret
+    return spec.run(ctx)
+
+  monkeypatch.setitem(methods.STAGES, "queries", dataclasses.replace(spec, run=removing_the_key))
+  pipeline.run(config, workdir)
+  with open(key, "rb") as f:
+    assert f.read() == secret
+  assert os.stat(key).st_mode & 0o777 == 0o600
+  monkeypatch.setitem(methods.STAGES, "queries", spec)
+  pipeline.run(config, workdir)  # a rerun resumes: every stage reused

@@ -87,11 +87,16 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None,
       stage.check()
       if stage.done():
         stage.result()  # a damaged result.json is refused before anything is written
-    wd.check_noise_platform([n for n in to_run if n in plan.noisy], host.noise_platform(),
-                            allow_noise_redraw)
+    secret = config.noise_seed == -1  # the platform and the missing key matter for a secret
+    if secret:
+      wd.check_noise_platform([n for n in to_run if n in plan.noisy], host.noise_platform(),
+                              allow_noise_redraw)
+    for stage in planned:  # each stage's own record of its data, also where data.json is gone
+      stage.check_data(fingerprint)
     wd.bind_data(config.dataset, fingerprint)
     begun = [s.name for s in planned if s.name in plan.noisy and os.path.exists(s.meta_path)]
-    return _run_stages(plan, wd, planned, begun, warnings, data)
+    begun += [n for n in wd.noise_platforms() if n not in begun]  # drew, even if since removed
+    return _run_stages(plan, wd, planned, begun, warnings, data, fingerprint)
 
 
 def stage_programs(config: Config, stages: tuple[str, ...] | None = None
@@ -176,24 +181,31 @@ def open_run(workdir: str, stage: str) -> Context:
 
 
 def _run_stages(plan: RunPlan, wd: Workdir, planned: list[Stage], begun: list[str],
-                warnings: list[str], data) -> dict:
-  """Runs the planned stages, reusing finished ones, with the run's noise (``begun``: the
-  stages begun before that drew it), and writes the release and the report (under the
-  lock)."""
+                warnings: list[str], data, fingerprint: str) -> dict:
+  """Runs the planned stages, reusing finished ones made from the results the workdir holds
+  now (``Stage.check_inputs``), with the run's noise (``begun``: the stages begun before that
+  drew it), and writes the release and the report (under the lock). ``fingerprint``: the
+  data's, which each stage records."""
   config = plan.config
   noise = noise_source(wd, config.noise_seed, begun)
   wd.record_config(plain(config))
   dataset = lambda: data
   results = {}
+  identity = {}
   for stage in planned:
+    inputs = {n: identity.get(n) for n in methods.requirements(stage.name, config)}
+    stage.check_inputs(inputs)  # a finished or begun stage read these results
     if stage.done():
       logging.info("%s: reusing the finished stage in %s", stage.name, stage.path)
     else:
-      if stage.name in plan.noisy:
+      if stage.name in plan.noisy and config.noise_seed == -1:
         wd.record_noise_platform(stage.name, host.noise_platform())
       ctx = Context(config, wd, stage, dataset, dict(results), noise)
-      stage.run(functools.partial(STAGES[stage.name].run, ctx))
+      stage.run(functools.partial(STAGES[stage.name].run, ctx), inputs, fingerprint)
     results[stage.name] = stage.result()
+    identity[stage.name] = stage.identity
+    if noise.is_secret:
+      wd.keep_secret(noise.secret)  # removed mid-run: later reruns must resume these draws
   drawn_on = {n: p for n, p in wd.noise_platforms().items() if n in plan.noisy}
   report = report_lib.build(config, results, {**noise.describe(), "drawn_on": drawn_on},
                             warnings)

@@ -14,7 +14,7 @@ Layout::
   <workdir>/noise.key          the secret the run's DP noise is drawn from (owner-only; never
                                publish it, ``secret``)
   <workdir>/noise_draws.json   the platform (backend, JAX and NumPy versions) each noisy
-                               stage drew on (``noise_platforms``)
+                               stage drew its secret noise on (``noise_platforms``)
   <workdir>/release/           what the run's epsilon lets a user publish (``runner.release``);
                                everything else in the workdir is private
 
@@ -41,6 +41,7 @@ import shutil
 import socket
 import sys
 import time
+import uuid
 from typing import Any, Callable, Iterator
 
 from absl import logging
@@ -200,21 +201,63 @@ class Stage:
           f"{self.path} exists, is not empty and has no stage.json, so dgd_jax cannot tell "
           "what made it. Nothing was changed. Use a new --workdir.")
 
-  def begin(self) -> None:
+  def _meta(self) -> dict:
+    meta = read_artefact_json(self.meta_path) if os.path.exists(self.meta_path) else {}
+    if not isinstance(meta, dict):
+      raise damaged(self.meta_path, ValueError(f"a JSON {type(meta).__name__}, not an object"))
+    return meta
+
+  @property
+  def identity(self) -> str | None:
+    """The id stage.json gives these artefacts: drawn when the stage first begins, kept by
+    every resume (None: not begun, or begun before stages had ids)."""
+    return self._meta().get("id")
+
+  def check_data(self, data: str) -> None:
+    """Refuses artefacts made from other data than ``data`` (its fingerprint now), as this
+    stage recorded when it began (``bind_data``'s check, kept where data.json is gone)."""
+    meta = self._meta()
+    if "data" in meta and meta["data"] != data:
+      raise WorkdirConflictError(
+          f"{self.path} was made from other data (fingerprint {meta['data']}; the data now has "
+          f"{data}). Nothing was changed. Use a new --workdir for the new data, or restore "
+          "the data it was made from.")
+
+  def check_inputs(self, inputs: dict[str, str | None]) -> None:
+    """Refuses artefacts made from other results of the stages they read (``inputs``: each
+    one's ``identity`` now) than those this stage recorded when it began; a stage that
+    recorded none passes."""
+    meta = self._meta()
+    changed = sorted(n for n, i in meta.get("inputs", inputs).items() if inputs.get(n) != i)
+    if changed:
+      raise WorkdirConflictError(
+          f"{self.path} was made from other results of {changed} than the workdir holds now "
+          "(recomputed since), so it does not belong to them. Nothing was changed. Remove it "
+          f"(rm -r {self.path}) to recompute it from them.")
+
+  def begin(self, inputs: dict[str, str | None] | None = None, data: str | None = None
+            ) -> None:
+    """Writes stage.json: the config slice, the stage's ``identity`` (a new one unless it
+    resumes) and, where given, the ``identity`` of each stage it reads (``check_inputs``) and
+    the data's fingerprint (``check_data``)."""
     self.check()
     if not self.workdir.writer:
       return
+    identity = self.identity or uuid.uuid4().hex
     makedirs(self.path)
     write_json(self.meta_path,
                {"stage": self.name, "hash": fingerprint(self.config_part),
-                "config": self.config_part})
+                "config": self.config_part, "id": identity,
+                **({"inputs": inputs} if inputs is not None else {}),
+                **({"data": data} if data is not None else {})})
 
-  def run(self, compute: Callable[[], dict]) -> None:
-    """Makes the stage: ``begin``, then ``compute()`` (its outputs), then ``finish`` with them
-    and its wall time. A ``UserInputError`` before any artefact is saved (e.g. too many
-    teachers) removes the folder, so that a fixed config can use it. Every process waits
-    until result.json is written."""
-    self.begin()
+  def run(self, compute: Callable[[], dict], inputs: dict[str, str | None] | None = None,
+          data: str | None = None) -> None:
+    """Makes the stage: ``begin`` (recording ``inputs`` and ``data``), then ``compute()`` (its
+    outputs), then ``finish`` with them and its wall time. A ``UserInputError`` before any
+    artefact is saved (e.g. too many teachers) removes the folder, so that a fixed config can
+    use it. Every process waits until result.json is written."""
+    self.begin(inputs, data)
     t0 = time.perf_counter()
     try:
       result = compute()
@@ -351,7 +394,8 @@ class Workdir:
       write_json(path, {"dataset": name, "fingerprint": fingerprint_})
 
   def noise_platforms(self) -> dict[str, dict]:
-    """{stage: the platform (``host.noise_platform``) it drew its noise on}."""
+    """{stage: the platform (``host.noise_platform``) it drew its secret noise on}: also the
+    record that it drew, once its folder is gone (``secret`` refuses a missing key then)."""
     path = os.path.join(self.path, NOISE_DRAWS)
     recorded = read_artefact_json(path) if os.path.exists(path) else {}
     if not isinstance(recorded, dict):
@@ -427,8 +471,24 @@ class Workdir:
     with open(path, "rb") as f:
       secret = f.read()
     if len(secret) != size:
-      raise damaged(path, ValueError(f"{len(secret)} bytes, not {size}"))
+      raise WorkdirConflictError(
+          f"{path} holds {len(secret)} bytes, not a {size}-byte key. "
+          + (f"Stages {drawn} drew noise from the key it held: restore that file from a "
+             "backup, or use a new --workdir (a new key would draw their data's noise again)."
+             if drawn else "No stage drew noise from it: remove it, and a rerun draws a new "
+             "key."))
     return secret
+
+  def keep_secret(self, secret: bytes) -> None:
+    """Writes the run's ``secret`` back to noise.key where the file went missing while the run
+    held it (owner-only, never over another key): later reruns resume its releases."""
+    path = self.noise_key_path
+    if self.writer and not os.path.exists(path):
+      logging.warning("%s was removed while the run held its key: written back, so that "
+                      "reruns resume this run's releases. Never publish it.", path)
+      with contextlib.suppress(FileExistsError):
+        atomic_write(path, lambda f: f.write(secret), binary=True, exclusive=True)
+      os.chmod(path, 0o600)
 
   def check_format(self) -> None:
     """Refuses a workdir written in another format (``FORMAT``); a new one passes."""
