@@ -264,6 +264,9 @@ DATA_PATH_CASES = {
                       "have no training example"),
     "a test-only label": (dict(y_test=np.array([0, 1, 12.0])), None,
                           "y_test holds label 12, which no training example has"),
+    "one class only": (dict(y_train=np.zeros(6), y_test=np.zeros(3)), None,
+                       "every training label is 0, one class only: a classifier needs at least "
+                       "two"),
     "one image, no batch axis": (dict(x_train=np.full((4, 4), 10.0)), None,
                                  r"x_train has shape \(4, 4\); expected \[N, H, W\]"),
     "a truncated file": ({}, _truncated, "cannot be read as an .npz archive"),

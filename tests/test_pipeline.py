@@ -696,3 +696,12 @@ def test_the_noise_key_once_drawn_from_is_kept(finished_dgd_copy, monkeypatch):
   assert os.stat(key).st_mode & 0o777 == 0o600
   monkeypatch.setitem(methods.STAGES, "queries", spec)
   pipeline.run(config, workdir)  # a rerun resumes: every stage reused
+
+
+def test_more_teachers_than_examples_is_refused_before_anything_trains(npz_file, tmp_path):
+  config = tiny_configs.dgd(npz_file)  # 512 private examples
+  config.num_teachers = 513
+  with pytest.raises(ConfigError, match="num_teachers=513 is more than the 512 training "
+                                        "examples.*num_teachers <= 512"):
+    pipeline.run(config, str(tmp_path / "w"))
+  assert not os.path.exists(tmp_path / "w" / "baseline")

@@ -158,6 +158,9 @@ def check_classes(name: str, y_train: np.ndarray, y_test: np.ndarray) -> int:
         f"{name}: y_train's labels reach {k - 1}, so there would be {k} classes, but classes "
         f"{shown} have no training example: a stray label? Labels must be 0..K-1 with every "
         "class present in y_train (count them with np.bincount(y_train)).")
+  if k < 2:
+    raise DatasetError(f"{name}: every training label is {k - 1}, one class only: a classifier "
+                       "needs at least two (labels 0..K-1, K >= 2, each in y_train).")
   unseen = y_test[y_test >= k]
   if unseen.size:
     raise DatasetError(f"{name}: y_test holds label {int(unseen[0])}, which no training "

@@ -25,7 +25,8 @@ import numpy as np
 from dgd_jax.runtime.errors import ConfigError, DatasetError
 
 
-def _check_count(total: int, num_teachers: int) -> None:
+def check_count(total: int, num_teachers: int) -> None:
+  """Refuses fewer than one teacher, or more teachers than the ``total`` training examples."""
   if num_teachers < 1:
     raise ConfigError(f"num_teachers={num_teachers}; it must be at least 1.")
   if num_teachers > total:
@@ -37,7 +38,7 @@ def partition_indices(total: int, num_teachers: int, seed: int) -> np.ndarray:
   """Indices [num_teachers, total // num_teachers] of disjoint, equal-size shards of a
   shuffled range(total); the remainder (total mod num_teachers) is dropped. Deterministic
   per seed."""
-  _check_count(total, num_teachers)
+  check_count(total, num_teachers)
   per_teacher = total // num_teachers
   order = np.random.default_rng(seed).permutation(total)[:num_teachers * per_teacher]
   return order.reshape(num_teachers, per_teacher)
@@ -68,7 +69,7 @@ def stable_partition(x: np.ndarray, y: np.ndarray, num_teachers: int, seed: int
   """Indices of each teacher's shard: example i goes to teacher H_seed(x_i, y_i) mod n, H the
   64-bit keyed BLAKE2b (module docstring). Every example is used; a teacher left with no
   example is refused."""
-  _check_count(len(x), num_teachers)
+  check_count(len(x), num_teachers)
   key = str(seed).encode()
   owner = np.array([int.from_bytes(hashlib.blake2b(
       np.ascontiguousarray(xi).tobytes() + np.int64(yi).tobytes(), key=key,

@@ -14,6 +14,7 @@ from absl import logging
 from dgd_jax import privacy
 from dgd_jax.configs.common import (SCHEDULES, SMOKE_AUDIT_SPLITS, SMOKE_QUERIES, SMOKE_STEPS,
                                     SMOKE_SYNTHETIC, SMOKE_TEST_SIZE)
+from dgd_jax.data import partitions
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
@@ -166,8 +167,11 @@ def smoke_schedules(config: Config) -> Config:
 
 
 def check_data(config: Config, data) -> None:
-  """Refuses, before any stage runs, data the config's plan cannot serve: an automatic query
-  plan made for another class count than the labels have."""
+  """Refuses, before any stage runs, data the config's plan cannot serve: more teachers than
+  training examples, an automatic query plan made for another class count than the labels
+  have."""
+  if config.get("num_teachers"):  # 0: chosen for the data's size (run_config)
+    partitions.check_count(len(data.x_train), config.num_teachers)
   if "queries" in config and config.queries.plan == "auto" and (
       config.queries.num_classes != data.num_classes):
     raise ConfigError(f"{config.dataset}: its labels have {data.num_classes} classes, but the "
