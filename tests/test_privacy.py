@@ -1002,6 +1002,19 @@ def test_a_target_epsilon_that_is_no_budget_is_refused_with_the_fix(value):
   assert checks.epsilon("target_epsilon", 2) == 2.0
 
 
+def test_an_epsilon_too_large_to_mean_anything_is_refused_at_once():
+  """A DP-SGD calibration for epsilon 1e5 ran for minutes inside PLD: any target above
+  checks.MAX_EPSILON is refused before an accountant runs; 100 itself is a budget."""
+  import dgd_jax  # pylint: disable=g-import-not-at-top
+  from dgd_jax.privacy import checks  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ConfigError, match=r"epsilon=100000.0: above 100 an epsilon bounds "
+                                        r"nothing .*plan for epsilon <= 100"):
+    dgd_jax.dpsgd_noise_for(1000, 100, 10, 1e5)
+  with pytest.raises(ConfigError, match="above 100"):
+    calibrate.min_noise(privacy.LNMaxQueries(40.0, 1), 100.5, DELTA)
+  assert checks.epsilon("target_epsilon", 100) == 100.0
+
+
 @pytest.mark.parametrize("value", [-1.0, float("nan"), 0.0, -0.5, float("-inf")])
 def test_a_budget_guard_that_is_no_budget_is_refused_before_anything_runs(value):
   """privacy.max_epsilon: a zero, negative or NaN budget is refused (never read as 'no

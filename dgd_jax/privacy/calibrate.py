@@ -17,6 +17,7 @@ import math
 from typing import Iterable
 
 import numpy as np
+from absl import logging
 from scipy import optimize
 
 from dgd_jax.privacy import checks
@@ -188,6 +189,8 @@ def dpsgd_noise_multiplier(release: "DpsgdSteps", target_epsilon: float, delta: 
   if accountant not in configs:
     raise ConfigError(f"accountant={accountant!r}: DP-SGD is calibrated under {tuple(configs)}; "
                       "set config.privacy.accountant (or --accountant) to one of them.")
+  logging.info("calibrating DP-SGD's noise multiplier for epsilon %g (%s, %d steps): a PLD "
+               "calibration takes seconds to a minute", target, accountant, release.steps)
   noise = jp_accounting.calibrate_noise_multiplier(
       target_epsilon=target, accountant=jp_accounting.DpsgdTrainingAccountant(
           configs[accountant]()),

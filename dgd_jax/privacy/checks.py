@@ -92,9 +92,14 @@ def large_delta_warning(value: float, size: int, allowed_by: str) -> str | None:
           "guarantee permits publishing a private example outright.")
 
 
+# The largest target epsilon planned or calibrated for: e^100 bounds nothing, and calibrating
+# PLD accounts that far takes minutes (their support grows with epsilon).
+MAX_EPSILON = 100.0
+
+
 def epsilon(name: str, value: float) -> float:
-  """A target epsilon or budget: a finite number > 0 (zero, negative or NaN is no budget at
-  all, and an infinite one promises nothing)."""
+  """A target epsilon or budget: a finite number in (0, MAX_EPSILON] (zero, negative or NaN
+  is no budget at all, and a larger one promises nothing)."""
   try:
     number = float(value)
   except (TypeError, ValueError):
@@ -102,6 +107,10 @@ def epsilon(name: str, value: float) -> float:
   if isinstance(value, bool) or not math.isfinite(number) or number <= 0:
     raise ConfigError(f"{name}={value!r} is not a privacy budget: it must be a finite number > 0 "
                       f"(e.g. {name}=1).")
+  if number > MAX_EPSILON:
+    raise ConfigError(f"{name}={value!r}: above {MAX_EPSILON:g} an epsilon bounds nothing "
+                      f"(e^epsilon) and its calibration takes minutes; plan for {name} <= "
+                      f"{MAX_EPSILON:g}, or train without noise where no guarantee is wanted.")
   return number
 
 
