@@ -6,6 +6,7 @@ array held on the device, so the step needs only (state, data, key).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
+from absl import logging
 from flax.training import train_state
 
 from dgd_jax.runtime import files
@@ -205,6 +207,18 @@ def _at_step(counter: Any, step: int) -> Any:
   return counter * 0 + step if hasattr(counter, "shape") else step
 
 
+@contextlib.contextmanager
+def _quiet():
+  """Orbax's warnings that a read-only manager is read-only (one per finished model read)
+  silenced while it opens one; errors still show."""
+  level = logging.get_verbosity()
+  logging.set_verbosity(logging.ERROR)
+  try:
+    yield
+  finally:
+    logging.set_verbosity(level)
+
+
 def load_items(checkpoint_dir: str, abstract: dict) -> dict:
   """The checkpoint items ``abstract`` names (``{"params": ...}``; a nested state's as a dict,
   ``{"generator": {"params": ..., "batch_stats": ...}}``) saved at the latest step in
@@ -214,8 +228,9 @@ def load_items(checkpoint_dir: str, abstract: dict) -> dict:
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(
       s.shape, s.dtype, sharding=getattr(s, "sharding", None) or device), abstract)
-  with ocp.CheckpointManager(checkpoint_dir, options=ocp.CheckpointManagerOptions(
-      read_only=True, enable_async_checkpointing=False)) as manager:
+  with _quiet(), ocp.CheckpointManager(checkpoint_dir, options=ocp.CheckpointManagerOptions(
+      read_only=True, create=False, save_interval_steps=0,
+      enable_async_checkpointing=False)) as manager:
     step = manager.latest_step()
     if step is None:
       raise files.damaged(checkpoint_dir, FileNotFoundError("no finished checkpoint"))
