@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import functools
 import hashlib
 import importlib
@@ -58,7 +59,8 @@ from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.privacy.releases import build_release
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime import host
-from dgd_jax.runtime.errors import ConfigError, DatasetError, WorkdirConflictError
+from dgd_jax.runtime.errors import (ConfigError, DatasetError, UserInputError,
+                                    WorkdirConflictError)
 from dgd_jax.runtime.files import fingerprint
 from dgd_jax.training import dpsgd
 from dgd_jax.training import ensemble
@@ -100,6 +102,7 @@ class Teachers:
   shards: Any  # [n, m], or n index arrays
   chunk: int  # teachers per vmapped chunk, from the memory plan
   predict: Callable = dataclasses.field(repr=False)  # (params, x) -> labels [n, Q], jitted once
+  image_shape: tuple[int, ...] | None = None  # (H, W, C) trained on; None: not checked
 
   @property
   def num_teachers(self) -> int:
@@ -123,6 +126,74 @@ def _logits(model: nn.Module, x: np.ndarray) -> int:
   return int(out.shape[-1])
 
 
+def _whole(name: str, value: Any, fix: str, least: int = 1) -> int:
+  """``value`` as an int >= ``least``, else a ConfigError naming it and ``fix`` (a zero or
+  negative count of steps or examples would train nothing, silently)."""
+  if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+      or value < least):
+    raise ConfigError(f"{name}={value!r} must be a whole number >= {least}: {fix}.")
+  return int(value)
+
+
+def _positive(name: str, value: Any, fix: str) -> float:
+  """``value`` as a finite float > 0, else a ConfigError naming it and ``fix`` (NaN, zero or a
+  negative rate or epoch count would train nothing, or the wrong way, silently)."""
+  ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
+        and math.isfinite(value) and value > 0)
+  if not ok:
+    raise ConfigError(f"{name}={value!r} must be a finite number > 0: {fix}.")
+  return float(value)
+
+
+def _check_optimizer(optimizer: Any) -> None:
+  """Refuses an ``optimizer`` that is not an optax GradientTransformation (callable ``init``
+  and ``update``), e.g. the string 'adam', before anything trains."""
+  if optimizer is not None and not (callable(getattr(optimizer, "init", None))
+                                    and callable(getattr(optimizer, "update", None))):
+    raise ConfigError(f"optimizer={optimizer!r} is not an optax GradientTransformation: pass "
+                      "one, e.g. optimizer=optax.adam(1e-3), or None for Adam at "
+                      "learning_rate.")
+
+
+def _check_loss(loss: Any, model: nn.Module, x: np.ndarray, y: np.ndarray) -> None:
+  """Refuses a DP-SGD ``loss`` that does not map one example's logits [1, K] and label [1] (as
+  ``training.dpsgd._loss`` calls it) to a float scalar, traced abstractly on x[:1], y[:1]
+  (nothing runs); jax-privacy would otherwise fail inside its per-example gradients."""
+  if loss is None:
+    return
+  if not callable(loss):
+    raise ConfigError(f"loss={loss!r} is not callable: pass a function (logits [1, K], labels "
+                      "[1]) -> scalar, or None for cross-entropy.")
+  try:
+    out = jax.eval_shape(
+        lambda: loss(model.apply(model.init(jax.random.key(0), x[:1]), x[:1]), y[:1]))
+  except Exception as e:  # pylint: disable=broad-except  (any failure: the loss cannot serve)
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise ConfigError(f"loss failed on one example's logits [1, K] and labels [1] ({first}): "
+                      "it must take (logits, labels) and return a scalar per example.") from None
+  if getattr(out, "shape", None) != () or not jnp.issubdtype(out.dtype, jnp.floating):
+    raise ConfigError(f"loss returns {out} on one example's logits [1, K] and labels [1]; loss "
+                      "must return a scalar per example (e.g. end it with .mean()).")
+
+
+@contextlib.contextmanager
+def _api_words():
+  """Re-raises a workdir error (the pipeline's, worded for the command line's ``--workdir``)
+  as the same exception type, its message naming the API's ``workdir=`` argument instead."""
+  try:
+    yield
+  except UserInputError as e:
+    text = str(e)
+    if "--workdir" not in text:
+      raise
+    try:
+      # '--workdir=x' and '--workdir /path' become 'workdir=x', a bare '--workdir' 'workdir='
+      adjusted = type(e)(re.sub(r"--workdir(=| (?=[/~.]))?", "workdir=", text))
+    except Exception:  # pylint: disable=broad-except  (a type that takes other arguments)
+      raise e from None
+    raise adjusted.with_traceback(e.__traceback__) from None
+
+
 def train_teachers(model: nn.Module, x: Any, y: Any, num_teachers: int, *,
                    num_classes: int | None = None, num_steps: int = 600, batch_size: int = 32,
                    learning_rate: float = 1e-3, seed: int = 0, chunk: int = 0) -> Teachers:
@@ -133,7 +204,18 @@ def train_teachers(model: nn.Module, x: Any, y: Any, num_teachers: int, *,
   chunk (0: the backend's default), cut to what fits the device (``memory_plan.plan``). The
   remainder len(x) mod num_teachers is seen by no teacher. Nothing is released. The module
   runs behind ``models.adapter.WithFeatures`` (``Teachers.model``): dropout on in training if
-  its ``__call__`` takes ``train``, BatchNorm as a group norm."""
+  its ``__call__`` takes ``train``, BatchNorm as a group norm. A schedule that trains nothing
+  (``num_steps``, ``batch_size`` or ``learning_rate`` not > 0) is refused before anything
+  trains."""
+  # the schedule first: a zero or negative one would return untrained teachers silently
+  num_steps = _whole("num_steps", num_steps, "train each teacher for at least one step "
+                     "(e.g. num_steps=600)")
+  batch_size = _whole("batch_size", batch_size, "draw at least one example per step (e.g. "
+                      "batch_size=32)")
+  learning_rate = _positive("learning_rate", learning_rate, "pass a positive step size (e.g. "
+                            "learning_rate=1e-3)")
+  chunk = _whole("chunk", chunk, "pass the teachers per vmapped chunk, or 0 for the "
+                 "backend's default", least=0)
   x = images(x)
   model = _trainable(model)
   k = _logits(model, x)
@@ -158,15 +240,21 @@ def train_teachers(model: nn.Module, x: Any, y: Any, num_teachers: int, *,
   for i in range(num_steps):
     state, _ = step(state, jax.random.fold_in(train_key, i), *examples)
   return Teachers(model, state.params, k, shards, chunk,
-                  ensemble.make_predict_fn(mesh, model.apply, chunk))
+                  ensemble.make_predict_fn(mesh, model.apply, chunk), tuple(x.shape[1:]))
 
 
 def teacher_votes(teachers: Teachers, queries: Any) -> np.ndarray:
   """The vote histograms [Q, K] int32 of the teachers on ``queries`` (images as for
   ``train_teachers``). PRIVATE: a function of every teacher's data; release only a noisy
-  aggregate of them (``noisy_labels``)."""
-  return ensemble.vote_histograms(teachers.predict, teachers.params,
-                                  images(queries, "queries"), teachers.num_classes)
+  aggregate of them (``noisy_labels``). Queries of another image shape than the teachers were
+  trained on are refused (ConfigError naming both)."""
+  q = images(queries, "queries")
+  trained = teachers.image_shape
+  if trained is not None and tuple(q.shape[1:]) != tuple(trained):
+    raise ConfigError(f"queries have images of shape {tuple(q.shape[1:])} (H, W, C) but the "
+                      f"teachers were trained on {tuple(trained)}: resize the queries to "
+                      "theirs.")
+  return ensemble.vote_histograms(teachers.predict, teachers.params, q, teachers.num_classes)
 
 
 ACCOUNTANT = "pld"  # every function's default accountant (exact for the Gaussian releases)
@@ -340,6 +428,22 @@ def noise_for(mechanism: str, queries: int, epsilon: float, delta: float = 1e-5,
   return privacy.min_noise(template, epsilon, delta, accountant)
 
 
+def _check_epochs(epochs: Any) -> float:
+  """DP-SGD's ``epochs``, a finite number > 0 (zero, negative or NaN would plan one step
+  silently: ``steps_for_epochs`` takes at least one)."""
+  return _positive("epochs", epochs, "pass the passes over the data to train for (e.g. "
+                   "epochs=20)")
+
+
+def _check_batch(batch_size: Any, n: int) -> int:
+  """DP-SGD's expected Poisson batch: a whole number in [1, N]."""
+  if not (isinstance(batch_size, numbers.Integral) and not isinstance(batch_size, bool)
+          and 1 <= batch_size <= n):
+    raise ConfigError(f"batch_size={batch_size!r} with {n} examples: the expected Poisson "
+                      f"batch must be between 1 and N (e.g. batch_size={max(1, n // 100)}).")
+  return int(batch_size)
+
+
 def dpsgd_noise_for(num_examples: int, batch_size: int, epochs: float, epsilon: float,
                     delta: float = 1e-5, *, accountant: str = ACCOUNTANT,
                     norm_bound: float = 1.0, allow_large_delta: bool = False) -> float:
@@ -349,6 +453,8 @@ def dpsgd_noise_for(num_examples: int, batch_size: int, epochs: float, epsilon: 
   checks.epsilon("epsilon", epsilon)
   num_examples = checks.count("num_examples", num_examples)
   _delta_for_size(delta, num_examples, allow_large_delta)
+  batch_size = _check_batch(batch_size, num_examples)
+  epochs = _check_epochs(epochs)
   steps = dpsgd_plan.steps_for_epochs(epochs, num_examples, batch_size)
   plan = privacy.DpsgdSteps(1.0, int(batch_size), int(num_examples), steps, norm_bound)
   return privacy.dpsgd_noise_multiplier(plan, epsilon, delta, accountant)
@@ -395,18 +501,33 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
   seen."""
   from dgd_jax.plan.context import noise_source  # pylint: disable=g-import-not-at-top
   from dgd_jax.runtime.workdir import Stage, Workdir  # pylint: disable=g-import-not-at-top
+  if (x_test is None) != (y_test is None):  # the test split is read after training: pair now
+    given, missing = ("x_test", "y_test") if y_test is None else ("y_test", "x_test")
+    raise ConfigError(f"{given} was given without {missing}: pass both x_test and y_test "
+                      "(the test split), or neither.")
+  _check_optimizer(optimizer)
   x = images(x)
   init_key = jax.random.key(seed)
   model = _trainable(model)
   k = _logits(model, x)
   y = labels(y, len(x), k)
   n = len(x)
+  if x_test is not None:  # checked before training, so that a bad split loses no model
+    xt = images(x_test, "x_test")
+    yt = labels(y_test, len(xt), k, "y_test")
+    if xt.shape[1:] != x.shape[1:]:
+      raise DatasetError(f"x_test has images of shape {xt.shape[1:]} but x has {x.shape[1:]}: "
+                         "pass a test split of the training images' shape.")
   checks.epsilon("epsilon", epsilon)
   _delta_for_size(delta, n, allow_large_delta)
-  batch_size = max(1, n // 20) if batch_size is None else batch_size
-  if not (isinstance(batch_size, numbers.Integral) and 1 <= batch_size <= n):
-    raise ConfigError(f"batch_size={batch_size!r} with {n} examples: the expected Poisson "
-                      f"batch must be between 1 and N (e.g. batch_size={max(1, n // 100)}).")
+  batch_size = _check_batch(max(1, n // 20) if batch_size is None else batch_size, n)
+  epochs = _check_epochs(epochs)
+  if optimizer is None:  # the default Adam's step size; a user's optimiser carries its own
+    _positive("learning_rate", learning_rate, "pass a positive step size (e.g. "
+              "learning_rate=1e-3)")
+  microbatch_size = _whole("microbatch_size", microbatch_size, "pass the examples per "
+                           "vmapped gradient microbatch (e.g. microbatch_size=32)")
+  _check_loss(loss, model, x, y)
   steps = dpsgd_plan.steps_for_epochs(epochs, n, batch_size)
   plan = privacy.DpsgdSteps(1.0, int(batch_size), n, steps, norm_bound)
   sigma = privacy.dpsgd_noise_multiplier(plan, epsilon, delta, accountant)
@@ -418,6 +539,7 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
   state = train.create_train_state(model, tx, init_key, x.shape[1:])
   metrics = []
   with contextlib.ExitStack() as stack:
+    stack.enter_context(_api_words())  # a workdir conflict names workdir=, not --workdir
     folder = workdir or stack.enter_context(tempfile.TemporaryDirectory())
     wd = Workdir(folder)
     wd.bind_data("train_dpsgd's (x, y)", content_fingerprint(x, y))
@@ -444,9 +566,7 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
             "accountant": accountant, "release": record, "metrics": metrics,
             "noise": source.describe()}
   if x_test is not None:
-    xt = images(x_test, "x_test")
-    report["test_accuracy"] = train.accuracy(model.apply, state.params, xt,
-                                             labels(y_test, len(xt), k, "y_test"))
+    report["test_accuracy"] = train.accuracy(model.apply, state.params, xt, yt)
   return Result(model, state.params, report, workdir)
 
 
@@ -564,10 +684,20 @@ def epsilon(releases: Any, delta: float = 1e-5, accountant: str = ACCOUNTANT, *,
   publishable as it is (``smooth_sensitivity_epsilon`` releases it). Its ``note`` says what it
   covers; for answers drawn with a ``noise_seed`` the report's ``private_release`` is False
   and its note starts with NOT A PRIVATE RELEASE."""
+  from dgd_jax.privacy import ledger  # pylint: disable=g-import-not-at-top
   items = releases if isinstance(releases, (list, tuple)) else [releases]
   records = [r.release if isinstance(r, Answers) else r for r in items]
-  report = privacy.PrivacyLedger(records).epsilon(delta, accountant,
-                                                  data_dependent=data_dependent)
+  try:
+    report = privacy.PrivacyLedger(records).epsilon(delta, accountant,
+                                                    data_dependent=data_dependent)
+  except ConfigError:
+    # an accountant that exists only on the votes is 'not applicable' without the switch:
+    # name the switch rather than the data-independent accountants the ledger lists
+    if accountant in ledger.DATA_DEPENDENT_ONLY and not data_dependent:
+      raise ConfigError(f"accountant={accountant!r} is data-dependent: pass "
+                        "data_dependent=True (on answers that carry their votes), or a "
+                        "data-independent accountant such as 'pld'.") from None
+    raise
   seeds = sorted({r.noise_seed for r in items if isinstance(r, Answers)} - {None})
   if seeds:
     report = report.not_private(f"noise_seed={', '.join(map(str, seeds))}")
@@ -635,6 +765,33 @@ def _module_spec(model: nn.Module | None) -> tuple[str, str]:
   return f"{cls.__module__}:{cls.__qualname__}", kwargs
 
 
+def _check_overrides(name: str, config, overrides: Any) -> None:
+  """Refuses an ``overrides`` key that names no field of the preset ``config`` ('block.field':
+  a misspelt block is a KeyError, a misspelt field a setting no stage reads), naming the key
+  and the closest known ones (difflib) or the known blocks."""
+  if overrides is None:
+    return
+  if not isinstance(overrides, dict):
+    raise ConfigError(f"overrides={overrides!r}: pass a dict of {{'block.field': value}}, e.g. "
+                      "{'teachers.num_steps': 100}.")
+  known = []  # every dotted field of the preset, blocks included
+
+  def walk(node, prefix):
+    for key in node.keys():
+      known.append(prefix + key)
+      if hasattr(node[key], "keys") and not isinstance(node[key], dict):  # a ConfigDict block
+        walk(node[key], prefix + key + ".")
+  walk(config, "")
+  for key in overrides:
+    if isinstance(key, str) and key in known:
+      continue
+    close = difflib.get_close_matches(str(key), known, n=3, cutoff=0.6)
+    blocks = sorted(k for k in known if "." not in k and hasattr(config[k], "keys"))
+    hint = (f"did you mean {' or '.join(map(repr, close))}?" if close
+            else f"the preset's blocks are {', '.join(blocks)}.")
+    raise ConfigError(f"overrides key {key!r} is no field of the {name} preset: {hint}")
+
+
 def _method(name: str, model, x, y, x_test, y_test, epsilon: float, delta: float, preset: str,
             workdir: str | None, noise_seed: int | None, overrides: dict | None,
             allow_large_delta: bool) -> Result:
@@ -645,6 +802,10 @@ def _method(name: str, model, x, y, x_test, y_test, epsilon: float, delta: float
   before anything is written."""
   from dgd_jax.configs import common  # pylint: disable=g-import-not-at-top
   from dgd_jax.runner import methods  # pylint: disable=g-import-not-at-top
+  get_config = importlib.import_module(f"dgd_jax.configs.{name}").get_config
+  # the preset read without its data (a config does not open its dataset), so that a misspelt
+  # override is refused before anything is written
+  _check_overrides(name, get_config(f"npz:data.npz,{preset}"), overrides)
   arrays = {"x_train": np.asarray(x), "y_train": np.asarray(y), "x_test": np.asarray(x_test),
             "y_test": np.asarray(y_test)}
   for k in ("x_train", "x_test"):
@@ -654,7 +815,11 @@ def _method(name: str, model, x, y, x_test, y_test, epsilon: float, delta: float
   allow_large_delta = bool(given.get("privacy.allow_large_delta", allow_large_delta))
   _delta_for_size(given.get("privacy.delta", delta), len(arrays["x_train"]), allow_large_delta)
   module, kwargs = _module_spec(model)
+  if workdir and os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise WorkdirConflictError(f"workdir={workdir} is a file, not a directory: nothing was "
+                               "changed. Pass a new or existing folder as workdir=.")
   with contextlib.ExitStack() as stack:
+    stack.enter_context(_api_words())  # a workdir conflict names workdir=, not --workdir
     folder = workdir or stack.enter_context(tempfile.TemporaryDirectory())
     os.makedirs(folder, exist_ok=True)
     data = os.path.join(folder, "data.npz")  # private, like the rest of the workdir
@@ -667,8 +832,7 @@ def _method(name: str, model, x, y, x_test, y_test, epsilon: float, delta: float
             "new workdir for these, or pass the arrays it was made from.")
     else:
       np.savez(data, **arrays)
-    config = importlib.import_module(f"dgd_jax.configs.{name}").get_config(
-        f"npz:{data},{preset}")
+    config = get_config(f"npz:{data},{preset}")
     config = common.with_overrides(config, {
         "privacy.max_epsilon": float(epsilon), "privacy.delta": float(delta),
         "noise_seed": -1 if noise_seed is None else int(noise_seed),
@@ -759,7 +923,7 @@ class Run:
       self._teachers = Teachers(artefacts.teacher_model(config, data.num_classes), params,
                                 data.num_classes,
                                 config_shards(config, data.x_train, data.y_train), chunk,
-                                predict)
+                                predict, tuple(data.image_shape))
     return self._teachers
 
   def votes(self, x: np.ndarray) -> np.ndarray:

@@ -85,6 +85,7 @@ def test_your_own_model_trains_as_teachers_and_labels_with_an_epsilon(model):
                                     learning_rate=3e-3, seed=0)
   assert teachers.num_teachers == 4 and teachers.shards.shape == (4, 100)
   assert len(np.unique(teachers.shards)) == 400  # disjoint shards covering the set
+  assert teachers.image_shape == (28, 28, 1)  # what teacher_votes checks queries against
   votes = dgd_jax.teacher_votes(teachers, queries.astype(np.float32))  # float pixels too
   assert votes.shape == (100, 10) and (votes.sum(axis=1) == 4).all()
   assert np.mean(votes.argmax(axis=1) == truth) > 0.5  # chance is 0.1
@@ -601,3 +602,139 @@ def test_a_noise_that_drowns_the_ensemble_is_warned_with_the_expected_accuracy()
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     dgd_jax.noisy_labels(votes * 50, "gnmax", 20.0)  # 250 teachers: no warning
+
+
+def _teachers_on(image_shape):
+  """A Teachers record of 2 UserMLP teachers trained on ``image_shape`` whose predict must not
+  run: the shape check refuses the queries before any vote is taken."""
+  def predict(params, x):
+    raise AssertionError("the teachers voted on queries they were not trained for")
+  return dgd_jax.Teachers(UserMLP(), None, 10, np.arange(4).reshape(2, 2), 1, predict,
+                          image_shape)
+
+
+def _seeded_answers():
+  return dgd_jax.noisy_labels(np.tile([[240, 10, 0]], (5, 1)), "gnmax", 40.0, noise_seed=0)
+
+
+def _per_example_loss(logits, labels):  # shape [1]: the mean over the batch axis left out
+  import optax  # pylint: disable=g-import-not-at-top
+  return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+
+
+# Issue 80: (id, call(x, y, workdir), error, message, what the workdir is before the call:
+# None (absent, and absent after: nothing written), "file" (a file), "run_file" (a folder
+# whose run/ is a file)). Every refusal is one line naming the argument and the fix.
+BAD_API_INPUT = [
+    ("teachers_no_steps", lambda x, y, wd: dgd_jax.train_teachers(UserMLP(), x, y, 4,
+                                                                   num_steps=0),
+     ConfigError, r"num_steps=0 must be a whole number >= 1: train each teacher", None),
+    ("teachers_negative_steps", lambda x, y, wd: dgd_jax.train_teachers(UserMLP(), x, y, 4,
+                                                                         num_steps=-5),
+     ConfigError, r"num_steps=-5 must be a whole number >= 1", None),
+    ("teachers_negative_rate", lambda x, y, wd: dgd_jax.train_teachers(
+        UserMLP(), x, y, 4, learning_rate=-1e-3),
+     ConfigError, r"learning_rate=-0.001 must be a finite number > 0: .*learning_rate=1e-3",
+     None),
+    ("teachers_zero_rate", lambda x, y, wd: dgd_jax.train_teachers(UserMLP(), x, y, 4,
+                                                                    learning_rate=0.0),
+     ConfigError, r"learning_rate=0.0 must be a finite number > 0", None),
+    ("teachers_no_batch", lambda x, y, wd: dgd_jax.train_teachers(UserMLP(), x, y, 4,
+                                                                   batch_size=0),
+     ConfigError, r"batch_size=0 must be a whole number >= 1: draw at least one", None),
+    ("noise_for_no_epochs", lambda x, y, wd: dgd_jax.dpsgd_noise_for(1000, 100, 0, 3.0),
+     ConfigError, r"epochs=0 must be a finite number > 0: .*epochs=20", None),
+    ("noise_for_negative_epochs", lambda x, y, wd: dgd_jax.dpsgd_noise_for(1000, 100, -2.0, 3.0),
+     ConfigError, r"epochs=-2.0 must be a finite number > 0", None),
+    ("noise_for_nan_epochs", lambda x, y, wd: dgd_jax.dpsgd_noise_for(1000, 100, float("nan"),
+                                                                      3.0),
+     ConfigError, r"epochs=nan must be a finite number > 0", None),
+    ("dpsgd_no_epochs", lambda x, y, wd: dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=3,
+                                                             epochs=0, workdir=wd),
+     ConfigError, r"epochs=0 must be a finite number > 0", None),
+    ("dpsgd_x_test_alone", lambda x, y, wd: dgd_jax.train_dpsgd(UserMLP(), x, y, x_test=x,
+                                                                epsilon=3, workdir=wd),
+     ConfigError, r"x_test was given without y_test: pass both x_test and y_test", None),
+    ("dpsgd_y_test_alone", lambda x, y, wd: dgd_jax.train_dpsgd(UserMLP(), x, y, y_test=y,
+                                                                epsilon=3, workdir=wd),
+     ConfigError, r"y_test was given without x_test", None),
+    ("dpsgd_bad_y_test", lambda x, y, wd: dgd_jax.train_dpsgd(UserMLP(), x, y, x, y[:-1],
+                                                              epsilon=3, workdir=wd),
+     DatasetError, r"y_test has shape \(199,\)", None),  # the split read before training too
+    ("dpsgd_optimizer_name", lambda x, y, wd: dgd_jax.train_dpsgd(
+        UserMLP(), x, y, epsilon=3, optimizer="adam", workdir=wd),
+     ConfigError, r"optimizer='adam' is not an optax GradientTransformation: .*"
+     r"optimizer=optax\.adam\(1e-3\)", None),
+    ("dpsgd_loss_per_batch", lambda x, y, wd: dgd_jax.train_dpsgd(
+        UserMLP(), x, y, epsilon=3, loss=_per_example_loss, workdir=wd),
+     ConfigError, r"returns .*\(1,\).*loss must return a scalar per example", None),
+    ("dpsgd_loss_signature", lambda x, y, wd: dgd_jax.train_dpsgd(
+        UserMLP(), x, y, epsilon=3, loss=lambda logits: logits.sum(), workdir=wd),
+     ConfigError, r"loss failed on one example's logits .*return a scalar per example", None),
+    ("votes_image_size", lambda x, y, wd: dgd_jax.teacher_votes(_teachers_on((28, 28, 1)),
+                                                                x[:, :14, :14]),
+     ConfigError, r"shape \(14, 14, 1\) .* trained on \(28, 28, 1\): resize", None),
+    ("votes_channels", lambda x, y, wd: dgd_jax.teacher_votes(
+        _teachers_on((28, 28, 1)), np.repeat(x[..., None], 3, axis=-1)),
+     ConfigError, r"shape \(28, 28, 3\) .* trained on \(28, 28, 1\)", None),
+    ("dgd_unknown_block", lambda x, y, wd: dgd_jax.dgd(
+        UserMLP(), x, y, x, y, overrides={"teacher.num_steps": 5}, workdir=wd),
+     ConfigError, r"overrides key 'teacher.num_steps' is no field of the dgd preset: did you "
+     r"mean 'teachers.num_steps'", None),
+    ("pate_unknown_field", lambda x, y, wd: dgd_jax.pate(
+        UserMLP(), x, y, x, y, overrides={"teachers.num_stepz": 5}, workdir=wd),
+     ConfigError, r"'teachers.num_stepz' is no field of the pate preset: did you mean "
+     r"'teachers.num_steps'", None),
+    ("dpdfd_unknown_block", lambda x, y, wd: dgd_jax.dpdfd(
+        UserMLP(), x, y, x, y, overrides={"zzz": 1}, workdir=wd),
+     ConfigError, r"'zzz' is no field of the dpdfd preset: the preset's blocks are .*dpdfd",
+     None),
+    ("epsilon_without_switch", lambda x, y, wd: dgd_jax.epsilon(
+        _seeded_answers(), accountant="rdp_data_dependent"),
+     ConfigError, r"accountant='rdp_data_dependent' is data-dependent: pass "
+     r"data_dependent=True", None),
+    ("dpsgd_workdir_file", lambda x, y, wd: dgd_jax.train_dpsgd(UserMLP(), x, y, epsilon=3,
+                                                                workdir=wd),
+     WorkdirConflictError, r"workdir=.* is a file", "file"),
+    ("dgd_workdir_file", lambda x, y, wd: dgd_jax.dgd(UserMLP(), x, y, x, y, workdir=wd),
+     WorkdirConflictError, r"workdir=.* is a file, not a directory", "file"),
+    ("pate_run_file", lambda x, y, wd: dgd_jax.pate(UserMLP(), x, y, x, y, workdir=wd,
+                                                    overrides={"num_teachers": 4,
+                                                               "queries.num_queries": 40}),
+     WorkdirConflictError, r"workdir=.*run is a file", "run_file"),
+]
+
+
+@pytest.mark.parametrize("call, error, match, before", [c[1:] for c in BAD_API_INPUT],
+                         ids=[c[0] for c in BAD_API_INPUT])
+def test_each_bad_api_input_is_one_line_with_the_fix_before_anything_trains(
+    call, error, match, before, monkeypatch, tmp_path):
+  """Issue 80: every bad argument of the API is refused with a one-line ConfigError (or
+  DatasetError, WorkdirConflictError) naming it and the fix, worded for the API (workdir=,
+  not --workdir), before anything trains: the train steps, DP-SGD's loop and the pipeline's
+  stages fail this test if reached, and an absent workdir stays absent."""
+  from dgd_jax.runner import pipeline  # pylint: disable=g-import-not-at-top
+  from dgd_jax.training import dpsgd, ensemble  # pylint: disable=g-import-not-at-top
+
+  def trained(*args, **kwargs):
+    raise AssertionError("training ran before the bad input was refused")
+  monkeypatch.setattr(ensemble, "make_train_step", trained)
+  monkeypatch.setattr(dpsgd, "train_private", trained)
+  monkeypatch.setattr(pipeline, "_run_stages", trained)
+  x, y = make_images(np.random.default_rng(0), 200)
+  wd = tmp_path / "w"
+  if before == "file":
+    wd.write_text("mine")
+  elif before == "run_file":
+    wd.mkdir()
+    (wd / "run").write_text("mine")
+  with pytest.raises(error, match=match) as e:
+    call(x, y, str(wd))
+  message = str(e.value)
+  assert "\n" not in message and "--workdir" not in message, message
+  if before is None:
+    assert not wd.exists()  # nothing written
+  elif before == "file":
+    assert wd.read_text() == "mine"
+  else:
+    assert (wd / "run").read_text() == "mine"
