@@ -157,41 +157,78 @@ def test_a_killed_deepinversion_resumes_to_the_same_synthetic_set(npz_file, tmp_
       json.loads((tmp_path / "uninterrupted" / "generator" / "result.json").read_text()))
 
 
-def _teachers_command(npz_file, workdir) -> list[str]:
-  """``python -m dgd_jax.main`` for PATE's teachers alone: 4 teachers, 200 steps, a checkpoint
-  every 5 steps (time to be killed between two)."""
+# Every stage that checkpoints, run alone (after the stages it reads) with a checkpoint every 5
+# steps and enough steps to be killed between two: (config argument, stage, overrides).
+STAGE_RUNS = {
+    "baseline": ("baseline.py:{data},cpu", "baseline", ["baseline.num_steps=200"]),
+    "teachers": ("pate.py:{data},cpu", "teachers",
+                 ["num_teachers=4", "teachers.num_steps=200"]),
+    "generator": ("dgd.py:{data},cpu,generator", "generator",
+                  ["baseline.num_steps=20", "generator.rounds=2",
+                   "generator.iterations_per_round=100", "generator.batch_size=32",
+                   "generator.features=8", "generator.num_synthetic=64"]),
+    "vae": ("pate.py:{data},cpu", "vae",
+            ["pool.size=96", "vae.num_steps=200", "vae.batch_size=32", "vae.features=8",
+             "vae.latent_dim=8"]),
+    "student": ("pate.py:{data},cpu", "student",
+                ["num_teachers=4", "teachers.num_steps=20", "pool.size=96",
+                 "queries.num_queries=40", "vae.num_steps=10", "vae.batch_size=32",
+                 "vae.features=8", "vae.latent_dim=8", "student.num_steps=200",
+                 "student.batch_size=16"]),
+    "dpsgd": ("dpsgd.py:{data},eps3", "dpsgd",
+              ["dpsgd.num_steps=100", "dpsgd.batch_size=128", "dpsgd.microbatch_size=256"]),
+    "dpdfd": ("dpdfd.py:{data},cpu", "dpdfd",
+              ["baseline.num_steps=20", "dpdfd.num_steps=100", "dpdfd.batch_size=16",
+               "dpdfd.features=8", "dpdfd.num_synthetic=40"]),
+}
+
+
+def _stage_command(case: str, npz_file, workdir) -> list[str]:
+  """``python -m dgd_jax.main`` for ``STAGE_RUNS[case]``."""
+  arg, stage, overrides = STAGE_RUNS[case]
   return [sys.executable, "-m", "dgd_jax.main",
-          f"--config=dgd_jax/configs/pate.py:npz:{npz_file},cpu", f"--workdir={workdir}",
-          "--stages=teachers", "--config.num_teachers=4", "--config.teachers.num_steps=200",
-          "--config.checkpoint_every=5"]
+          f"--config=dgd_jax/configs/{arg.format(data=f'npz:{npz_file}')}",
+          f"--workdir={workdir}",
+          f"--stages={stage}", "--config.checkpoint_every=5", "--config.log_every=5",
+          "--config.noise_seed=1",  # the two workdirs draw the same noise
+          *[f"--config.{o}" for o in overrides]]
+
+
+def _checkpointed(folder) -> bool:
+  """Whether a finished checkpoint (a step folder) lies in any checkpoints folder below."""
+  return any(p.name.isdigit() for p in folder.glob("*checkpoints*/*")) if folder.is_dir() else False
 
 
 @pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
 @pytest.mark.slow
 @pytest.mark.integration
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "Ctrl-C"])
-def test_a_killed_teacher_stage_resumes_to_the_same_teachers(sig, npz_file, tmp_path):
-  """The stacked teacher state (a step per teacher, sharded over the teachers) restored from
-  its first checkpoint trains on to the uninterrupted run's teachers; Ctrl-C says so in one
-  line and exits 130."""
-  run = lambda w, **kw: subprocess.Popen(_teachers_command(npz_file, w), cwd=REPO,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         text=True, **kw)
+@pytest.mark.parametrize("case, sig", [(c, signal.SIGKILL) for c in STAGE_RUNS]
+                         + [("teachers", signal.SIGINT)],
+                         ids=[f"{c}-SIGKILL" for c in STAGE_RUNS] + ["teachers-Ctrl-C"])
+def test_a_stage_killed_after_its_first_checkpoint_resumes_to_the_same_result(
+    case, sig, npz_file, tmp_path):
+  """Each checkpointing stage, killed once it saved a checkpoint, resumes to the result of an
+  uninterrupted run (the teachers' stacked state, a step per teacher sharded over them,
+  included); Ctrl-C says so in one line and exits 130."""
+  stage = STAGE_RUNS[case][1]
+  run = lambda w: subprocess.Popen(_stage_command(case, npz_file, w), cwd=REPO,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   whole = run(tmp_path / "whole")
-  assert whole.wait(timeout=1800) == 0, whole.stderr.read()[-3000:]
+  err = whole.communicate(timeout=1800)[1]
+  assert whole.returncode == 0, err[-3000:]
   workdir = tmp_path / "killed"
   proc = run(workdir)
-  while latest_checkpoint(workdir / "teachers" / "checkpoints") == 0:
-    assert proc.poll() is None, proc.stderr.read()[-3000:]
+  while not _checkpointed(workdir / stage):
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
     time.sleep(0.02)
   proc.send_signal(sig)
   _, err = proc.communicate(timeout=600)
-  assert not (workdir / "teachers" / "result.json").exists(), "finished before the kill"
+  assert not (workdir / stage / "result.json").exists(), "finished before the kill"
   if sig == signal.SIGINT:
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1].startswith("interrupted: rerun the same command")
   resumed = run(workdir)
-  assert resumed.wait(timeout=1800) == 0, resumed.stderr.read()[-3000:]
-  expected = json.loads((tmp_path / "whole" / "teachers" / "result.json").read_text())
-  assert untimed(json.loads((workdir / "teachers" / "result.json").read_text())) == untimed(
-      expected)
+  err = resumed.communicate(timeout=1800)[1]
+  assert resumed.returncode == 0, err[-3000:]
+  expected = json.loads((tmp_path / "whole" / stage / "result.json").read_text())
+  assert untimed(json.loads((workdir / stage / "result.json").read_text())) == untimed(expected)

@@ -220,8 +220,8 @@ class Stage:
     if "data" in meta and meta["data"] != data:
       raise WorkdirConflictError(
           f"{self.path} was made from other data (fingerprint {meta['data']}; the data now has "
-          f"{data}). Nothing was changed. Use a new --workdir for the new data, or restore "
-          "the data it was made from.")
+          f"{data}; a '+' part is the pretrained checkpoint's). Nothing was changed. Use a new "
+          "--workdir for the new data, or restore the data (and checkpoint) it was made from.")
 
   def check_inputs(self, inputs: dict[str, str | None]) -> None:
     """Refuses artefacts made from other results of the stages they read (``inputs``: each
