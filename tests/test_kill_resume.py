@@ -199,12 +199,17 @@ def _checkpointed(folder) -> bool:
   return any(p.name.isdigit() for p in folder.glob("*checkpoints*/*")) if folder.is_dir() else False
 
 
-@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+# In CI's second tier: the teachers' stacked state (SIGKILL and Ctrl-C) and DP-SGD's noisy
+# steps; the other stages with -m slow (about 50 s each).
+IN_CI = {("teachers", signal.SIGKILL), ("teachers", signal.SIGINT), ("dpsgd", signal.SIGKILL)}
+
+
 @pytest.mark.slow
 @pytest.mark.integration
-@pytest.mark.parametrize("case, sig", [(c, signal.SIGKILL) for c in STAGE_RUNS]
-                         + [("teachers", signal.SIGINT)],
-                         ids=[f"{c}-SIGKILL" for c in STAGE_RUNS] + ["teachers-Ctrl-C"])
+@pytest.mark.parametrize("case, sig", [
+    pytest.param(c, s, marks=[pytest.mark.extended] if (c, s) in IN_CI else [],
+                 id=f"{c}-{'Ctrl-C' if s == signal.SIGINT else 'SIGKILL'}")
+    for c, s in [(c, signal.SIGKILL) for c in STAGE_RUNS] + [("teachers", signal.SIGINT)]])
 def test_a_stage_killed_after_its_first_checkpoint_resumes_to_the_same_result(
     case, sig, npz_file, tmp_path):
   """Each checkpointing stage, killed once it saved a checkpoint, resumes to the result of an
