@@ -558,8 +558,8 @@ def train_dpsgd(model: nn.Module, x: Any, y: Any, x_test: Any = None, y_test: An
     stage.begin()
     source = noise_source(wd, -1 if noise_seed is None else noise_seed, begun)
     state = dpsgd.train_private(state, model, x, y, record, microbatch_size, fit,
-                                source.key(_dpsgd_purpose(stage, "noise")),
-                                source.rng(_dpsgd_purpose(stage, "batches")),
+                                source.key(stage.purpose("noise")),
+                                source.rng(stage.purpose("batches")),
                                 stage.checkpoint_dir, "dpsgd", metrics.append, loss)
   spent = privacy.PrivacyLedger([record]).epsilon(delta, accountant, data_dependent=False)
   report = {"epsilon": spent.epsilon, "delta": delta,
@@ -664,13 +664,6 @@ def _dpsgd_slice(model: nn.Module, params: Any, optimizer, loss, **settings) -> 
           "optimizer": ("adam, linear decay to 0 (default)" if optimizer is None
                         else _named(optimizer)),
           "loss": "cross_entropy (default)" if loss is None else _named(loss)}
-
-
-def _dpsgd_purpose(stage, purpose: str) -> str:
-  """``purpose`` bound to ``train_dpsgd``'s stage slice, as a run's stages bind theirs
-  (``plan.context.Context._purpose``): another run on the same secret never draws the same
-  noise or batches."""
-  return f"{stage.name}/{fingerprint(stage.config_part)}/{purpose}"
 
 
 def epsilon(releases: Any, delta: float = 1e-5, accountant: str = ACCOUNTANT, *,

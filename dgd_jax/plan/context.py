@@ -18,7 +18,7 @@ from dgd_jax.data.partitions import PARTITIONS, TEACHERS_CHANGED
 from dgd_jax.privacy import checks as privacy_checks
 from dgd_jax.privacy.noise import SECRET_BYTES, NoiseSource
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.runtime.files import fingerprint, plain
+from dgd_jax.runtime.files import plain
 from dgd_jax.runtime.workdir import Stage, Workdir
 
 Config = ml_collections.ConfigDict
@@ -75,20 +75,14 @@ class Context:
                          "context (pipeline.open_run): only a run draws noise.")
     return self.noise
 
-  def _purpose(self, purpose: str) -> str:
-    """``purpose`` bound to this stage's config slice: stages of two configs that share one
-    key (the grid points of a sweep) draw independent noise, never the same draws at two
-    noise scales (which would let their difference cancel the noise)."""
-    return f"{self.stage.name}/{fingerprint(self.stage.config_part)}/{purpose}"
-
   def noise_key(self, purpose: str) -> jax.Array:
     """A secret key for one purpose of this stage (``privacy.noise.NoiseSource.key``): the
     noise, sampling and other draws a DP guarantee assumes secret."""
-    return self._noise().key(self._purpose(purpose))
+    return self._noise().key(self.stage.purpose(purpose))
 
   def noise_rng(self, purpose: str):
     """A secret NumPy generator for one purpose of this stage (``NoiseSource.rng``)."""
-    return self._noise().rng(self._purpose(purpose))
+    return self._noise().rng(self.stage.purpose(purpose))
 
   @property
   def writer(self) -> bool:

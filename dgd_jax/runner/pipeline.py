@@ -87,8 +87,7 @@ def run(config: Config, workdir: str, stages: tuple[str, ...] | None = None,
       stage.check()
       if stage.done():
         stage.result()  # a damaged result.json is refused before anything is written
-    secret = config.noise_seed == -1  # the platform and the missing key matter for a secret
-    if secret:
+    if config.noise_seed == -1:  # a secret key: which platform drew it matters (Workdir)
       wd.check_noise_platform([n for n in to_run if n in plan.noisy], host.noise_platform(),
                               allow_noise_redraw)
     for stage in planned:  # each stage's own record of its data, also where data.json is gone
@@ -198,7 +197,7 @@ def _run_stages(plan: RunPlan, wd: Workdir, planned: list[Stage], begun: list[st
     if stage.done():
       logging.info("%s: reusing the finished stage in %s", stage.name, stage.path)
     else:
-      if stage.name in plan.noisy and config.noise_seed == -1:
+      if stage.name in plan.noisy and noise.is_secret:
         wd.record_noise_platform(stage.name, host.noise_platform())
       ctx = Context(config, wd, stage, dataset, dict(results), noise)
       stage.run(functools.partial(STAGES[stage.name].run, ctx), inputs, fingerprint)

@@ -98,14 +98,15 @@ def publish_table() -> str:
   """The markdown table of ``PUBLISH``: what ``release/`` holds for each method and why."""
   lines = ["| method | config | `release/` holds | why |", "|---|---|---|---|"]
   for name, preset, overrides in PUBLISH:
-    reason = methods.model_withheld(publish_config(preset, overrides))
-    config = f"`{preset.replace(':', ':<data>,')}`" + "".join(
+    config = publish_config(preset, overrides)
+    reason = methods.model_withheld(config)
+    shown = f"`{preset.replace(':', ':<data>,')}`" + "".join(
         f" `{k}={v}`" for k, v in overrides.items())
     holds = ("the report and the model (`model.msgpack`), its accuracy and curves"
              if not reason else "the report and its epsilon; the model is withheld"
-             if methods.method(publish_config(preset, overrides)).privacy_stage
+             if methods.method(config).privacy_stage
              else "the report only (no central DP release); the model is withheld")
-    lines.append(f"| {name} | {config} | {holds} | "
+    lines.append(f"| {name} | {shown} | {holds} | "
                  f"{reason or 'the epsilon covers everything the model learnt from'} |")
   return "\n".join(lines) + "\n"
 

@@ -177,6 +177,13 @@ class Stage:
     self.path = os.path.join(workdir.path, name)
     self.checkpoint_dir = os.path.join(self.path, "checkpoints")
 
+  def purpose(self, purpose: str) -> str:
+    """``purpose`` bound to this stage's config slice, for the secret draws it makes: stages of
+    two configs that share one key (the grid points of a sweep, two ``train_dpsgd`` calls)
+    draw independent noise, never the same draws at two noise scales (which would let their
+    difference cancel the noise)."""
+    return f"{self.name}/{fingerprint(self.config_part)}/{purpose}"
+
   @property
   def result_path(self) -> str:
     return os.path.join(self.path, "result.json")
@@ -420,9 +427,9 @@ class Workdir:
 
   def record_noise_platform(self, stage: str, platform: dict) -> None:
     """Records that ``stage`` draws its noise on ``platform`` (before it draws)."""
-    if self.writer and self.noise_platforms().get(stage) != platform:
-      write_json(os.path.join(self.path, NOISE_DRAWS),
-                 {**self.noise_platforms(), stage: platform})
+    recorded = self.noise_platforms() if self.writer else {}
+    if self.writer and recorded.get(stage) != platform:
+      write_json(os.path.join(self.path, NOISE_DRAWS), {**recorded, stage: platform})
 
   @property
   def noise_key_path(self) -> str:
