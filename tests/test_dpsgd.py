@@ -487,13 +487,8 @@ def test_sampling_rate_is_stated_with_a_public_size(monkeypatch):
 def test_dgd_private_baseline_composes_baseline_and_queries(npz_file, tmp_path):
 
 
-  config = tiny_configs.dgd(npz_file)
+  config = tiny_configs.dgd_private_baseline(npz_file)
   private = dgd_config_file.get_config(f"npz:{npz_file},cpu,private_baseline")
-  config.baseline.dpsgd = private.baseline.dpsgd
-  config.baseline.dpsgd.update(batch_size=64, microbatch_size=128)
-  config.generator.w_stats = 0.0
-  config.privacy.accountant = "pld"
-  config.queries.update(aggregator="gnmax", noise_scale=40.0, num_queries=50)
   assert private.generator.w_stats == 0.0 and private.queries.plan == "fixed"
   report = pipeline.run(config, str(tmp_path / "dgd"), stages=("queries",))
   stage = report["stages"]["queries"]

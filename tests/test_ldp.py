@@ -10,8 +10,8 @@ import optax
 import pytest
 from scipy import stats
 
+import tiny_configs
 from dgd_jax import privacy
-from dgd_jax.configs import ldp as ldp_config
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.privacy import discrete, local
 from dgd_jax.runner import pipeline
@@ -138,10 +138,7 @@ def test_worst_perturbation_stays_in_the_ball_and_raises_the_loss():
 
 @pytest.mark.integration
 def test_ldp_end_to_end(npz_file, tmp_path):
-  config = ldp_config.get_config(f"npz:{npz_file},cpu,ldp5")
-  config.baseline.update(num_steps=40, batch_size=32)
-  config.ldp.update(num_steps=40, batch_size=32)
-  config.log_every = 20
+  config = tiny_configs.ldp(npz_file, ",ldp5")
   report = pipeline.run(config, str(tmp_path / "l"))
   assert "stages.ldp" in assert_noiseless_named(str(tmp_path / "l"))["noiseless"]
   result = report["ldp"]
@@ -158,7 +155,6 @@ def test_ldp_end_to_end(npz_file, tmp_path):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_pate_student_from_an_ldp_client(npz_file, tmp_path):
-  import tiny_configs
   config = tiny_configs.pate(npz_file, ",ldp5")
   assert config.queries.client == "ldp" and config.ldp.robust_teachers
   report = pipeline.run(config, str(tmp_path / "p"))

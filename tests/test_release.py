@@ -81,14 +81,8 @@ def _tiny(preset: str, overrides: dict, data: str):
   """The tiny config of each ``PUBLISH`` row."""
   module, arg = preset.split(":")
   if module == "dgd.py":
-    config = tiny_configs.dgd(data)
-    if "private_baseline" in arg:
-      private = release.publish_config(preset, {}, f"npz:{data}")
-      config.baseline.dpsgd = private.baseline.dpsgd
-      config.baseline.dpsgd.update(batch_size=64, microbatch_size=128)
-      config.generator.w_stats = 0.0
-      config.queries.update(aggregator="gnmax", noise_scale=40.0, num_queries=20)
-      config.privacy.accountant = "pld"
+    config = (tiny_configs.dgd_private_baseline if "private_baseline" in arg
+              else tiny_configs.dgd)(data)
   elif module == "pate.py":
     config = tiny_configs.pate(data)
   elif module == "dpdfd.py":
@@ -96,9 +90,7 @@ def _tiny(preset: str, overrides: dict, data: str):
   elif module == "dpsgd.py":
     config = tiny_dpsgd(data)
   elif module == "ldp.py":
-    config = release.publish_config(preset, {}, f"npz:{data}")
-    config.baseline.update(num_steps=20, batch_size=32)
-    config.ldp.update(num_steps=10, batch_size=32)
+    config = tiny_configs.ldp(data)
   else:
     config = tiny_configs.baseline(data)
   for name, value in overrides.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dgd_jax.configs import baseline as baseline_config_file
 from dgd_jax.configs import dgd as dgd_config_file
+from dgd_jax.configs import ldp as ldp_config_file
 from dgd_jax.configs import pate as pate_config_file
 
 PATE_POOL = 96  # of the npz fixture's 128 test examples; the last 32 evaluate
@@ -47,6 +48,28 @@ def dgd(data_file: str):
   config.teachers.num_steps = 20
   config.queries.update(plan="fixed", aggregator="lnmax", noise_scale=40.0, num_queries=50)
   config.student.update(num_steps=30, batch_size=16)
+  return config
+
+
+def dgd_private_baseline(data_file: str):
+  """``dgd`` end to end: its baseline by DP-SGD (the private_baseline preset's, batches of 64),
+  no statistics matching, 50 GNMax answers accounted with it under PLD."""
+  config = dgd(data_file)
+  config.baseline.dpsgd = dgd_config_file.get_config(
+      f"npz:{data_file},cpu,private_baseline").baseline.dpsgd
+  config.baseline.dpsgd.update(batch_size=64, microbatch_size=128)
+  config.generator.w_stats = 0.0
+  config.privacy.accountant = "pld"
+  config.queries.update(aggregator="gnmax", noise_scale=40.0, num_queries=50)
+  return config
+
+
+def ldp(data_file: str, arg: str = ""):
+  """LDP: the baseline and the robust teacher, 40 steps of 32 each."""
+  config = ldp_config_file.get_config(f"npz:{data_file},cpu{arg}")
+  config.baseline.update(num_steps=40, batch_size=32)
+  config.ldp.update(num_steps=40, batch_size=32)
+  config.log_every = 20
   return config
 
 
