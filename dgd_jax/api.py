@@ -54,6 +54,7 @@ from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan import student_fit
 from dgd_jax.privacy import checks
 from dgd_jax.privacy import smooth_sensitivity
+from dgd_jax.privacy import ledger
 from dgd_jax.privacy.ledger import NOT_PRIVATE
 from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.privacy.releases import build_release
@@ -257,7 +258,7 @@ def teacher_votes(teachers: Teachers, queries: Any) -> np.ndarray:
   return ensemble.vote_histograms(teachers.predict, teachers.params, q, teachers.num_classes)
 
 
-ACCOUNTANT = "pld"  # every function's default accountant (exact for the Gaussian releases)
+ACCOUNTANT = ledger.DEFAULT_ACCOUNTANT  # every function's default, as the privacy CLI's
 
 
 def _mechanisms() -> tuple[str, ...]:
@@ -677,7 +678,6 @@ def epsilon(releases: Any, delta: float = 1e-5, accountant: str = ACCOUNTANT, *,
   publishable as it is (``smooth_sensitivity_epsilon`` releases it). Its ``note`` says what it
   covers; for answers drawn with a ``noise_seed`` the report's ``private_release`` is False
   and its note starts with NOT A PRIVATE RELEASE."""
-  from dgd_jax.privacy import ledger  # pylint: disable=g-import-not-at-top
   items = releases if isinstance(releases, (list, tuple)) else [releases]
   records = [r.release if isinstance(r, Answers) else r for r in items]
   try:

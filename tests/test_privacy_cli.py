@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
+import dgd_jax
+from dgd_jax import api
 from dgd_jax import privacy
 from dgd_jax.privacy import checks
 from dgd_jax.runtime.errors import ConfigError
@@ -34,11 +36,11 @@ RUNS = {
         "--mechanism=dpdfd", "--noise_convention=multiplier", "--norm_bound=1e-3",
         "--batch_size=64", "--queries=1500", "--num_teachers=250",
         "--dpdfd_analysis=disjoint_teachers", "--teachers_disjoint", "--target_epsilon=10",
-        "--json"],
+        "--accountant=rdp", "--json"],
     "dpdfd_overlapping_eps10": [
         "--mechanism=dpdfd", "--noise_convention=multiplier", "--norm_bound=1e-3",
         "--batch_size=64", "--queries=1500", "--num_teachers=250", "--target_epsilon=10",
-        "--json"],
+        "--accountant=rdp", "--json"],
     "dpdfd_disjoint_unchecked": DPDFD + ["--num_teachers=250",
                                          "--dpdfd_analysis=disjoint_teachers"],
     "dpdfd_direct": DPDFD + ["--noise_scale=1", "--dpdfd_analysis=direct",
@@ -47,9 +49,10 @@ RUNS = {
     "confident_mask": CONFIDENT + ["--votes={votes}", "--answered_mask={mask}", "--json"],
     "votes_table": ["--mechanism=lnmax", "--noise_scale=20", "--votes={votes}"],
     "eps1_calibration": ["--mechanism=lnmax", "--noise_scale=40", "--target_epsilon=1",
-                         "--vae_eps1=0.01", "--json"],
+                         "--vae_eps1=0.01", "--accountant=rdp", "--json"],
     "tiny_scale": ["--mechanism=lnmax", "--noise_scale=1e-3", "--queries=10", "--json"],
-    "no_query_fits": ["--mechanism=lnmax", "--noise_scale=1", "--target_epsilon=0.5"],
+    "no_query_fits": ["--mechanism=lnmax", "--noise_scale=1", "--target_epsilon=0.5",
+                      "--accountant=rdp"],
     "answered_with_target": CONFIDENT + ["--answered=600", "--target_epsilon=5"],
     "fractional_votes": ["--mechanism=lnmax", "--noise_scale=20", "--votes={fractional}"],
     "stable_replace_one": ["--mechanism=gnmax", "--noise_scale=40", "--queries=300",
@@ -157,7 +160,8 @@ def test_votes_give_flagged_data_dependent_epsilons(tmp_path):
 
 @pytest.mark.integration
 def test_target_epsilon_calibrates_queries_and_noise():
-  result = planner("--mechanism=lnmax", "--noise_scale=40", "--target_epsilon=1", "--json")
+  result = planner("--mechanism=lnmax", "--noise_scale=40", "--target_epsilon=1",
+                   "--accountant=rdp", "--json")
   assert result.returncode == 0, result.stderr
   out = json.loads(result.stdout)
   assert out["calibration"]["max_queries"] == 28 and out["queries"] == 28
@@ -166,6 +170,18 @@ def test_target_epsilon_calibrates_queries_and_noise():
                    "--accountant=rdp_classic")
   assert result.returncode == 0, result.stderr
   assert "min --noise_scale = 69.30433" in result.stdout
+
+
+@pytest.mark.integration
+def test_the_cli_and_python_planners_share_one_default_accountant():
+  # issue 80: 2,000 GNMax answers at eps 3 planned by both without naming an accountant
+  result = planner("--mechanism=gnmax", "--queries=2000", "--target_epsilon=3", "--json")
+  out = ok_json(result)
+  assert out["calibration"]["accountant"] == api.ACCOUNTANT == "pld"
+  sigma = dgd_jax.noise_for("gnmax", 2000, 3.0)
+  assert out["calibration"]["min_noise"] == pytest.approx(sigma, rel=1e-6)
+  assert sigma == pytest.approx(87.95, abs=0.01)  # rdp's conversion needs 94.44
+  assert out["epsilons"]["pld"] <= 3.0
 
 
 @pytest.mark.parametrize("args, message", [

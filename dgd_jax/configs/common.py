@@ -417,10 +417,10 @@ def queries_config(num_queries: int, aggregator: str, noise_scale: float
   ))
 
 
-def privacy_config(max_epsilon: float, accountant: str = "rdp") -> ml_collections.ConfigDict:
+def privacy_config(max_epsilon: float, accountant: str) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
       delta=1e-5,
-      accountant=accountant,  # the headline's accountant (dp-accounting RDP by default)
+      accountant=accountant,  # the headline's accountant, each preset's own
       max_epsilon=max_epsilon,  # budget guard on the data-independent plan; inf disables it
       # delta >= 1/N (N the private set's size) is refused unless this is set (report.md warns)
       allow_large_delta=False,

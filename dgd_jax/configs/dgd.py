@@ -81,7 +81,7 @@ def get_config(arg: str | None = None):
                                          noise_scale=40.0)  # Laplace b = 2/eps0 (DGD IV-A)
   if not (table1 or plus):  # the plan chosen for the budget (query_plan), at most 10,000
     config.queries.update(plan="auto", num_queries=10000)
-  config.privacy = common.privacy_config(max_epsilon)
+  config.privacy = common.privacy_config(max_epsilon, accountant="rdp")
   config.student = common.student_config()
   config.student.diagnose_noiseless = True  # report what the label noise costs
   if not (paper or table1):

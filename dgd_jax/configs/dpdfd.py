@@ -102,7 +102,7 @@ def get_config(arg: str | None = None):
       # synthetic set with inputs='synthetic', queried or not (post-processing)
       self_training=0,
   ))
-  config.privacy = common.privacy_config(BUDGETS[budget])
+  config.privacy = common.privacy_config(BUDGETS[budget], accountant="rdp")
   # privacy.dpdfd: whole_batch (one teacher, nothing assumed) | disjoint_teachers (the ensemble,
   # disjoint shards, replace-one; checked on the shards) | direct (LABEL DP only) | theorem3
   config.privacy.dpdfd_analysis = ("direct" if direct else "disjoint_teachers" if ensemble

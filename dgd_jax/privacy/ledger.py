@@ -62,6 +62,9 @@ from dgd_jax.privacy.releases import (DpdfdSteps, DpsgdSteps, FilteredQueries, L
 ACCOUNTANTS = ("advanced_composition", "moments_accountant", "rdp", "rdp_classic", "pld",
                "renyi_filter", "smooth_sensitivity", "dpdfd_theorem3", "rdp_data_dependent",
                "rdp_classic_data_dependent", "rdp_answered_only")
+# The planners' default (CLI and Python): exact for the Gaussian releases, and an upper bound on
+# every release dp-accounting's PLD models.
+DEFAULT_ACCOUNTANT = "pld"
 # Accountants that exist only with recorded votes (no data-independent value).
 DATA_DEPENDENT_ONLY = ("rdp_data_dependent", "rdp_classic_data_dependent", "rdp_answered_only")
 # The accountants that compose a record stated at one Renyi order (``SmoothSensitivityCost``):
