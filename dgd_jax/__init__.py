@@ -18,6 +18,7 @@ the command-line tools start without it):
   dgd, pate, dpdfd  a whole method on your arrays and your module: a ``Result`` holding the
                   released model's parameters, the model and the report
   run             a whole method from a config, in a workdir
+  load_release    the model a run's release/ folder publishes: (module, variables, prepare)
   open_run        a finished run, read-only (``Run``: its config, data, teachers, baseline,
                   pool, VAE, and the student stage's fit, for research on a run)
   read_idx        the four IDX files of a folder as uint8 arrays (e.g. Fashion-MNIST)
@@ -32,7 +33,7 @@ from dgd_jax.runtime import host
 host.keep_freed_memory()  # before XLA allocates: faster CPU steps (host.py)
 
 __all__ = ["Answers", "Result", "Run", "Teachers", "dgd", "dpdfd", "dpsgd_noise_for", "epsilon",
-           "images", "labels", "noise_for", "noisy_labels", "open_run", "pate", "plan_queries",
+           "images", "labels", "load_release", "noise_for", "noisy_labels", "open_run", "pate", "plan_queries",
            "privacy", "read_idx", "run", "smooth_sensitivity_epsilon", "teacher_votes",
            "train_dpsgd", "train_teachers"]
 

@@ -37,8 +37,10 @@ from typing import Any, Callable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
+from flax import serialization
 
 from dgd_jax import privacy
 from dgd_jax.data import idx
@@ -58,6 +60,7 @@ from dgd_jax.privacy import ledger
 from dgd_jax.privacy.ledger import NOT_PRIVATE
 from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.privacy.releases import build_release
+from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime import host
 from dgd_jax.runtime.errors import (ConfigError, DatasetError, UserInputError,
@@ -794,7 +797,6 @@ def _method(name: str, model, x, y, x_test, y_test, epsilon: float, delta: float
   below 1/len(x) unless ``allow_large_delta`` (``privacy.allow_large_delta``): refused here,
   before anything is written."""
   from dgd_jax.configs import common  # pylint: disable=g-import-not-at-top
-  from dgd_jax.runner import methods  # pylint: disable=g-import-not-at-top
   get_config = importlib.import_module(f"dgd_jax.configs.{name}").get_config
   # the preset read without its data (a config does not open its dataset), so that a misspelt
   # override is refused before anything is written
@@ -837,8 +839,7 @@ def _method(name: str, model, x, y, x_test, y_test, epsilon: float, delta: float
     params = method.released_model(ctx)
     released, k = ctx.config, ctx.dataset.num_classes
   if model is None:
-    model = artefacts.classifier(released, k, method.headline_stage if name != "dpdfd"
-                                 else None)
+    model = method.released_module(released, k)[0]
   else:
     model = adapter.WithFeatures(model.clone(num_classes=k))  # as the run trained it
   return Result(model, params, report, os.path.join(workdir, "run") if workdir else None)
@@ -972,6 +973,41 @@ class Run:
     model, rounds, _ = student_fit.train_student(self._ctx, self.vae(), x_s, targets, x_u, name,
                                                  folder, brier=brier, key=key)
     return model, rounds
+
+
+def load_release(folder: str, model: nn.Module | None = None
+                 ) -> tuple[nn.Module, Any, Callable[[Any], Any]]:
+  """The model a run's ``release/`` folder publishes, without the workdir: (module,
+  variables, prepare), ``logits = module.apply(variables, prepare(x))`` for pixels ``x`` as
+  ``images`` takes them. ``model``: the Flax module of yours the run trained (as given to
+  ``dgd``, ``pate`` or ``dpdfd``); None rebuilds the run's own from its report. DatasetError
+  where the folder publishes no model, and why."""
+  path = os.path.join(folder, "report.json")
+  if not os.path.exists(path):
+    raise DatasetError(f"{folder} holds no report.json: pass a run's release/ folder "
+                       "(<workdir>/release).")
+  with open(path) as f:
+    report = json.load(f)
+  entry = report.get("model")
+  if not entry:
+    raise DatasetError(f"{folder} publishes no model: "
+                       f"{report.get('model_withheld') or 'the method releases none.'}")
+  k, shape = entry["num_classes"], tuple(entry["image_shape"])
+  if model is None:
+    config = ml_collections.ConfigDict(report["config"])
+    module, transform, _ = methods.method(config).released_module(config, k)
+  else:
+    module, transform = adapter.WithFeatures(model.clone(num_classes=k)), None
+  with open(os.path.join(folder, entry["file"]), "rb") as f:
+    variables = serialization.msgpack_restore(f.read())
+
+  def prepare(x: Any) -> Any:
+    x = images(x)
+    if x.shape[1:] != shape:
+      raise DatasetError(f"x has images of shape {x.shape[1:]}; the released model reads "
+                         f"{shape}.")
+    return transform(x) if transform else x
+  return module, variables, prepare
 
 
 def open_run(workdir: str, stage: str = "student") -> Run:

@@ -9,10 +9,14 @@ import struct
 import jax
 import ml_collections
 import numpy as np
+import pytest
 from flax import serialization
 from tensorboardX.proto import event_pb2
 
+import dgd_jax
+from dgd_jax.plan import pool
 from dgd_jax.runner import methods
+from dgd_jax.runner import pipeline
 from dgd_jax.runtime import host
 
 # Words in a field's name that mark a function of the teachers' votes or of a non-private model
@@ -163,6 +167,20 @@ def assert_release(workdir: str, report: dict) -> None:
       params = serialization.msgpack_restore(f.read())  # no workdir, no template
     assert jax.tree.leaves(params) and all(
         isinstance(x, np.ndarray) for x in jax.tree.leaves(params))
+    # applied as report.json's model entry says, from release/ alone: the headline's accuracy
+    module, variables, prepare = dgd_jax.load_release(folder)
+    x, y = _evaluation(workdir, method)
+    pixels = np.round((x + 1.0) * 127.5).astype(np.uint8)  # as a user holds the images
+    predicted = np.argmax(module.apply(variables, prepare(pixels)), -1)
+    assert float(np.mean(predicted == y)) == pytest.approx(public["test_accuracy"], abs=1e-6)
+
+
+def _evaluation(workdir: str, method) -> tuple[np.ndarray, np.ndarray]:
+  """The test images and labels the run's headline accuracy is measured on."""
+  ctx = pipeline.open_run(workdir, method.headline_stage)
+  if method.headline_stage == "student":
+    return pool.evaluation(ctx)
+  return ctx.dataset.x_test, ctx.dataset.y_test
 
 
 def _numbers(value):

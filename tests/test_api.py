@@ -380,15 +380,25 @@ def test_dgd_and_pate_on_arrays_return_the_released_student(tmp_path):
                 overrides=tiny, workdir=str(tmp_path / "d"))
   pate = dgd_jax.pate(UserBatchNormCNN(), x, y, x_test, y_test, epsilon=3.0, overrides={
       "num_teachers": 4, "teachers.num_steps": 20, "queries.num_queries": 40,
-      "student.num_steps": 20, "student.batch_size": 16})
-  assert pate.workdir is None and pate.report["method"] == "pate"
+      "student.num_steps": 20, "student.batch_size": 16}, workdir=str(tmp_path / "p"))
+  assert pate.report["method"] == "pate"
   held_out = slice(-pate.report["stages"]["student"]["num_evaluated"], None)  # not pooled
   logits = pate.model.apply(pate.params, dgd_jax.images(x_test[held_out]))
   assert float(np.mean(np.argmax(logits, -1) == y_test[held_out])) == pytest.approx(
       pate.test_accuracy)
+  # the released model from release/ alone, on the user's module (BatchNorm as a group norm)
+  for given in (UserBatchNormCNN(), None):  # None: rebuilt from report.json's model.module
+    module, variables, prepare = dgd_jax.load_release(str(tmp_path / "p" / "run" / "release"),
+                                                      given)
+    np.testing.assert_allclose(module.apply(variables, prepare(x_test[held_out])), logits,
+                               rtol=1e-5, atol=1e-5)
+  with open(tmp_path / "p" / "run" / "release" / "report.json") as f:
+    entry = json.load(f)["model"]
+  assert "WithFeatures" in entry["module_note"] and "x / 127.5 - 1" in entry["inputs"]
   dpdfd = dgd_jax.dpdfd(UserCNN(), x, y, x_test, y_test, epsilon=10.0, preset="cpu,direct",
                         overrides={"dpdfd.num_steps": 10, "dpdfd.batch_size": 16,
                                    "dpdfd.replay_epochs": 0, "dpdfd.self_training": 0})
+  assert dpdfd.workdir is None  # a temporary workdir, removed
   logits = dpdfd.model.apply(dpdfd.params, dgd_jax.images(x_test))
   assert float(np.mean(np.argmax(logits, -1) == y_test)) == pytest.approx(dpdfd.test_accuracy)
   assert dpdfd.report["privacy"]["unit"] == "label"  # direct training: label DP only

@@ -293,8 +293,9 @@ def test_planner_cli():
   assert out.returncode == 0, out.stderr
   report = json.loads(out.stdout)
   assert report["calibration"]["solve_for"] == "noise_multiplier"
-  assert report["epsilons"]["rdp"] <= 3.0
-  assert report["epsilons"]["rdp"] == pytest.approx(3.0, rel=1e-3)
+  assert report["calibration"]["accountant"] == "pld"  # the planners' default
+  assert report["epsilons"]["pld"] <= 3.0
+  assert report["epsilons"]["pld"] == pytest.approx(3.0, rel=1e-3)
   out = planner(*base, "--noise_scale=1", "--sampling=shuffle")
   assert out.returncode != 0 and "poisson" in out.stderr
 

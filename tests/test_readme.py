@@ -147,7 +147,7 @@ def test_readme_privacy_planner_gives_the_quoted_noise():
                        capture_output=True, text=True, timeout=120, check=True)
   sigma = float(re.search(r"min --noise_scale = ([\d.]+)", run.stdout).group(1))
   assert round(sigma, 2) == 44.71
-  assert "(sigma 44.71:" in _read("README.md")
+  assert "(sigma 44.71," in _read("README.md")
 
 
 @pytest.fixture

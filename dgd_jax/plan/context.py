@@ -246,6 +246,11 @@ class Method:
   # The parameters of the model the epsilon covers (the headline stage's), read from a run's
   # context: what ``<workdir>/release/`` publishes (None: no model to publish).
   released_model: Callable[[Context], Any] | None = None
+  # The module those parameters are applied with, from the run's config and its number of
+  # classes: (module, transform, what the module reads), ``transform`` (None: the images
+  # themselves) mapping the scaled images to the module's input; ``logits =
+  # module.apply(params, transform(x))``.
+  released_module: Callable[[Config, int], tuple[Any, Callable | None, str]] | None = None
   # Why the epsilon does not cover everything the headline model learnt from, and the
   # configuration that would, in one sentence; "" where it covers it all: only then does
   # ``<workdir>/release/`` publish the model, its accuracy and its curves (``runner.release``).

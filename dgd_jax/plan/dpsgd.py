@@ -135,6 +135,20 @@ def inputs(config, model, images: np.ndarray) -> np.ndarray:
   return scattering.features(images, d.scattering_scales, d.scattering_orientations)
 
 
+def released_module(config, num_classes: int):
+  """The released model's module, its input transform (``inputs``) and its words for it
+  (``Method.released_module``)."""
+  model, d = model_of(config, num_classes), config.dpsgd
+  if backbone_model.head_only(model):
+    read = "the frozen public backbone's features of the scaled images"
+  elif d.model in dpsgd_models.SCATTERING:
+    read = ("their ScatterNet coefficients, dgd_jax.models.scattering.features(x, "
+            f"{d.scattering_scales}, {d.scattering_orientations})")
+  else:
+    return model, None, "the scaled images"
+  return model, lambda images: inputs(config, model, images), read
+
+
 def model_of(config, num_classes: int):
   d = config.dpsgd
   if d.model == BACKBONE:

@@ -216,6 +216,11 @@ def _student(ctx) -> dict:
   return artefacts.load_classifier(ctx, "student")[1]
 
 
+def _classifier(block: str | None):
+  """``Method.released_module`` of a classifier the run builds for ``block``: the images."""
+  return lambda config, k: (artefacts.classifier(config, k, block), None, "the scaled images")
+
+
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("baseline", ("baseline",), headline_stage="baseline",
            model_withheld=lambda c: (
@@ -230,6 +235,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("dgd", ("baseline", "teachers", "generator", "vae", "queries", "student"),
            headline_stage="student", privacy_stage="queries", releases=dgd_plan.releases,
            uncovered=_uncovered_inputs, released_model=_student,
+           released_module=_classifier("student"),
            model_withheld=_student_withheld,
            neighbours=dgd_plan.neighbours, covers=QUERIES_COVER, privacy_note=lambda c: (
                _DGD_PRIVATE_BASELINE_NOTE if "dpsgd" in c.baseline else _DGD_NOTE),
@@ -238,6 +244,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("pate", ("teachers", "vae", "queries", "student"), headline_stage="student",
            privacy_stage="queries", releases=dgd_plan.releases, neighbours=dgd_plan.neighbours,
            uncovered=_uncovered_inputs, released_model=_student,
+           released_module=_classifier("student"),
            model_withheld=_student_withheld,
            covers=QUERIES_COVER,
            privacy_note=(
@@ -250,6 +257,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            uncovered=_uncovered_inputs,
            released_model=lambda ctx: artefacts.load_dpdfd(
                ctx, ctx.config.dpdfd.self_training)[1],
+           released_module=_classifier(None),
            model_withheld=_dpdfd_model_withheld, neighbours=dpdfd_plan.neighbours,
            covers="{num_steps} DPDFD steps (A_{{C,sigma}} releases)",
            default_stages=lambda c: (("dpdfd",) if c.dpdfd.teacher == "private_data"
@@ -267,7 +275,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
         "noise: no differential-privacy guarantee for the teacher side.")),
     Method("dpsgd", ("dpsgd",), headline_stage="dpsgd", privacy_stage="dpsgd",
            releases=dpsgd_plan.releases, neighbours=dpsgd_plan.neighbours,
-           released_model=lambda ctx: artefacts.load_dpsgd(ctx)[1], privacy_note=(
+           released_model=lambda ctx: artefacts.load_dpsgd(ctx)[1],
+           released_module=dpsgd_plan.released_module, privacy_note=(
                "The epsilon covers the released model: DP-SGD's every step (a noisy sum of "
                "clipped per-example gradients on a Poisson sample) is accounted, and the model "
                "is their post-processing. Not covered: hyper-parameter tuning on the same "

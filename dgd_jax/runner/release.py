@@ -8,9 +8,9 @@ are functions of the private data. The release holds
   (``methods.noiseless``: dropped, and named under ``withheld``), without the non-private
   stages' results, the audit's statistics, the timings or local paths, and with a
   data-dependent headline epsilon replaced by the tightest data-independent one;
-* ``model.msgpack``: the headline model's parameters (flax msgpack; read them without the
-  workdir with ``flax.serialization.msgpack_restore(open(path, 'rb').read())``), only where the
-  run's epsilon covers everything that model learnt from (``methods.model_withheld`` is "");
+* ``model.msgpack``: the headline model's variables (flax msgpack; report.json's ``model``
+  says which module applies them to which inputs, and ``dgd_jax.load_release`` does it),
+  only where the run's epsilon covers everything that model learnt from (``methods.model_withheld`` is "");
   elsewhere the model, its accuracy and its curves are withheld, and the report says why and
   which configuration would make it releasable (``PUBLISH``: the table of every method);
 * the pictures of the quantities left in that report (e.g. the student's training curve, a
@@ -22,15 +22,18 @@ folder is removed).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import math
 import os
 import re
 import shutil
 
+import flax.linen as nn
 from flax import serialization
 
 from dgd_jax.configs.common import with_overrides
+from dgd_jax.models import adapter
 from dgd_jax.plan.context import Context
 from dgd_jax.privacy import ledger
 from dgd_jax.runtime.workdir import Workdir
@@ -222,6 +225,36 @@ def _withheld_lines(public: dict) -> list[str]:
               f"- {path}: {what}" for path, what in public["withheld"].items()] + [""]
 
 
+def module_text(module) -> str:
+  """``module`` as the one-line Python expression that builds it (a Flax module's fields)."""
+  values = {f.name: getattr(module, f.name) for f in dataclasses.fields(module)
+            if f.name not in ("parent", "name")}
+  fields = ", ".join(f"{k}={module_text(v) if isinstance(v, nn.Module) else repr(v)}"
+                     for k, v in values.items())
+  return f"{type(module).__module__}.{type(module).__qualname__}({fields})"
+
+
+def model_entry(method, config, num_classes: int, image_shape: tuple) -> dict:
+  """report.json's ``model``: the file, and exactly how to apply it without the workdir."""
+  module, _, read = method.released_module(config, num_classes)
+  entry = {"file": MODEL, "stage": method.headline_stage, "num_classes": num_classes,
+           "image_shape": list(image_shape),
+           "format": ("flax msgpack of the variables dict: variables = "
+                      "flax.serialization.msgpack_restore(open('model.msgpack', 'rb').read()); "
+                      "logits = module.apply(variables, inputs)"),
+           "module": module_text(module),
+           "inputs": (f"float32 [batch, {', '.join(map(str, image_shape))}] images scaled from "
+                      "uint8 as x / 127.5 - 1, the module reading " + read),
+           "load": ("module, variables, prepare = dgd_jax.load_release('<this folder>'); "
+                    "logits = module.apply(variables, prepare(uint8_images))")}
+  if isinstance(module, adapter.WithFeatures):
+    entry["module_note"] = (
+        "your module runs inside dgd_jax.models.WithFeatures, as the run trained it: its "
+        "BatchNorm layers as group norms (per example, over its positions and up to 32 channel "
+        "groups; no batch_stats); its parameter tree is your module's own")
+  return entry
+
+
 def write(config, wd: Workdir, report: dict, ctx: Context) -> str | None:
   """Writes ``<workdir>/release/`` (module docstring) from the run's ``report``; ``ctx``
   reads the released model. Returns the folder, or None where the audit failed (then no
@@ -238,9 +271,8 @@ def write(config, wd: Workdir, report: dict, ctx: Context) -> str | None:
     params = method.released_model(ctx)
     data = serialization.msgpack_serialize(serialization.to_state_dict(params))
     atomic_write(os.path.join(folder, MODEL), lambda f: f.write(data), binary=True)
-    public["model"] = {"file": MODEL, "format": "flax msgpack: "
-                       "flax.serialization.msgpack_restore(open(path, 'rb').read())",
-                       "stage": method.headline_stage}
+    public["model"] = model_entry(method, config, ctx.dataset.num_classes,
+                                  ctx.dataset.image_shape)
   for result in public.get("stages", {}).values():  # the pictures the report still shows
     for k, v in result.items():
       if k.endswith("_png") and isinstance(v, str) and os.path.exists(os.path.join(wd.path, v)):
