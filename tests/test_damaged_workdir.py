@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from absl import logging as absl_logging
 
 from dgd_jax.configs import baseline as baseline_config
 from dgd_jax.runner import pipeline
@@ -143,6 +145,44 @@ def test_a_full_disk_names_the_file_and_the_rerun_resumes(npz_file, tmp_path, mo
   metrics = (path / "metrics.jsonl").read_text()
   report = pipeline.run(tiny_config(npz_file), str(path))  # resumes at step 20: no training
   assert (path / "metrics.jsonl").read_text() == metrics and 0 <= report["test_accuracy"] <= 1
+
+
+@pytest.mark.integration
+def test_a_disk_too_full_for_a_checkpoint_is_one_line_and_the_rerun_resumes(
+    npz_file, tmp_path, monkeypatch, capfd):
+  """Orbax writes a checkpoint in its own threads, which log each failed write with its
+  traceback: the free space is checked before a save starts, so a full disk is one line."""
+  path = tmp_path / "w"
+  usage = files.shutil.disk_usage
+  saves = []
+
+  def full_after_the_first_checkpoint(folder):
+    saves.append(folder)
+    free = usage(folder).free if len(saves) == 1 else 1000
+    return usage(folder)._replace(free=free)
+
+  monkeypatch.setattr(files.shutil, "disk_usage", full_after_the_first_checkpoint)
+  with pytest.raises(WorkdirNotWritableError) as e:
+    pipeline.run(tiny_config(npz_file), str(path))
+  checkpoints = path / "baseline" / "checkpoints"
+  assert str(e.value).startswith(f"cannot write {checkpoints / '20'}: No space left on device")
+  assert "Traceback" not in capfd.readouterr().err
+  assert sorted(os.listdir(checkpoints)) == ["10"]  # the first checkpoint, whole
+  monkeypatch.setattr(files.shutil, "disk_usage", usage)
+  report = pipeline.run(tiny_config(npz_file), str(path))  # resumes at step 10
+  assert 0 <= report["test_accuracy"] <= 1
+
+
+def test_a_writers_own_log_of_a_failed_write_is_left_out(tmp_path, caplog):
+  """What Orbax's threads log of a write that fails is dropped; other errors still show."""
+  caplog.set_level(logging.ERROR)
+  target = str(tmp_path / "x")
+  with pytest.raises(WorkdirNotWritableError, match="No space left on device"):
+    with files.writing(target):
+      absl_logging.error("thread raised: Failed to write 1923 bytes: No space left on device")
+      raise ValueError("RESOURCE_EXHAUSTED: Failed to write: No space left on device")
+  absl_logging.error("another error")
+  assert [r.getMessage() for r in caplog.records] == ["another error"]
 
 
 def test_an_orbax_write_failure_is_reported_the_same_way(tmp_path):

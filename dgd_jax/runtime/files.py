@@ -11,7 +11,9 @@ import csv
 import errno
 import hashlib
 import json
+import logging
 import os
+import shutil
 import tempfile
 import zipfile
 import zlib
@@ -68,15 +70,40 @@ def damaged(path: str, error: BaseException) -> DamagedArtefactError:
 
 
 _WRITE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+SPACE_MARGIN = 1 << 16  # bytes a checkpoint's metadata needs besides its arrays
+
+
+def _names_a_write_error(text: str) -> str | None:
+  """The text of the write errno ``text`` names, if any."""
+  return next((os.strerror(n) for n in _WRITE_ERRNOS if os.strerror(n) in text), None)
+
+
+class _WriteErrorLogs(logging.Filter):
+  """Drops the log records of a failed write (Orbax's threads log each with its traceback
+  before the save raises it): ``writing`` reports the failure in one line."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not _names_a_write_error(record.getMessage())
+
+
+def check_space(path: str, nbytes: int) -> None:
+  """OSError ENOSPC (``writing`` reports it in one line) where the disk that holds ``path``
+  has less than ``nbytes`` and a margin free: a writer that fails in its own threads (Orbax)
+  is not started on a full disk."""
+  folder = path
+  while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+    folder = os.path.dirname(folder)
+  if shutil.disk_usage(folder).free < 1.1 * nbytes + SPACE_MARGIN:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 @contextlib.contextmanager
-
-
 def writing(path: str) -> Iterator[None]:
   """Turns a failure to write ``path`` (no permission, a read-only or full disk; also from
   Orbax, whose errors name the cause only in their text) into ``WorkdirNotWritableError``
-  naming the file and the fix."""
+  naming the file and the fix, and keeps the writers' own logs of it out of the output."""
+  logs, quiet = logging.getLogger("absl"), _WriteErrorLogs()
+  logs.addFilter(quiet)
   try:
     yield
   except WorkdirNotWritableError:
@@ -85,7 +112,7 @@ def writing(path: str) -> Iterator[None]:
     if isinstance(e, OSError):
       cause = e.errno in _WRITE_ERRNOS and os.strerror(e.errno)
     else:
-      cause = next((os.strerror(n) for n in _WRITE_ERRNOS if os.strerror(n) in str(e)), None)
+      cause = _names_a_write_error(str(e))
     if not cause:
       raise
     raise WorkdirNotWritableError(
@@ -93,6 +120,8 @@ def writing(path: str) -> Iterator[None]:
         "another --workdir), then re-run the same command: finished stages are reused and an "
         "interrupted one resumes from its last checkpoint. Files already in the workdir were "
         "not changed.") from None
+  finally:
+    logs.removeFilter(quiet)
 
 
 def atomic_write(path: str, write: Callable[[IO], None], binary: bool = False,

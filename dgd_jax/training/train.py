@@ -293,7 +293,9 @@ def run_steps(state: Any, step_fn: Step, key: jax.Array, cfg: FitConfig,
         log({"step": done, **metrics})
       if done % cfg.checkpoint_every == 0 or done == cfg.num_steps:
         with files.writing(os.path.join(checkpoint_dir, str(done))):
-          manager.save(done, args=ocp.args.StandardSave(_saved(state)))
+          saved = _saved(state)
+          files.check_space(checkpoint_dir, sum(x.nbytes for x in jax.tree.leaves(saved)))
+          manager.save(done, args=ocp.args.StandardSave(saved))
     manager.wait_until_finished()
   return state
 
