@@ -163,6 +163,8 @@ STAGE_RUNS = {
     "baseline": ("baseline.py:{data},cpu", "baseline", ["baseline.num_steps=200"]),
     "teachers": ("pate.py:{data},cpu", "teachers",
                  ["num_teachers=4", "teachers.num_steps=200"]),
+    "teacher_sweep": ("teacher_sweep.py:{data},cpu", "teacher_sweep",
+                      ["sweep.sizes=(2,4)", "teachers.num_steps=200"]),
     "generator": ("dgd.py:{data},cpu,generator", "generator",
                   ["baseline.num_steps=20", "generator.rounds=2",
                    "generator.iterations_per_round=100", "generator.batch_size=32",

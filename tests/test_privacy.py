@@ -3,6 +3,7 @@ replay, properties of every accountant, calibration, and bad input. Pure NumPy/S
 nothing runs on a JAX device."""
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -1013,6 +1014,17 @@ def test_an_epsilon_too_large_to_mean_anything_is_refused_at_once():
   with pytest.raises(ConfigError, match="above 100"):
     calibrate.min_noise(privacy.LNMaxQueries(40.0, 1), 100.5, DELTA)
   assert checks.epsilon("target_epsilon", 100) == 100.0
+
+
+def test_a_pld_calibration_logs_its_progress(caplog):
+  """Each PLD evaluation of a DP-SGD calibration is logged (seconds each at small noise), and
+  the multiplier meets the target under the ledger."""
+  caplog.set_level(logging.INFO)
+  release = privacy.DpsgdSteps(1.0, 100, 1000, 20)
+  noise = calibrate.dpsgd_noise_multiplier(release, 3.0, DELTA, "pld")
+  steps = [r.getMessage() for r in caplog.records if "DP-SGD calibration (pld" in r.getMessage()]
+  assert len(steps) >= 5 and "target epsilon 3" in steps[-1] and "evaluations" in steps[-1]
+  assert calibrate.epsilon_of(release.with_noise(noise), DELTA, "pld") <= 3.0
 
 
 @pytest.mark.parametrize("value", [-1.0, float("nan"), 0.0, -0.5, float("-inf")])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import time
 from typing import Iterable
 
 import numpy as np
@@ -176,7 +177,9 @@ def dpsgd_noise_multiplier(release: "DpsgdSteps", target_epsilon: float, delta: 
   """DP-SGD's noise multiplier for ``target_epsilon``: jax-privacy's calibration
   (``accounting.calibrate_noise_multiplier`` with its DP-SGD accountant on the same Poisson
   events, RDP on the ledger's orders or PLD), then raised by 1e-6 relative steps until the ledger's
-  ``accountant`` confirms epsilon <= target, so the budget guard accepts the result."""
+  ``accountant`` confirms epsilon <= target, so the budget guard accepts the result. A PLD
+  evaluation takes seconds at small noise (targets are capped at ``checks.MAX_EPSILON``): each
+  is logged."""
   from jax_privacy import accounting as jp_accounting  # pylint: disable=g-import-not-at-top
   from dgd_jax.privacy import events  # pylint: disable=g-import-not-at-top
   release = _template(release)
@@ -189,16 +192,37 @@ def dpsgd_noise_multiplier(release: "DpsgdSteps", target_epsilon: float, delta: 
   if accountant not in configs:
     raise ConfigError(f"accountant={accountant!r}: DP-SGD is calibrated under {tuple(configs)}; "
                       "set config.privacy.accountant (or --accountant) to one of them.")
-  logging.info("calibrating DP-SGD's noise multiplier for epsilon %g (%s, %d steps): a PLD "
-               "calibration takes seconds to a minute", target, accountant, release.steps)
+  dpsgd = jp_accounting.DpsgdTrainingAccountant(configs[accountant]())
+  if accountant == "pld":  # a PLD calibration takes seconds to a minute: each step logged
+    dpsgd = _Logged(dpsgd, target, release.steps)
   noise = jp_accounting.calibrate_noise_multiplier(
-      target_epsilon=target, accountant=jp_accounting.DpsgdTrainingAccountant(
-          configs[accountant]()),
-      batch_sizes=release.batch_size, num_updates=release.steps,
-      num_samples=release.dataset_size, target_delta=delta, tol=1e-6)
+      target_epsilon=target, accountant=dpsgd, batch_sizes=release.batch_size,
+      num_updates=release.steps, num_samples=release.dataset_size, target_delta=delta,
+      tol=1e-6)
   for _ in range(10_000):
     if epsilon_of(release.with_noise(noise), delta, accountant) <= target:
       return float(noise)
     noise *= 1.0 + 1e-6
   raise ConfigError(f"jax-privacy's calibration gave noise {noise:g}, above epsilon {target:g} "
                     f"under the ledger's {accountant}: the two accountants disagree; report it.")
+
+
+class _Logged:
+  """A jax-privacy training accountant that logs each epsilon it computes (a calibration's
+  progress)."""
+
+  def __init__(self, accountant, target: float, steps: int):
+    self._accountant, self._target, self._steps = accountant, target, steps
+    self._count, self._start = 0, time.monotonic()
+
+  def can_calibrate_noise_multipliers(self) -> bool:
+    return self._accountant.can_calibrate_noise_multipliers()
+
+  def compute_epsilon(self, num_updates, dp_params):
+    epsilon = self._accountant.compute_epsilon(num_updates, dp_params)
+    self._count += 1
+    logging.info("DP-SGD calibration (pld, %d steps, target epsilon %g): noise %.6g gives "
+                 "epsilon %.6g; %d evaluations, %.0f s", self._steps, self._target,
+                 dp_params.noise_multipliers, epsilon, self._count,
+                 time.monotonic() - self._start)
+    return epsilon
