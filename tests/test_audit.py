@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -15,6 +16,7 @@ from dgd_jax.cli.audit import audit_run
 from dgd_jax.configs import dgd as dgd_config
 from dgd_jax.models.classifier import Classifier
 from dgd_jax.audit import attacks
+from dgd_jax.audit import canaries
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
 from dgd_jax.runtime.errors import ConfigError, PrivacyAuditError, WorkdirConflictError
@@ -176,3 +178,60 @@ def test_inverted_samples_give_the_pixel_prior_and_refuse_the_generator_prior():
   config.audit = {"prior": "generator"}
   with pytest.raises(ConfigError, match="trains no generator .*synthesis='inversion'"):
     audit_stage.check(config, planned + ("audit",))
+
+
+def test_one_run_bound_is_zero_for_chance_and_large_for_separated_scores():
+  rng = np.random.default_rng(0)
+  included = canaries.inclusion(1000, rng)
+  assert 400 < included.sum() < 600
+  chance = canaries.one_run_bound(rng.normal(size=1000), included, 1e-5)
+  separated = canaries.one_run_bound(rng.normal(size=1000) + 100.0 * included, included, 1e-5)
+  assert chance["one_run"] == chance["one_run_fdp"] == 0.0 and abs(chance["auc"] - 0.5) < 0.05
+  assert separated["auc"] == 1.0 and 4.5 < separated["one_run"] < separated["one_run_fdp"]
+  with pytest.raises(ValueError, match="canaries both in and out"):
+    canaries.one_run_bound(np.zeros(3), np.ones(3, bool), 1e-5)
+
+
+def test_the_dirac_score_is_the_subsampled_gaussian_log_likelihood_ratio():
+  z, q, s = np.array([-1.0, 0.0, 0.5, 2.0]), 0.1, 1.5
+  gauss = lambda x, mu: np.exp(-(x - mu) ** 2 / (2 * s * s))
+  expected = np.log(((1 - q) * gauss(z, 0.0) + q * gauss(z, 1.0)) / gauss(z, 0.0))
+  np.testing.assert_allclose(canaries.dirac_llr(z, q, s), expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.integration
+def test_the_canary_audit_of_dpsgd_stays_below_its_claim_and_catches_a_broken_noise(
+    npz_file, tmp_path, monkeypatch):
+  """Issue 81: one-run audits with 1,000 gradient canaries of a tiny DP-SGD run at eps 3. With
+  the real mechanism the lower bound stays at or below the claimed epsilon; with the noise
+  divided by 100 (a test-only hook on jax-privacy's privatizer) it exceeds the claim, the
+  audit fails loudly and release/ is removed. Neither audit reaches release/. The real one is
+  as strong as the exact mechanism simulated (its AUC), which catches too much noise too."""
+  from test_dpsgd import tiny as tiny_dpsgd  # pylint: disable=g-import-not-at-top
+  from jax_privacy import noise_addition  # pylint: disable=g-import-not-at-top
+  run, broken = str(tmp_path / "run"), str(tmp_path / "broken")
+  pipeline.run(tiny_dpsgd(npz_file), run)
+  shutil.copytree(run, broken)
+  report = audit_run(run, {**TINY_AUDIT, "canaries": 1000})
+  c = report["audit"]["canaries"]
+  assert c["canaries"] == 1000 and 400 < c["included"] < 600
+  assert c["claimed_epsilon"] == pytest.approx(3.0, abs=1e-3) and c["neighbours"] == (
+      "add_or_remove_one")
+  assert 0.0 <= max(c["one_run"], c["one_run_fdp"]) <= c["claimed_epsilon"]
+  # as strong as the exact mechanism simulated: neither more nor less noise than claimed
+  assert abs(c["auc"] - c["simulated"]["auc"]) < 0.08
+  assert report["audit_check"]["canaries"]["passed"]
+  with open(os.path.join(run, "report.md")) as f:
+    assert "One-run canary audit (gradient (Dirac) canaries" in f.read()
+  with open(os.path.join(run, "release", "report.json")) as f:
+    assert "audit" not in json.load(f)
+  real = noise_addition.gaussian_privatizer
+  monkeypatch.setattr(noise_addition, "gaussian_privatizer",
+                      lambda stddev, prng_key: real(stddev=stddev / 100, prng_key=prng_key))
+  with pytest.raises(PrivacyAuditError, match="canaries's empirical epsilon lower bound"):
+    audit_run(broken, {**TINY_AUDIT, "canaries": 1000})
+  with open(os.path.join(broken, "report.json")) as f:
+    c = json.load(f)["audit"]["canaries"]
+  assert c["auc"] > 0.99 and max(c["one_run"], c["one_run_fdp"]) > c["claimed_epsilon"]
+  assert c["simulated"]["auc"] < 0.9  # the claim's own mechanism cannot do that
+  assert not os.path.exists(os.path.join(broken, "release"))

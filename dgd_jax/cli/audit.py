@@ -1,9 +1,12 @@
 r"""Privacy audit of a finished run (see ``dgd_jax.audit.attacks`` and ``stages/audit.py``):
 
   python -m dgd_jax.audit --workdir=workdirs/quickstart_cpu [--splits=10] [--prior=auto]
+  python -m dgd_jax.audit --workdir=workdirs/dpsgd_eps3 --canaries=1000
 
 Reads the run's config.json, attacks the models its finished stages saved, writes
-<workdir>/audit/ and adds ``audit`` to report.json and report.md. Trains nothing.
+<workdir>/audit/ and adds ``audit`` to report.json and report.md (never to release/). Trains
+nothing, except with ``--canaries``: one more run of DP-SGD with that many gradient canaries
+(``dgd_jax.audit.canaries``), its one-run epsilon lower bound against the run's claim.
 Parses flags and calls ``pipeline.run``; the library never reads FLAGS.
 """
 from __future__ import annotations
@@ -29,6 +32,9 @@ _EXAMPLES = flags.DEFINE_integer("examples", None, "Members (and non-members) pe
 _PRIOR = flags.DEFINE_enum("prior", None, ["auto", "generator", "pixel"],
                            "Model-inversion prior.")
 _STEPS = flags.DEFINE_integer("inversion_steps", None, "Gradient steps per inversion.")
+_CANARIES = flags.DEFINE_integer(
+    "canaries", None, "M > 0: one more run of the method (DP-SGD) with M canaries, each in the "
+    "private set with probability 1/2, and its one-run epsilon lower bound beside the claim.")
 flags.mark_flags_as_required(["workdir"])
 
 
@@ -61,7 +67,8 @@ def main(argv):
   try:
     report = audit_run(_WORKDIR.value, {"splits": _SPLITS.value, "examples": _EXAMPLES.value,
                                         "prior": _PRIOR.value,
-                                        "inversion_steps": _STEPS.value})
+                                        "inversion_steps": _STEPS.value,
+                                        "canaries": _CANARIES.value})
   except UserInputError as e:
     sys.exit(f"error: {e}")
   except PrivacyAuditError as e:
@@ -69,7 +76,10 @@ def main(argv):
   a = report["audit"]
   print(json.dumps({"membership_auc": a["membership_auc"],
                     "epsilon_lower_bound": a["epsilon_lower_bound"],
-                    "inversion_similarity": a["inversion_similarity"]}))
+                    "inversion_similarity": a["inversion_similarity"],
+                    **({"canaries": {k: a["canaries"][k] for k in (
+                        "one_run", "one_run_fdp", "claimed_epsilon", "canaries")}}
+                       if "canaries" in a else {})}))
   print(f"report: {os.path.join(_WORKDIR.value, 'report.md')}")
 
 

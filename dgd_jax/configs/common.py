@@ -499,4 +499,7 @@ def audit_config() -> ml_collections.ConfigDict:
       prior="auto",  # model inversion: 'generator' (the data-free one), 'pixel' or 'auto'
       inversion_steps=300,  # Adam steps of gradient ascent on log p(class | x)
       inversion_batch=16,  # reconstructions per class, averaged for the picture and score
+      # > 0: one more run of the method with this many canaries, each in the private set with
+      # probability 1/2, and its one-run epsilon lower bound (audit.canaries); DP-SGD only
+      canaries=0,
   ))

@@ -173,14 +173,22 @@ def audit_check(config, report: dict) -> dict:
   """Each audited model the run's epsilon covers whole (``Method.audited``): its empirical
   lower bound on epsilon against the replace-one epsilon of the run's releases
   (``replace_one_epsilon``). ``passed`` False is a bug."""
-  bounds = (report.get("audit") or {}).get("epsilon_lower_bound", {})
+  audit = report.get("audit") or {}
+  bounds = audit.get("epsilon_lower_bound", {})
   audited = [n for n in methods.method(config).audited(config) if n in bounds]
   bound = replace_one_epsilon(config, report) if audited and report.get("epsilons") else None
-  if bound is None:
-    return {}
-  allowed, against = bound
-  return {name: {"epsilon_lower_bound": bounds[name], "allowed": allowed, "against": against,
-                 "passed": bounds[name] <= allowed} for name in audited}
+  out = {}
+  if bound is not None:
+    allowed, against = bound
+    out = {name: {"epsilon_lower_bound": bounds[name], "allowed": allowed, "against": against,
+                  "passed": bounds[name] <= allowed} for name in audited}
+  if "canaries" in audit:  # the one-run canary audit, against the claim it was run for
+    c = audit["canaries"]
+    lower = max(c["one_run"], c["one_run_fdp"])
+    out["canaries"] = {"epsilon_lower_bound": lower, "allowed": c["claimed_epsilon"],
+                       "against": f"the run's epsilon ({c['accountant']}, {c['neighbours']} "
+                                  "neighbours)", "passed": lower <= c["claimed_epsilon"]}
+  return out
 
 
 def _audit_lines(a: dict, check: dict) -> list[str]:
@@ -193,6 +201,8 @@ def _audit_lines(a: dict, check: dict) -> list[str]:
     lines += [f"**AUDIT FAILED: the {name}'s empirical epsilon lower bound "
               f"{c['epsilon_lower_bound']:.3f} exceeds {c['allowed']:.3f}, {c['against']}. "
               "This is a privacy bug: do not release anything from this run.**", ""]
+  if "canaries" in a:
+    lines += _canary_lines(a["canaries"])
   lines += ["| model | membership AUC | AUC central 95% range over splits | TPR at 1% FPR | "
             "epsilon lower bound | splits x examples per side | inversion: correlation with own "
             "class mean | classes identified |", "|---|---|---|---|---|---|---|---|"]
@@ -213,6 +223,21 @@ def _audit_lines(a: dict, check: dict) -> list[str]:
             f"approximates; model inversion with the {a['inversion']['prior']} prior. An "
             "empirical check, not a guarantee.", ""]
   return lines
+
+
+def _canary_lines(c: dict) -> list[str]:
+  """report.md's one-run canary audit: its bounds beside the claim, in one sentence."""
+  lower = max(c["one_run"], c["one_run_fdp"])
+  return [f"One-run canary audit ({c['kind']}; {c['canaries']} canaries, {c['included']} "
+          f"included at random; {c['cost']}): epsilon lower bound **{lower:.3f}** "
+          f"(Steinke et al. {c['one_run']:.3f}, f-DP {c['one_run_fdp']:.3f}; each with "
+          f"{1 - c['significance']:.0%} confidence at delta {c['delta']:g}), "
+          f"{lower / c['claimed_epsilon']:.0%} of the claimed epsilon "
+          f"{c['claimed_epsilon']:.3f} ({c['accountant']}, {c['neighbours']}); attack AUC "
+          f"{c['auc']:.3f}; the exact mechanism, simulated, gives "
+          f"{max(c['simulated']['one_run'], c['simulated']['one_run_fdp']):.3f} (AUC "
+          f"{c['simulated']['auc']:.3f}). An audit diagnostic: a bound above the claim is a "
+          "privacy bug.", ""]
 
 
 def _plan_lines(plan: dict) -> list[str]:

@@ -78,7 +78,8 @@ ADDED_FIELDS = {("teachers", "mixup"): 0.0, ("teachers", "width"): 0.0,
                 ("privacy", "allow_large_delta"): False, ("model", "backbone"): "",
                 ("model", "variant"): "B/16", ("model", "checkpoint"): "",
                 ("model", "trainable"): "all", ("model", "image_size"): 0,
-                ("model", "roles"): ["teachers", "baseline", "student"]}
+                ("model", "roles"): ["teachers", "baseline", "student"],
+                ("audit", "canaries"): 0}
 REMOVED_FIELDS = {("teachers", "shared_init"): False}
 # Fields renamed since, old name: new name (one name per concept).
 RENAMED_FIELDS = {("privacy", "relation"): ("privacy", "dpdfd_analysis")}

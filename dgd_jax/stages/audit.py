@@ -30,6 +30,7 @@ from dgd_jax.plan.artefacts import load_classifier
 from dgd_jax.plan.context import Context, Program, abstract
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.stages import dpsgd as dpsgd_stage
 from dgd_jax.training import train
 
 CONFIG_KEYS = ("audit",)
@@ -53,6 +54,14 @@ def check(config, planned: tuple[str, ...]) -> None:
   if "dpsgd" in requires(planned) and config.dpsgd.ema:
     raise ConfigError("config.dpsgd.ema > 0 releases a parameter average the audit does not "
                       "read yet; audit a run with ema 0.")
+  canaries = config_canaries(config)
+  if canaries and (not isinstance(canaries, int) or canaries < 10):
+    raise ConfigError(f"config.audit.canaries={canaries!r}: give a whole number of canaries "
+                      ">= 10 (e.g. 1000), or 0 for no canary audit.")
+  if canaries and "dpsgd" not in requires(planned):
+    raise ConfigError(f"config.audit.canaries={canaries}: the one-run canary audit runs for "
+                      f"DP-SGD (dpsgd.py) so far, not for the {config.method!r} method; set "
+                      "--canaries=0 to audit it by membership inference.")
   if config.audit.prior not in ("auto", "generator", "pixel"):
     raise ConfigError(f"config.audit.prior={config.audit.prior!r}; use auto, generator or "
                       "pixel.")
@@ -169,6 +178,11 @@ def inversion(ctx: Context, models: dict) -> tuple[dict, np.ndarray, list[str]]:
   return out, np.stack(rows), labels
 
 
+def config_canaries(config) -> int:
+  """How many canaries the audit's one-run canary audit uses (0: none)."""
+  return config.audit.get("canaries", 0)
+
+
 def run(ctx: Context) -> dict:
   models = {name: load_classifier(ctx, name) for name in ("baseline", "student")
             if name in ctx.results}  # restored once, attacked twice
@@ -177,7 +191,10 @@ def run(ctx: Context) -> dict:
   png = os.path.join(ctx.stage.path, INVERSION_PNG)
   plots.image_grid(png, rows, row_labels=labels,
                    title=f"Model inversion ({inv['prior']} prior), one column per class")
-  return {"membership_auc": {k: v["auc"] for k, v in mi.items()},
+  out = {}
+  if config_canaries(ctx.config) and "dpsgd" in ctx.results:
+    out["canaries"] = dpsgd_stage.canary_audit(ctx, ctx.config.audit.canaries)
+  return {**out, "membership_auc": {k: v["auc"] for k, v in mi.items()},
           "epsilon_lower_bound": {k: v["epsilon_lower_bound"] for k, v in mi.items()},
           "membership_auc_interval": {k: v["auc_interval"] for k, v in mi.items()},
           "tpr_at_1pct_fpr": {k: v["tpr_at_1pct_fpr"] for k, v in mi.items()},

@@ -5,19 +5,24 @@ the private set, accounted by the ledger's ``DpsgdSteps`` record, the reference 
 is compared with at equal epsilon."""
 from __future__ import annotations
 
+import functools
+import os
 import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax.training import train_state
 
 from dgd_jax import privacy
+from dgd_jax.audit import canaries as canaries_lib
 from dgd_jax.models import backbone, dpsgd as dpsgd_models, scattering
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan.context import NOISE_KEY, Context, Program, abstract
 from dgd_jax.privacy import checks as privacy_checks
+from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import dpsgd
 from dgd_jax.training import train
 
@@ -54,15 +59,52 @@ def programs(config, data) -> dict[str, Program]:
   return out
 
 
-def _state(config, model, input_shape, key: jax.Array) -> train_state.TrainState:
+def _state(config, model, input_shape, key: jax.Array, **fields) -> train_state.TrainState:
   """A fresh model for ``input_shape`` with DP-SGD's optimizer (SGD, momentum, the
-  parameters' moving average)."""
+  parameters' moving average); ``fields``: a ``CanaryState``'s."""
   d = config.dpsgd
   params = model.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32))
   tx = optax.sgd(d.learning_rate, momentum=d.momentum or None)
-  return train_state.TrainState.create(
-      apply_fn=model.apply, params=params,
-      tx=optax.chain(tx, dpsgd.parameter_average(d.ema)) if d.ema else tx)
+  cls = dpsgd.CanaryState if fields else train_state.TrainState
+  return cls.create(apply_fn=model.apply, params=params,
+                    tx=optax.chain(tx, dpsgd.parameter_average(d.ema)) if d.ema else tx, **fields)
+
+
+def planned(ctx: Context) -> tuple[privacy.DpsgdSteps, privacy.PrivacyLedger]:
+  """The stage's DP-SGD record (its noise calibrated) and ledger, the budget checked."""
+  config, p = ctx.config, ctx.config.privacy
+  n = dpsgd_plan.public_size(config, len(ctx.dataset.x_train))
+  record = dpsgd_plan.release(config, dpsgd_plan.noise_multiplier(config, n), n)
+  ledger = privacy.PrivacyLedger([record])
+  if privacy_checks.has_budget(p.max_epsilon):
+    ledger.check_budget(p.max_epsilon, p.delta, p.accountant)
+  return record, ledger
+
+
+def train_model(ctx: Context, record: privacy.DpsgdSteps, checkpoint_dir: str, purpose: str,
+                canaries: dpsgd.Canaries | None = None):
+  """(model, trained state, the model's training and test inputs, feature seconds): the
+  record's DP-SGD run of ``ctx``'s config from the public initialisation, its noise and
+  batches drawn for ``purpose``, with an audit's ``canaries``."""
+  config, data, d = ctx.config, ctx.dataset, ctx.config.dpsgd
+  model = dpsgd_plan.model_of(config, data.num_classes)
+  t0 = time.perf_counter()
+  x_train = dpsgd_plan.inputs(config, model, data.x_train)
+  x_test = dpsgd_plan.inputs(config, model, data.x_test)
+  feature_seconds = time.perf_counter() - t0
+  init_key = ctx.key("dpsgd")  # public: the initialisation
+  noise_key, batches = ctx.noise_key(purpose), ctx.noise_rng(f"{purpose}_batches")  # secret
+  init = backbone.init_shape(model, x_train.shape[1:], data.image_shape)
+  fields = ({"canary_scores": jnp.zeros(canaries.num_canaries)} if canaries is not None
+            else {})
+  state = _state(config, model, init, init_key, **fields)
+  fit = train.FitConfig(num_steps=d.num_steps, batch_size=d.batch_size,
+                        learning_rate=d.learning_rate, checkpoint_every=config.checkpoint_every,
+                        log_every=config.log_every)
+  state = dpsgd.train_private(state, model, x_train, data.y_train, record, d.microbatch_size,
+                              fit, noise_key, batches, checkpoint_dir, purpose, ctx.log,
+                              canaries=canaries)
+  return model, state, x_test, feature_seconds
 
 
 def run(ctx: Context) -> dict:
@@ -70,28 +112,12 @@ def run(ctx: Context) -> dict:
   config, data = ctx.config, ctx.dataset
   d, p = config.dpsgd, config.privacy
   n = dpsgd_plan.public_size(config, len(data.x_train))
-  record = dpsgd_plan.release(config, dpsgd_plan.noise_multiplier(config, n), n)
-  ledger = privacy.PrivacyLedger([record])
-  if privacy_checks.has_budget(p.max_epsilon):
-    ledger.check_budget(p.max_epsilon, p.delta, p.accountant)
-  model = dpsgd_plan.model_of(config, data.num_classes)
+  record, ledger = planned(ctx)
   t0 = time.perf_counter()
-  x_train = dpsgd_plan.inputs(config, model, data.x_train)
-  x_test = dpsgd_plan.inputs(config, model, data.x_test)
-  feature_seconds = time.perf_counter() - t0
-
-  init_key = ctx.key("dpsgd")  # public: the initialisation
-  noise_key, batches = ctx.noise_key("dpsgd"), ctx.noise_rng("dpsgd_batches")  # secret
-  init = backbone.init_shape(model, x_train.shape[1:], data.image_shape)
-  state, ema = _state(config, model, init, init_key), d.ema
-  fit = train.FitConfig(num_steps=d.num_steps, batch_size=d.batch_size,
-                        learning_rate=d.learning_rate, checkpoint_every=config.checkpoint_every,
-                        log_every=config.log_every)
-  t0 = time.perf_counter()
-  state = dpsgd.train_private(state, model, x_train, data.y_train, record, d.microbatch_size,
-                              fit, noise_key, batches, ctx.stage.checkpoint_dir, "dpsgd",
-                              ctx.log)
-  train_seconds = time.perf_counter() - t0
+  model, state, x_test, feature_seconds = train_model(ctx, record, ctx.stage.checkpoint_dir,
+                                                      "dpsgd")
+  train_seconds = time.perf_counter() - t0 - feature_seconds
+  ema = d.ema
   final = state.opt_state[1].average if ema else state.params  # the released parameters
   covered = (f"{d.num_steps} DP-SGD steps (noisy sums of clipped per-example gradients on "
              f"Poisson samples, q = {record.sampling_probability:.4g})")
@@ -114,3 +140,35 @@ def run(ctx: Context) -> dict:
       "covered": covered,
       "privacy": privacy.relations_json({record.neighbours: ledger}, p.delta, p.accountant),
   }
+
+
+def canary_audit(ctx: Context, num_canaries: int) -> dict:
+  """The one-run canary audit (``dgd_jax.audit.canaries``): one more DP-SGD run of this
+  config with ``num_canaries`` gradient canaries, each included with probability 1/2, in
+  ``<audit stage>/canary_checkpoints``; its epsilon lower bounds beside the add/remove-one
+  epsilon the run claims."""
+  p = ctx.config.privacy
+  record, ledger = planned(ctx)
+  included = canaries_lib.inclusion(num_canaries, ctx.noise_rng("canary_inclusion"))
+  if included.all() or not included.any():  # probability 2^(1 - M): not redrawn
+    raise ConfigError(f"all {num_canaries} canaries fell on one side of their coins: audit "
+                      "again with more canaries (config.audit.canaries, e.g. 1000).")
+  score = functools.partial(canaries_lib.dirac_llr,
+                            sampling_probability=record.sampling_probability,
+                            noise_multiplier=record.noise_multiplier)
+  canaries = dpsgd.Canaries(len(ctx.dataset.x_train), np.flatnonzero(included).astype(np.int32),
+                            num_canaries, score)
+  _, state, _, _ = train_model(ctx, record, os.path.join(ctx.stage.path, "canary_checkpoints"),
+                               "canary_dpsgd", canaries)
+  claimed = ledger.epsilon(p.delta, p.accountant, data_dependent=False)
+  simulated = canaries_lib.simulated_dirac_scores(
+      included, record.steps, record.sampling_probability, record.noise_multiplier,
+      np.random.default_rng(ctx.config.seed))  # public: the exact mechanism's reference
+  ideal = canaries_lib.one_run_bound(simulated, included, p.delta)
+  return {**canaries_lib.one_run_bound(np.asarray(state.canary_scores), included, p.delta),
+          "simulated": {k: ideal[k] for k in ("one_run", "one_run_fdp", "auc")},
+          "kind": "gradient (Dirac) canaries, white-box: every step's noisy sum",
+          "claimed_epsilon": claimed.epsilon, "accountant": claimed.accountant,
+          "neighbours": record.neighbours,
+          "cost": (f"one more run of the method's {record.steps} DP-SGD steps with "
+                   f"{num_canaries} canaries")}

@@ -33,21 +33,54 @@ from dgd_jax.models import dpsgd as dpsgd_models
 from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import train
 
+
+class Canaries(NamedTuple):
+  """An audit run's gradient canaries (``dgd_jax.audit.canaries``): batch slots from
+  ``num_real`` on are the included canaries ``slot_ids`` (int [m_in]) of ``num_canaries``;
+  a sampled one adds C on its own coordinate of the noisy sum, and ``score(z)`` of each step's
+  noisy canary coordinates (in units of C) is summed into the state's ``canary_scores``."""
+  num_real: int
+  slot_ids: np.ndarray
+  num_canaries: int
+  score: Callable[[jnp.ndarray], jnp.ndarray]
+
+
+class CanaryState(train_state.TrainState):
+  """A DP-SGD state that also sums each gradient canary's score over the steps."""
+  canary_scores: jax.Array
+
+
 def dpsgd_step(state: train_state.TrainState, key: jax.Array, x: jnp.ndarray, y: jnp.ndarray,
-               idx: jnp.ndarray, *, grad_fn, noise_std: float, expected_batch: float):
-  """One DP-SGD step on the examples ``idx`` of (x, y) (-1: padding). Pure; jit it."""
+               idx: jnp.ndarray, *, grad_fn, noise_std: float, expected_batch: float,
+               canaries: Canaries | None = None):
+  """One DP-SGD step on the examples ``idx`` of (x, y) (-1: padding; from
+  ``canaries.num_real`` on: canary slots). Pure; jit it."""
   padding = idx < 0
-  safe = jnp.maximum(idx, 0)
+  if canaries is not None:
+    is_canary = idx >= canaries.num_real
+    padding = padding | is_canary
+  safe = jnp.where(padding, 0, idx)
   # Abadi Alg. 1 lines 4-6: per-example gradients, clipped to C, summed (jax-privacy); each
   # example's dropout key split from the step's (a model that takes ``train``).
   clipped_sum, aux = grad_fn(state.params, x[safe], y[safe], key, is_padding_example=padding)
+  released = clipped_sum
+  if canaries is not None:  # each sampled canary's clipped gradient: C on its coordinate
+    slots = jnp.asarray(canaries.slot_ids)
+    ids = slots[jnp.clip(idx - canaries.num_real, 0, len(slots) - 1)]
+    dirac = jnp.zeros(canaries.num_canaries).at[ids].add(
+        jnp.where(is_canary, grad_fn.l2_norm_bound, 0.0))
+    released = {"model": clipped_sum, "canaries": dirac}
   # Line 7: + N(0, sigma^2 C^2 I), as GAUSSIAN_DRAWS jax-privacy privatizers of std
   # sigma C / sqrt(GAUSSIAN_DRAWS) each (privacy.noise.normal's hardening), a fresh key per step.
-  noisy_sum = clipped_sum
   for draw in range(noise.GAUSSIAN_DRAWS):
     privatizer = noise_addition.gaussian_privatizer(
         stddev=noise_std / math.sqrt(noise.GAUSSIAN_DRAWS), prng_key=jax.random.fold_in(key, draw))
-    noisy_sum, _ = privatizer.update(noisy_sum, privatizer.init(noisy_sum))
+    released, _ = privatizer.update(released, privatizer.init(released))
+  noisy_sum = released
+  if canaries is not None:
+    noisy_sum = released["model"]
+    state = state.replace(canary_scores=state.canary_scores + canaries.score(
+        released["canaries"] / grad_fn.l2_norm_bound))
   # Divided by the public expected batch size q N (never the realised, private one).
   grads = jax.tree.map(lambda g: g / expected_batch, noisy_sum)
   real = jnp.maximum(jnp.sum(~padding), 1)
@@ -157,11 +190,11 @@ def batches(record: privacy.DpsgdSteps, num_examples: int, rng: np.random.Genera
 
 
 def private_step(model, record: privacy.DpsgdSteps, microbatch_size: int,
-                 loss: Callable | None = None):
+                 loss: Callable | None = None, canaries: Canaries | None = None):
   """(the jitted DP-SGD step ``step(state, key, inputs, y, idx)``, the clipped gradient's
   ``inputs`` transform) for ``model`` and ``loss`` (None: cross-entropy) under the record's
-  clip norm and noise; refused where jax-privacy's stated sensitivity is not the one the
-  record charges."""
+  clip norm and noise, with an audit's ``canaries``; refused where jax-privacy's stated
+  sensitivity is not the one the record charges."""
   grad_fn, inputs = clipped_grad_of(model, record.norm_bound, microbatch_size, loss)
   # The sum's sensitivity under the record's relation is what the record charges.
   stated = grad_fn.sensitivity(record.neighboring_relation)
@@ -169,7 +202,8 @@ def private_step(model, record: privacy.DpsgdSteps, microbatch_size: int,
     raise ConfigError(f"jax-privacy states sensitivity {stated} for the clipped sum, the ledger "
                       f"charges {record.l2_sensitivity}: refusing.")
   step = jax.jit(functools.partial(dpsgd_step, grad_fn=grad_fn, noise_std=record.noise_std,
-                                   expected_batch=float(record.batch_size)), donate_argnums=0)
+                                   expected_batch=float(record.batch_size), canaries=canaries),
+                 donate_argnums=0)
   return step, inputs
 
 
@@ -187,14 +221,16 @@ def train_private(state: train_state.TrainState, model, x: np.ndarray, y: np.nda
                   record: privacy.DpsgdSteps, microbatch_size: int, fit: train.FitConfig,
                   noise_key: jax.Array, batch_rng: np.random.Generator, checkpoint_dir: str,
                   name: str, log: Callable[[dict], None] = lambda m: None,
-                  loss: Callable | None = None):
+                  loss: Callable | None = None, canaries: Canaries | None = None):
   """``record.steps`` DP-SGD steps of ``state`` (``model``'s parameters) on (x, y) with the
   record's batch selection, clip norm and noise (resumable from ``checkpoint_dir``). The
   noise (``noise_key``) and the batches (``batch_rng``) must be secret
   (``privacy.noise.NoiseSource``); a resumed run passes the same ones and redraws the same
-  batches."""
-  step, inputs = private_step(model, record, microbatch_size, loss)
-  indices = batches(record, len(x), batch_rng, microbatch_size)
+  batches. With an audit's ``canaries`` (``state`` a ``CanaryState``) the batches are drawn
+  over the examples and the included canaries, at the record's sampling probability."""
+  step, inputs = private_step(model, record, microbatch_size, loss, canaries)
+  slots = len(canaries.slot_ids) if canaries is not None else 0
+  indices = batches(record, len(x) + slots, batch_rng, microbatch_size)
   x_dev, y_dev = inputs(jnp.asarray(x)), jnp.asarray(y)  # what grad_fn reads, once
   return train.run_steps(
       state, lambda s, k: step(s, k, x_dev, y_dev, jnp.asarray(indices[int(s.step)])),
