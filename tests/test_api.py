@@ -24,7 +24,7 @@ from user_models import UserBatchNormCNN, UserCNN, UserMLP, UserStatefulMLP
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTED = ["Answers", "Result", "Run", "Teachers", "dgd", "dpdfd", "dpsgd_noise_for",
-              "epsilon", "images", "labels", "noise_for", "noisy_labels", "open_run", "pate",
+              "epsilon", "images", "labels", "load_release", "noise_for", "noisy_labels", "open_run", "pate",
               "plan_queries", "privacy", "read_idx", "run", "smooth_sensitivity_epsilon",
               "teacher_votes", "train_dpsgd", "train_teachers"]
 
