@@ -199,6 +199,8 @@ def test_the_dirac_score_is_the_subsampled_gaussian_log_likelihood_ratio():
   np.testing.assert_allclose(canaries.dirac_llr(z, q, s), expected, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
 @pytest.mark.integration
 def test_the_canary_audit_of_dpsgd_stays_below_its_claim_and_catches_a_broken_noise(
     npz_file, tmp_path, monkeypatch):
@@ -222,7 +224,7 @@ def test_the_canary_audit_of_dpsgd_stays_below_its_claim_and_catches_a_broken_no
   assert abs(c["auc"] - c["simulated"]["auc"]) < 0.08
   assert report["audit_check"]["canaries"]["passed"]
   with open(os.path.join(run, "report.md")) as f:
-    assert "One-run canary audit (gradient (Dirac) canaries" in f.read()
+    assert "One-run canary audit of DP-SGD's model (gradient (Dirac) canaries" in f.read()
   with open(os.path.join(run, "release", "report.json")) as f:
     assert "audit" not in json.load(f)
   real = noise_addition.gaussian_privatizer
@@ -235,3 +237,30 @@ def test_the_canary_audit_of_dpsgd_stays_below_its_claim_and_catches_a_broken_no
   assert c["auc"] > 0.99 and max(c["one_run"], c["one_run_fdp"]) > c["claimed_epsilon"]
   assert c["simulated"]["auc"] < 0.9  # the claim's own mechanism cannot do that
   assert not os.path.exists(os.path.join(broken, "release"))
+
+
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_canary_audit_of_dgd_end_to_end_audits_its_private_baseline(
+    npz_file, tmp_path, monkeypatch):
+  """DGD's private baseline: its DP-SGD steps run again with 1,000 gradient canaries, held
+  against those steps' own add/remove-one epsilon; with the noise divided by 100 the bound
+  exceeds it. A run without DP-SGD steps is refused the canary audit before anything runs."""
+  from jax_privacy import noise_addition  # pylint: disable=g-import-not-at-top
+  run, broken = str(tmp_path / "run"), str(tmp_path / "broken")
+  pipeline.run(tiny_configs.dgd_private_baseline(npz_file), run)
+  shutil.copytree(run, broken)
+  c = audit_run(run, {**TINY_AUDIT, "canaries": 1000})["audit"]["canaries"]
+  assert c["audited"] == "DGD's private baseline, its DP-SGD steps alone"
+  assert 0.0 <= max(c["one_run"], c["one_run_fdp"]) <= c["claimed_epsilon"]
+  assert abs(c["auc"] - c["simulated"]["auc"]) < 0.08
+  real = noise_addition.gaussian_privatizer
+  monkeypatch.setattr(noise_addition, "gaussian_privatizer",
+                      lambda stddev, prng_key: real(stddev=stddev / 100, prng_key=prng_key))
+  with pytest.raises(PrivacyAuditError, match="canaries's empirical epsilon lower bound"):
+    audit_run(broken, {**TINY_AUDIT, "canaries": 1000})
+  plain = str(tmp_path / "plain")
+  pipeline.run(tiny_configs.baseline(npz_file), plain)
+  with pytest.raises(ConfigError, match="canary audit runs for DP-SGD steps so far"):
+    audit_run(plain, {**TINY_AUDIT, "canaries": 1000})

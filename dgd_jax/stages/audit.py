@@ -14,6 +14,7 @@ only (inversion would need gradients through its ScatterNet features).
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import jax
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dgd_jax.audit import attacks
+from dgd_jax.audit import canaries
 from dgd_jax.data import config_shards
 from dgd_jax.models import backbone
 from dgd_jax.plan import artefacts
@@ -30,7 +32,9 @@ from dgd_jax.plan.artefacts import load_classifier
 from dgd_jax.plan.context import Context, Program, abstract
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.stages import baseline as baseline_stage
 from dgd_jax.stages import dpsgd as dpsgd_stage
+from dgd_jax.training import dpsgd
 from dgd_jax.training import train
 
 CONFIG_KEYS = ("audit",)
@@ -54,20 +58,26 @@ def check(config, planned: tuple[str, ...]) -> None:
   if "dpsgd" in requires(planned) and config.dpsgd.ema:
     raise ConfigError("config.dpsgd.ema > 0 releases a parameter average the audit does not "
                       "read yet; audit a run with ema 0.")
-  canaries = config_canaries(config)
-  if canaries and (not isinstance(canaries, int) or canaries < 10):
-    raise ConfigError(f"config.audit.canaries={canaries!r}: give a whole number of canaries "
+  count = config_canaries(config)
+  if count and (not isinstance(count, int) or count < 10):
+    raise ConfigError(f"config.audit.canaries={count!r}: give a whole number of canaries "
                       ">= 10 (e.g. 1000), or 0 for no canary audit.")
-  if canaries and "dpsgd" not in requires(planned):
-    raise ConfigError(f"config.audit.canaries={canaries}: the one-run canary audit runs for "
-                      f"DP-SGD (dpsgd.py) so far, not for the {config.method!r} method; set "
-                      "--canaries=0 to audit it by membership inference.")
+  if count and not has_dpsgd_steps(config, planned):
+    raise ConfigError(f"config.audit.canaries={count}: the one-run canary audit runs for "
+                      "DP-SGD steps so far (dpsgd.py, dgd.py's private_baseline), not for this "
+                      f"{config.method!r} run; set --canaries=0 to audit it by membership "
+                      "inference.")
   if config.audit.prior not in ("auto", "generator", "pixel"):
     raise ConfigError(f"config.audit.prior={config.audit.prior!r}; use auto, generator or "
                       "pixel.")
   if config.audit.prior == "generator" and not trains_generator(config, requires(planned)):
     raise ConfigError(f"config.audit.prior='generator' but this {config.method!r} run trains "
                       "no generator (none, or generator.synthesis='inversion'); use 'pixel'.")
+
+
+def has_dpsgd_steps(config, planned: tuple[str, ...]) -> bool:
+  """Whether the run trains a model by DP-SGD (the canary audit's mechanism)."""
+  return "dpsgd" in planned or ("baseline" in planned and "dpsgd" in config.baseline)
 
 
 def prior_of(config, have: tuple[str, ...]) -> str:
@@ -178,6 +188,37 @@ def inversion(ctx: Context, models: dict) -> tuple[dict, np.ndarray, list[str]]:
   return out, np.stack(rows), labels
 
 
+def canary_audit(ctx: Context, num_canaries: int) -> dict:
+  """The one-run canary audit (``dgd_jax.audit.canaries``) of the run's DP-SGD steps (DP-SGD's
+  model, or DGD's private baseline): one more run of them with ``num_canaries`` gradient
+  canaries, each included with probability 1/2, in ``<audit>/canary_checkpoints``; its epsilon
+  lower bounds beside the add/remove-one epsilon claimed for those steps, and the bounds the
+  exact mechanism gives, simulated on the same coins."""
+  stage, what = ((dpsgd_stage, "DP-SGD's model") if "dpsgd" in ctx.results else
+                 (baseline_stage, "DGD's private baseline, its DP-SGD steps alone"))
+  delta = ctx.config.privacy.delta
+  record, claimed = stage.canary_plan(ctx)
+  included = canaries.inclusion(num_canaries, ctx.noise_rng("canary_inclusion"))
+  if included.all() or not included.any():  # probability 2^(1 - M): not redrawn
+    raise ConfigError(f"all {num_canaries} canaries fell on one side of their coins: audit "
+                      "again with more canaries (config.audit.canaries, e.g. 1000).")
+  q, sigma = record.sampling_probability, record.noise_multiplier
+  score = functools.partial(canaries.dirac_llr, sampling_probability=q, noise_multiplier=sigma)
+  slots = np.flatnonzero(included).astype(np.int32)
+  state = stage.train_canaries(ctx, record, dpsgd.Canaries(
+      len(ctx.dataset.x_train), slots, num_canaries, score),
+      os.path.join(ctx.stage.path, "canary_checkpoints"))
+  simulated = canaries.simulated_dirac_scores(included, record.steps, q, sigma,
+                                              np.random.default_rng(ctx.config.seed))  # public
+  ideal = canaries.one_run_bound(simulated, included, delta)
+  return {**canaries.one_run_bound(np.asarray(state.canary_scores), included, delta),
+          "simulated": {k: ideal[k] for k in ("one_run", "one_run_fdp", "auc")},
+          "audited": what, "kind": "gradient (Dirac) canaries, white-box: every step's noisy sum",
+          "claimed_epsilon": claimed.epsilon, "accountant": claimed.accountant,
+          "neighbours": "add_or_remove_one",
+          "cost": f"one more run of the {record.steps} DP-SGD steps with {num_canaries} canaries"}
+
+
 def config_canaries(config) -> int:
   """How many canaries the audit's one-run canary audit uses (0: none)."""
   return config.audit.get("canaries", 0)
@@ -192,8 +233,8 @@ def run(ctx: Context) -> dict:
   plots.image_grid(png, rows, row_labels=labels,
                    title=f"Model inversion ({inv['prior']} prior), one column per class")
   out = {}
-  if config_canaries(ctx.config) and "dpsgd" in ctx.results:
-    out["canaries"] = dpsgd_stage.canary_audit(ctx, ctx.config.audit.canaries)
+  if config_canaries(ctx.config):
+    out["canaries"] = canary_audit(ctx, ctx.config.audit.canaries)
   return {**out, "membership_auc": {k: v["auc"] for k, v in mi.items()},
           "epsilon_lower_bound": {k: v["epsilon_lower_bound"] for k, v in mi.items()},
           "membership_auc_interval": {k: v["auc_interval"] for k, v in mi.items()},

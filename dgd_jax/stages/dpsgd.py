@@ -5,24 +5,19 @@ the private set, accounted by the ledger's ``DpsgdSteps`` record, the reference 
 is compared with at equal epsilon."""
 from __future__ import annotations
 
-import functools
-import os
 import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax.training import train_state
 
 from dgd_jax import privacy
-from dgd_jax.audit import canaries as canaries_lib
 from dgd_jax.models import backbone, dpsgd as dpsgd_models, scattering
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan.context import NOISE_KEY, Context, Program, abstract
 from dgd_jax.privacy import checks as privacy_checks
-from dgd_jax.runtime.errors import ConfigError
 from dgd_jax.training import dpsgd
 from dgd_jax.training import train
 
@@ -142,33 +137,14 @@ def run(ctx: Context) -> dict:
   }
 
 
-def canary_audit(ctx: Context, num_canaries: int) -> dict:
-  """The one-run canary audit (``dgd_jax.audit.canaries``): one more DP-SGD run of this
-  config with ``num_canaries`` gradient canaries, each included with probability 1/2, in
-  ``<audit stage>/canary_checkpoints``; its epsilon lower bounds beside the add/remove-one
-  epsilon the run claims."""
+def canary_plan(ctx: Context):
+  """(the DP-SGD record a canary audit repeats, the add/remove-one epsilon the run claims)."""
   p = ctx.config.privacy
   record, ledger = planned(ctx)
-  included = canaries_lib.inclusion(num_canaries, ctx.noise_rng("canary_inclusion"))
-  if included.all() or not included.any():  # probability 2^(1 - M): not redrawn
-    raise ConfigError(f"all {num_canaries} canaries fell on one side of their coins: audit "
-                      "again with more canaries (config.audit.canaries, e.g. 1000).")
-  score = functools.partial(canaries_lib.dirac_llr,
-                            sampling_probability=record.sampling_probability,
-                            noise_multiplier=record.noise_multiplier)
-  canaries = dpsgd.Canaries(len(ctx.dataset.x_train), np.flatnonzero(included).astype(np.int32),
-                            num_canaries, score)
-  _, state, _, _ = train_model(ctx, record, os.path.join(ctx.stage.path, "canary_checkpoints"),
-                               "canary_dpsgd", canaries)
-  claimed = ledger.epsilon(p.delta, p.accountant, data_dependent=False)
-  simulated = canaries_lib.simulated_dirac_scores(
-      included, record.steps, record.sampling_probability, record.noise_multiplier,
-      np.random.default_rng(ctx.config.seed))  # public: the exact mechanism's reference
-  ideal = canaries_lib.one_run_bound(simulated, included, p.delta)
-  return {**canaries_lib.one_run_bound(np.asarray(state.canary_scores), included, p.delta),
-          "simulated": {k: ideal[k] for k in ("one_run", "one_run_fdp", "auc")},
-          "kind": "gradient (Dirac) canaries, white-box: every step's noisy sum",
-          "claimed_epsilon": claimed.epsilon, "accountant": claimed.accountant,
-          "neighbours": record.neighbours,
-          "cost": (f"one more run of the method's {record.steps} DP-SGD steps with "
-                   f"{num_canaries} canaries")}
+  return record, ledger.epsilon(p.delta, p.accountant, data_dependent=False)
+
+
+def train_canaries(ctx: Context, record: privacy.DpsgdSteps, canaries: dpsgd.Canaries,
+                   checkpoint_dir: str) -> dpsgd.CanaryState:
+  """One more run of the stage's DP-SGD with an audit's ``canaries``: its final state."""
+  return train_model(ctx, record, checkpoint_dir, "canary_dpsgd", canaries)[1]
