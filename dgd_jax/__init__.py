@@ -33,9 +33,9 @@ from dgd_jax.runtime import host
 host.keep_freed_memory()  # before XLA allocates: faster CPU steps (host.py)
 
 __all__ = ["Answers", "Result", "Run", "Teachers", "dgd", "dpdfd", "dpsgd_noise_for", "epsilon",
-           "images", "labels", "load_release", "noise_for", "noisy_labels", "open_run", "pate", "plan_queries",
-           "privacy", "read_idx", "run", "smooth_sensitivity_epsilon", "teacher_votes",
-           "train_dpsgd", "train_teachers"]
+           "images", "labels", "load_release", "noise_for", "noisy_labels", "open_run", "pate",
+           "plan_queries", "privacy", "read_idx", "run", "smooth_sensitivity_epsilon",
+           "teacher_votes", "train_dpsgd", "train_teachers"]
 
 
 def __getattr__(name: str):

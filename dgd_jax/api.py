@@ -55,8 +55,8 @@ from dgd_jax.plan import pool as pool_plan
 from dgd_jax.plan import queries as query_plan
 from dgd_jax.plan import student_fit
 from dgd_jax.privacy import checks
-from dgd_jax.privacy import smooth_sensitivity
 from dgd_jax.privacy import ledger
+from dgd_jax.privacy import smooth_sensitivity
 from dgd_jax.privacy.ledger import NOT_PRIVATE
 from dgd_jax.privacy.noise import NoiseSource
 from dgd_jax.privacy.releases import build_release

@@ -24,9 +24,9 @@ from user_models import UserBatchNormCNN, UserCNN, UserMLP, UserStatefulMLP
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTED = ["Answers", "Result", "Run", "Teachers", "dgd", "dpdfd", "dpsgd_noise_for",
-              "epsilon", "images", "labels", "load_release", "noise_for", "noisy_labels", "open_run", "pate",
-              "plan_queries", "privacy", "read_idx", "run", "smooth_sensitivity_epsilon",
-              "teacher_votes", "train_dpsgd", "train_teachers"]
+              "epsilon", "images", "labels", "load_release", "noise_for", "noisy_labels",
+              "open_run", "pate", "plan_queries", "privacy", "read_idx", "run",
+              "smooth_sensitivity_epsilon", "teacher_votes", "train_dpsgd", "train_teachers"]
 
 
 def test_the_public_names_are_exactly_the_documented_ones():

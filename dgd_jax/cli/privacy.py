@@ -77,8 +77,8 @@ _TARGET = flags.DEFINE_float(
     "target_epsilon", None, "Calibrate: most queries (no --queries) or least noise (no noise "
     "flag) meeting this epsilon under --accountant.")
 _ACCOUNTANT = flags.DEFINE_string(
-    "accountant", ledger.DEFAULT_ACCOUNTANT, f"Accountant for calibration and --max_epsilon: one of "
-    f"{', '.join(ledger.ACCOUNTANTS)}.")
+    "accountant", ledger.DEFAULT_ACCOUNTANT, "Accountant for calibration and --max_epsilon "
+    f"(the Python planners' default too): one of {', '.join(ledger.ACCOUNTANTS)}.")
 _MAX_EPSILON = flags.DEFINE_float(
     "max_epsilon", None, "Refuse (exit 1) if the planned epsilon under --accountant exceeds this.")
 _NORM_BOUND = flags.DEFINE_float(

@@ -10,7 +10,8 @@ are functions of the private data. The release holds
   data-dependent headline epsilon replaced by the tightest data-independent one;
 * ``model.msgpack``: the headline model's variables (flax msgpack; report.json's ``model``
   says which module applies them to which inputs, and ``dgd_jax.load_release`` does it),
-  only where the run's epsilon covers everything that model learnt from (``methods.model_withheld`` is "");
+  only where the run's epsilon covers everything that model learnt from
+  (``methods.model_withheld`` is "");
   elsewhere the model, its accuracy and its curves are withheld, and the report says why and
   which configuration would make it releasable (``PUBLISH``: the table of every method);
 * the pictures of the quantities left in that report (e.g. the student's training curve, a
@@ -244,7 +245,7 @@ def model_entry(method, config, num_classes: int, image_shape: tuple) -> dict:
                       "logits = module.apply(variables, inputs)"),
            "module": module_text(module),
            "inputs": (f"float32 [batch, {', '.join(map(str, image_shape))}] images scaled from "
-                      "uint8 as x / 127.5 - 1, the module reading " + read),
+                      "uint8 as x / 127.5 - 1; the module reads " + read),
            "load": ("module, variables, prepare = dgd_jax.load_release('<this folder>'); "
                     "logits = module.apply(variables, prepare(uint8_images))")}
   if isinstance(module, adapter.WithFeatures):
