@@ -32,7 +32,7 @@ def research_run(test):
   return pytest.mark.research(pytest.mark.slow(pytest.mark.integration(test)))
 
 
-LIBRARY = ("privacy", "training", "synthesis", "labelling", "models")  # config-free folders
+LIBRARY = ("privacy", "training", "synthesis", "labelling", "models", "audit")  # config-free
 
 
 def public(module: str) -> bool:
