@@ -264,3 +264,42 @@ def test_the_canary_audit_of_dgd_end_to_end_audits_its_private_baseline(
   pipeline.run(tiny_configs.baseline(npz_file), plain)
   with pytest.raises(ConfigError, match="canary audit runs for DP-SGD steps so far"):
     audit_run(plain, {**TINY_AUDIT, "canaries": 1000})
+
+
+@pytest.mark.extended  # CI's second tier (docs/PERFORMANCE.md)
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("aggregator", ["gaussian_histogram", "gaussian_class_count"])
+def test_the_vote_canary_audit_of_dgds_counts_release(aggregator, npz_file, tmp_path,
+                                                      monkeypatch):
+  """DGD's label release of noisy histograms or counts: 1,000 vote canaries through the run's
+  aggregator stay below its replace-one epsilon and match the exact Gaussian simulated; the
+  noise divided by 100 (a test-only hook on the sampler) exceeds it. GNMax labels are refused
+  before any attack runs."""
+  from dgd_jax.privacy import noise  # pylint: disable=g-import-not-at-top
+  config = tiny_configs.dgd(npz_file)
+  if aggregator == "gaussian_class_count":  # a count for the class each sample was made for
+    config.generator.update(synthesis="inversion", num_synthetic=96, oversample=1.0,
+                            inversion_batch_size=32, inversion_steps=30,
+                            synthetic_student_steps=20)
+  config.queries.update(aggregator=aggregator, noise_scale=8.0, num_queries=50)
+  run, broken = str(tmp_path / "run"), str(tmp_path / "broken")
+  pipeline.run(config, run)
+  shutil.copytree(run, broken)
+  report = audit_run(run, {**TINY_AUDIT, "canaries": 1000})
+  c = report["audit"]["canaries"]
+  assert c["audited"] == f"the label release (50 {aggregator} answers)"
+  assert c["claimed_epsilon"] == pytest.approx(
+      report["stages"]["queries"]["privacy"]["by_neighbours"]["replace_one"]["epsilons"][
+          report["accountant"]])
+  assert 0.0 <= max(c["one_run"], c["one_run_fdp"]) <= c["claimed_epsilon"]
+  assert abs(c["auc"] - c["simulated"]["auc"]) < 0.08 and report["audit_check"]["canaries"][
+      "passed"]
+  real = noise.normal
+  monkeypatch.setattr(noise, "normal", lambda key, shape, *a: real(key, shape, *a) / 100)
+  with pytest.raises(PrivacyAuditError, match="canaries's empirical epsilon lower bound"):
+    audit_run(broken, {**TINY_AUDIT, "canaries": 1000})
+  labels = str(tmp_path / "labels")
+  pipeline.run(tiny_configs.dgd(npz_file), labels)  # LNMax labels
+  with pytest.raises(ConfigError, match="lnmax release .labels. has no canary audit yet"):
+    audit_run(labels, {**TINY_AUDIT, "canaries": 1000})

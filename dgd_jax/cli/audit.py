@@ -6,7 +6,8 @@ r"""Privacy audit of a finished run (see ``dgd_jax.audit.attacks`` and ``stages/
 Reads the run's config.json, attacks the models its finished stages saved, writes
 <workdir>/audit/ and adds ``audit`` to report.json and report.md (never to release/). Trains
 nothing, except with ``--canaries``: one more run of its DP-SGD steps with that many gradient
-canaries (``dgd_jax.audit.canaries``), its one-run epsilon lower bound against their claim.
+canaries, or of its label release of noisy counts with vote canaries
+(``dgd_jax.audit.canaries``), its one-run epsilon lower bound against their claim.
 Parses flags and calls ``pipeline.run``; the library never reads FLAGS.
 """
 from __future__ import annotations
@@ -34,8 +35,9 @@ _PRIOR = flags.DEFINE_enum("prior", None, ["auto", "generator", "pixel"],
 _STEPS = flags.DEFINE_integer("inversion_steps", None, "Gradient steps per inversion.")
 _CANARIES = flags.DEFINE_integer(
     "canaries", None, "M > 0: one more run of the run's DP-SGD steps (dpsgd.py; dgd.py's "
-    "private_baseline) with M gradient canaries, each in the private set with probability 1/2, "
-    "and its one-run epsilon lower bound beside the claim.")
+    "private_baseline) with M gradient canaries, or of its label release of noisy counts with "
+    "M vote canaries, each in with probability 1/2, and its one-run epsilon lower bound "
+    "beside the claim.")
 flags.mark_flags_as_required(["workdir"])
 
 

@@ -229,8 +229,7 @@ def _canary_lines(c: dict) -> list[str]:
   """report.md's one-run canary audit: its bounds beside the claim, in one sentence."""
   lower = max(c["one_run"], c["one_run_fdp"])
   return [f"One-run canary audit of {c['audited']} ({c['kind']}; {c['canaries']} canaries, "
-          f"{c['included']} "
-          f"included at random; {c['cost']}): epsilon lower bound **{lower:.3f}** "
+          f"{c['included']} included at random; {c['cost']}): epsilon lower bound **{lower:.3f}** "
           f"(Steinke et al. {c['one_run']:.3f}, f-DP {c['one_run_fdp']:.3f}; each with "
           f"{1 - c['significance']:.0%} confidence at delta {c['delta']:g}), "
           f"{lower / c['claimed_epsilon']:.0%} of the claimed epsilon "

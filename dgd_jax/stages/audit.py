@@ -15,6 +15,7 @@ only (inversion would need gradients through its ScatterNet features).
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 import jax
@@ -24,6 +25,7 @@ import numpy as np
 from dgd_jax.audit import attacks
 from dgd_jax.audit import canaries
 from dgd_jax.data import config_shards
+from dgd_jax.labelling import aggregation
 from dgd_jax.models import backbone
 from dgd_jax.plan import artefacts
 from dgd_jax.plan import dpsgd as dpsgd_plan
@@ -62,11 +64,11 @@ def check(config, planned: tuple[str, ...]) -> None:
   if count and (not isinstance(count, int) or count < 10):
     raise ConfigError(f"config.audit.canaries={count!r}: give a whole number of canaries "
                       ">= 10 (e.g. 1000), or 0 for no canary audit.")
-  if count and not has_dpsgd_steps(config, planned):
+  if count and not (has_dpsgd_steps(config, planned) or "queries" in planned):
     raise ConfigError(f"config.audit.canaries={count}: the one-run canary audit runs for "
-                      "DP-SGD steps so far (dpsgd.py, dgd.py's private_baseline), not for this "
-                      f"{config.method!r} run; set --canaries=0 to audit it by membership "
-                      "inference.")
+                      "DP-SGD steps (dpsgd.py, dgd.py's private_baseline) and label releases "
+                      f"of noisy counts so far, not for this {config.method!r} run; set "
+                      "--canaries=0 to audit it by membership inference.")
   if config.audit.prior not in ("auto", "generator", "pixel"):
     raise ConfigError(f"config.audit.prior={config.audit.prior!r}; use auto, generator or "
                       "pixel.")
@@ -219,12 +221,58 @@ def canary_audit(ctx: Context, num_canaries: int) -> dict:
           "cost": f"one more run of the {record.steps} DP-SGD steps with {num_canaries} canaries"}
 
 
+def vote_canary_audit(ctx: Context, num_canaries: int) -> dict:
+  """The one-run canary audit of a label release of noisy counts (the histograms whole, or
+  one class's count: DGD's CPU presets): ``num_canaries`` vote canaries, each included with
+  probability 1/2. Canary i, when in, moves one teacher's vote between two classes of its own
+  on every one of the run's Q queries (the replace-one worst case the release's sensitivity
+  allows); the run's aggregator, at its noise, releases every canary row with a fresh secret
+  key, and each canary is scored by the Gaussian likelihood ratio, the sum over queries of
+  its noisy counts' difference (a count release: its one count). The claim: the release's
+  replace-one epsilon; the exact Gaussian mechanism is simulated beside it."""
+  result, p = ctx.results["queries"], ctx.config.privacy
+  row = aggregation.AGGREGATORS[result["aggregator"]]
+  by = result["privacy"]["by_neighbours"]
+  if row.released not in ("histograms", "counts") or "replace_one" not in by:
+    raise ConfigError(f"config.audit.canaries: the run's {result['aggregator']} release "
+                      "(labels) has no canary audit yet; the counts releases "
+                      f"({aggregation.HISTOGRAMS}, {aggregation.CLASS_COUNTS}) have one.")
+  claimed = by["replace_one"]["epsilons"][p.accountant]
+  included = canaries.inclusion(num_canaries, ctx.noise_rng("canary_inclusion"))
+  if included.all() or not included.any():  # probability 2^(1 - M): not redrawn
+    raise ConfigError(f"all {num_canaries} canaries fell on one side of their coins: audit "
+                      "again with more canaries (config.audit.canaries, e.g. 1000).")
+  q, sigma, b = result["num_queries"], result["noise_scale"], included.astype(np.float32)
+  votes = np.broadcast_to(np.stack([1.0 - b, b], -1), (q, num_canaries, 2)).reshape(-1, 2)
+  released = np.asarray(row(ctx.noise_key("canary_queries"), jnp.asarray(votes), sigma,
+                            jnp.ones(len(votes), jnp.int32)).released, np.float64)
+  released = released.reshape(q, num_canaries, -1)
+  scores = (released[..., 1] - released[..., 0] if row.released == "histograms"
+            else released[..., 0]).sum(0)
+  # public: the same release drawn exactly (a difference of two counts has std sigma sqrt 2)
+  spread = sigma * math.sqrt(q * (2 if row.released == "histograms" else 1))
+  shift = (2 * b - 1 if row.released == "histograms" else b) * q
+  simulated = shift + spread * np.random.default_rng(ctx.config.seed).normal(size=num_canaries)
+  ideal = canaries.one_run_bound(simulated, included, p.delta)
+  return {**canaries.one_run_bound(scores, included, p.delta),
+          "simulated": {k: ideal[k] for k in ("one_run", "one_run_fdp", "auc")},
+          "audited": f"the label release ({q} {result['aggregator']} answers)",
+          "kind": "vote canaries: one vote moved on every query, scored on the noisy counts",
+          "claimed_epsilon": claimed, "accountant": p.accountant, "neighbours": "replace_one",
+          "cost": f"{q} x {num_canaries} noisy canary rows from the release's aggregator"}
+
+
 def config_canaries(config) -> int:
   """How many canaries the audit's one-run canary audit uses (0: none)."""
   return config.audit.get("canaries", 0)
 
 
 def run(ctx: Context) -> dict:
+  out = {}
+  if config_canaries(ctx.config):  # first: a release without a canary audit is refused
+    audit = (canary_audit if has_dpsgd_steps(ctx.config, tuple(ctx.results))
+             else vote_canary_audit)
+    out["canaries"] = audit(ctx, ctx.config.audit.canaries)
   models = {name: load_classifier(ctx, name) for name in ("baseline", "student")
             if name in ctx.results}  # restored once, attacked twice
   mi = membership(ctx, models)
@@ -232,9 +280,6 @@ def run(ctx: Context) -> dict:
   png = os.path.join(ctx.stage.path, INVERSION_PNG)
   plots.image_grid(png, rows, row_labels=labels,
                    title=f"Model inversion ({inv['prior']} prior), one column per class")
-  out = {}
-  if config_canaries(ctx.config):
-    out["canaries"] = canary_audit(ctx, ctx.config.audit.canaries)
   return {**out, "membership_auc": {k: v["auc"] for k, v in mi.items()},
           "epsilon_lower_bound": {k: v["epsilon_lower_bound"] for k, v in mi.items()},
           "membership_auc_interval": {k: v["auc_interval"] for k, v in mi.items()},
