@@ -1,16 +1,22 @@
 """DP-SGD as a config plans it, for the ``dpsgd`` stage and DGD's private baseline (the
 config-aware side of ``dgd_jax.training.dpsgd``, which trains): the checks of ``config.dpsgd``, the
 model and its inputs, the planned ``privacy.DpsgdSteps`` record with its noise (given, or
-calibrated to ``privacy.max_epsilon``), and the private baseline's record, composed with the
-label queries under the same relation."""
+calibrated to ``privacy.max_epsilon``), the dpsgd stage's run, and the private baseline's
+record, composed with the label queries under the same relation, and its run: each run also
+the audit's canary run of it (``dgd_jax.audit.canaries``)."""
 from __future__ import annotations
 
 import copy
 import dataclasses
 import functools
 import math
+import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
+from flax.training import train_state
 
 from dgd_jax import privacy
 from dgd_jax.models import dpsgd as dpsgd_models
@@ -18,8 +24,11 @@ from dgd_jax.models import scattering
 from dgd_jax.models import backbone as backbone_model
 from dgd_jax.plan import backbone
 from dgd_jax.plan import queries as query_plan
-from dgd_jax.plan.context import config_teachers_changed, planned_noise, private_size
+from dgd_jax.plan.context import Context, config_teachers_changed, planned_noise, private_size
+from dgd_jax.privacy import checks as privacy_checks
 from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.training import dpsgd as dpsgd_training
+from dgd_jax.training import train
 
 
 BACKBONE = "backbone"  # config.dpsgd.model: the public pretrained backbone config.model names
@@ -162,6 +171,57 @@ def model_of(config, num_classes: int):
   return dpsgd_models.MODELS[d.model](num_classes=num_classes)
 
 
+# ---- the dpsgd stage's run (and the audit's canary run of it) ---------------------------------
+
+def fresh_state(config, model, input_shape, key: jax.Array, **fields) -> train_state.TrainState:
+  """A fresh model for ``input_shape`` with DP-SGD's optimizer (SGD, momentum, the
+  parameters' moving average); ``fields``: a ``CanaryState``'s."""
+  d = config.dpsgd
+  params = model.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32))
+  tx = optax.sgd(d.learning_rate, momentum=d.momentum or None)
+  cls = dpsgd_training.CanaryState if fields else train_state.TrainState
+  if d.ema:
+    tx = optax.chain(tx, dpsgd_training.parameter_average(d.ema))
+  return cls.create(apply_fn=model.apply, params=params, tx=tx, **fields)
+
+
+def planned(ctx: Context) -> tuple[privacy.DpsgdSteps, privacy.PrivacyLedger]:
+  """The dpsgd stage's record (its noise calibrated) and ledger, the budget checked."""
+  config, p = ctx.config, ctx.config.privacy
+  n = public_size(config, len(ctx.dataset.x_train))
+  record = release(config, noise_multiplier(config, n), n)
+  ledger = privacy.PrivacyLedger([record])
+  if privacy_checks.has_budget(p.max_epsilon):
+    ledger.check_budget(p.max_epsilon, p.delta, p.accountant)
+  return record, ledger
+
+
+def train_dpsgd(ctx: Context, record: privacy.DpsgdSteps, checkpoint_dir: str, purpose: str,
+                canaries: dpsgd_training.Canaries | None = None):
+  """(model, trained state, the model's training and test inputs, feature seconds): the
+  record's DP-SGD run of ``ctx``'s config from the public initialisation, its noise and
+  batches drawn for ``purpose``, with an audit's ``canaries``."""
+  config, data, d = ctx.config, ctx.dataset, ctx.config.dpsgd
+  model = model_of(config, data.num_classes)
+  t0 = time.perf_counter()
+  x_train = inputs(config, model, data.x_train)
+  x_test = inputs(config, model, data.x_test)
+  feature_seconds = time.perf_counter() - t0
+  init_key = ctx.key("dpsgd")  # public: the initialisation
+  noise_key, batches = ctx.noise_key(purpose), ctx.noise_rng(f"{purpose}_batches")  # secret
+  init = backbone_model.init_shape(model, x_train.shape[1:], data.image_shape)
+  fields = ({"canary_scores": jnp.zeros(canaries.num_canaries)} if canaries is not None
+            else {})
+  state = fresh_state(config, model, init, init_key, **fields)
+  fit = train.FitConfig(num_steps=d.num_steps, batch_size=d.batch_size,
+                        learning_rate=d.learning_rate, checkpoint_every=config.checkpoint_every,
+                        log_every=config.log_every)
+  state = dpsgd_training.train_private(state, model, x_train, data.y_train, record,
+                                       d.microbatch_size, fit, noise_key, batches,
+                                       checkpoint_dir, purpose, ctx.log, canaries=canaries)
+  return model, state, x_test, feature_seconds
+
+
 # ---- DGD's private baseline -----------------------------------------------------------------
 
 def baseline_releases(config, neighbours: str = "replace_one", dataset_size: int | None = None
@@ -192,6 +252,26 @@ def baseline_releases(config, neighbours: str = "replace_one", dataset_size: int
 
   return [template.with_noise(planned_noise("baseline.dpsgd", d.noise, p.max_epsilon,
                                             calibrate))]
+
+
+def train_baseline(ctx: Context, model, cfg: train.FitConfig, record: privacy.DpsgdSteps,
+                   checkpoint_dir: str, purpose: str,
+                   canaries: dpsgd_training.Canaries | None = None):
+  """The final state of the record's DP-SGD run of DGD's baseline (``model``, Adam by
+  ``cfg``) from its public initialisation, noise and batches drawn for ``purpose``, with an
+  audit's ``canaries``."""
+  config, data = ctx.config, ctx.dataset
+  init_key, _ = jax.random.split(ctx.key("baseline"))  # public: the initialisation
+  noise_key, batches = ctx.noise_key(purpose), ctx.noise_rng(f"{purpose}_batches")  # secret
+  state = train.create_train_state(model, train.optimizer(cfg), init_key, data.image_shape)
+  if canaries is not None:
+    state = dpsgd_training.CanaryState.create(
+        apply_fn=state.apply_fn, params=state.params, tx=state.tx,
+        canary_scores=jnp.zeros(canaries.num_canaries))
+  return dpsgd_training.train_private(state, model, data.x_train, data.y_train, record,
+                                      config.baseline.dpsgd.microbatch_size, cfg, noise_key,
+                                      batches, checkpoint_dir, purpose, ctx.log,
+                                      canaries=canaries)
 
 
 @functools.lru_cache(maxsize=16)

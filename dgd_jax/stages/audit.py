@@ -14,6 +14,7 @@ only (inversion would need gradients through its ScatterNet features).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -22,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dgd_jax import privacy
 from dgd_jax.audit import attacks
 from dgd_jax.audit import canaries
 from dgd_jax.data import config_shards
@@ -34,8 +36,6 @@ from dgd_jax.plan.artefacts import load_classifier
 from dgd_jax.plan.context import Context, Program, abstract
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
-from dgd_jax.stages import baseline as baseline_stage
-from dgd_jax.stages import dpsgd as dpsgd_stage
 from dgd_jax.training import dpsgd
 from dgd_jax.training import train
 
@@ -196,10 +196,21 @@ def canary_audit(ctx: Context, num_canaries: int) -> dict:
   canaries, each included with probability 1/2, in ``<audit>/canary_checkpoints``; its epsilon
   lower bounds beside the add/remove-one epsilon claimed for those steps, and the bounds the
   exact mechanism gives, simulated on the same coins."""
-  stage, what = ((dpsgd_stage, "DP-SGD's model") if "dpsgd" in ctx.results else
-                 (baseline_stage, "DGD's private baseline, its DP-SGD steps alone"))
-  delta = ctx.config.privacy.delta
-  record, claimed = stage.canary_plan(ctx)
+  config, data = ctx.config, ctx.dataset
+  delta = config.privacy.delta
+  if "dpsgd" in ctx.results:
+    what = "DP-SGD's model"
+    record, ledger = dpsgd_plan.planned(ctx)
+    claimed = ledger.epsilon(delta, config.privacy.accountant, data_dependent=False)
+    run = lambda c, folder: dpsgd_plan.train_dpsgd(ctx, record, folder, "canary_dpsgd", c)[1]
+  else:  # DGD's private baseline: its steps alone, the canaries reach nothing else
+    what = "DGD's private baseline, its DP-SGD steps alone"
+    [record] = dpsgd_plan.baseline_releases(config, dataset_size=len(data.x_train))
+    claimed = privacy.PrivacyLedger([dataclasses.replace(
+        record, neighbours="add_or_remove_one")]).epsilon(delta, "pld", data_dependent=False)
+    run = lambda c, folder: dpsgd_plan.train_baseline(
+        ctx, artefacts.classifier(config, data.num_classes),
+        artefacts.fit_config(config, "baseline"), record, folder, "canary_baseline", c)
   included = canaries.inclusion(num_canaries, ctx.noise_rng("canary_inclusion"))
   if included.all() or not included.any():  # probability 2^(1 - M): not redrawn
     raise ConfigError(f"all {num_canaries} canaries fell on one side of their coins: audit "
@@ -207,9 +218,8 @@ def canary_audit(ctx: Context, num_canaries: int) -> dict:
   q, sigma = record.sampling_probability, record.noise_multiplier
   score = functools.partial(canaries.dirac_llr, sampling_probability=q, noise_multiplier=sigma)
   slots = np.flatnonzero(included).astype(np.int32)
-  state = stage.train_canaries(ctx, record, dpsgd.Canaries(
-      len(ctx.dataset.x_train), slots, num_canaries, score),
-      os.path.join(ctx.stage.path, "canary_checkpoints"))
+  state = run(dpsgd.Canaries(len(data.x_train), slots, num_canaries, score),
+              os.path.join(ctx.stage.path, "canary_checkpoints"))
   simulated = canaries.simulated_dirac_scores(included, record.steps, q, sigma,
                                               np.random.default_rng(ctx.config.seed))  # public
   ideal = canaries.one_run_bound(simulated, included, delta)

@@ -4,14 +4,11 @@ against). With ``config.baseline.dpsgd`` (dgd.py's ``private_baseline``) it is t
 DP-SGD instead, and the queries stage composes its steps with the label queries."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 
 import jax
-import jax.numpy as jnp
 
-from dgd_jax import privacy
 from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan.artefacts import classifier, fit_config
 from dgd_jax.plan.context import NOISE_KEY, Context, Program, abstract, abstract_key
@@ -100,49 +97,16 @@ def run(ctx: Context) -> dict:
   }
 
 
-def _private(ctx: Context, record: privacy.DpsgdSteps, checkpoint_dir: str, purpose: str,
-             canaries: dpsgd.Canaries | None = None):
-  """(model, final state, fit config) of the record's DP-SGD run of the baseline from its
-  public initialisation, noise and batches drawn for ``purpose``, with an audit's
-  ``canaries``."""
-  config, data = ctx.config, ctx.dataset
-  model = classifier(config, data.num_classes)
-  init_key, _ = jax.random.split(ctx.key("baseline"))  # public: the initialisation
-  noise_key, batches = ctx.noise_key(purpose), ctx.noise_rng(f"{purpose}_batches")  # secret
-  cfg = fit_config(config, "baseline")
-  state = train.create_train_state(model, train.optimizer(cfg), init_key, data.image_shape)
-  if canaries is not None:
-    state = dpsgd.CanaryState.create(apply_fn=state.apply_fn, params=state.params, tx=state.tx,
-                                     canary_scores=jnp.zeros(canaries.num_canaries))
-  state = dpsgd.train_private(state, model, data.x_train, data.y_train, record,
-                              config.baseline.dpsgd.microbatch_size, cfg, noise_key, batches,
-                              checkpoint_dir, purpose, ctx.log, canaries=canaries)
-  return model, state, cfg
-
-
-def canary_plan(ctx: Context):
-  """(the private baseline's DP-SGD record a canary audit repeats, the add/remove-one epsilon
-  of those steps alone: the audit's canaries reach nothing else)."""
-  [record] = dpsgd_plan.baseline_releases(ctx.config, dataset_size=len(ctx.dataset.x_train))
-  steps = dataclasses.replace(record, neighbours="add_or_remove_one")
-  return record, privacy.PrivacyLedger([steps]).epsilon(ctx.config.privacy.delta, "pld",
-                                                       data_dependent=False)
-
-
-def train_canaries(ctx: Context, record: privacy.DpsgdSteps, canaries: dpsgd.Canaries,
-                   checkpoint_dir: str) -> dpsgd.CanaryState:
-  """One more run of the private baseline's DP-SGD with an audit's ``canaries``."""
-  return _private(ctx, record, checkpoint_dir, "canary_baseline", canaries)[1]
-
-
 def run_private(ctx: Context) -> dict:
   """DGD's baseline trained with DP-SGD on the private set: Poisson batches, clipped
   per-example gradients, Gaussian noise, Adam on the noisy mean (post-processing), the
   baseline block's schedule."""
   data = ctx.dataset
   [record] = dpsgd_plan.baseline_releases(ctx.config, dataset_size=len(data.x_train))
+  model, cfg = classifier(ctx.config, data.num_classes), fit_config(ctx.config, "baseline")
   t0 = time.perf_counter()
-  model, state, cfg = _private(ctx, record, ctx.stage.checkpoint_dir, "baseline")
+  state = dpsgd_plan.train_baseline(ctx, model, cfg, record, ctx.stage.checkpoint_dir,
+                                    "baseline")
   return {
       "test_accuracy": train.accuracy(model.apply, state.params, data.x_test, data.y_test),
       "num_params": sum(x.size for x in jax.tree.leaves(state.params)),
