@@ -20,6 +20,7 @@ Parses flags and calls ``pipeline.run``; the library never reads FLAGS.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from absl import app, flags
@@ -86,8 +87,11 @@ def main(argv):
     sys.exit(f"error: {e}")
   except KeyboardInterrupt:  # every artefact is written whole: a rerun resumes
     print("interrupted: rerun the same command to resume from the last checkpoint.",
-          file=sys.stderr)
-    sys.exit(130)
+          file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    # Orbax's writer threads, cut off by an interrupt mid-save, print tracebacks while the
+    # interpreter shuts down: the workdir's files are closed and its lock released by now
+    os._exit(130)
   except PrivacyAuditError as e:
     sys.exit(f"AUDIT FAILED: {e}")
   summary = {k: report[k] for k in ("method", "dataset", "preset", "test_accuracy")}

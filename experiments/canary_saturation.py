@@ -1,4 +1,4 @@
-"""How far a one-run canary audit can reach on DP-SGD's exact mechanism, by number of canaries.
+"""How far a one-run canary audit reaches on DP-SGD's exact mechanism.
 
 Question: the canary audit of the DP-SGD presets (``python -m dgd_jax.audit --canaries=M``)
 reaches a third of the claimed epsilon at M = 1,000: is that the implementation or the one-run

@@ -162,7 +162,7 @@ def test_a_killed_deepinversion_resumes_to_the_same_synthetic_set(npz_file, tmp_
 STAGE_RUNS = {
     "baseline": ("baseline.py:{data},cpu", "baseline", ["baseline.num_steps=200"]),
     "teachers": ("pate.py:{data},cpu", "teachers",
-                 ["num_teachers=4", "teachers.num_steps=200"]),
+                 ["num_teachers=4", "teachers.num_steps=600"]),
     "teacher_sweep": ("teacher_sweep.py:{data},cpu", "teacher_sweep",
                       ["sweep.sizes=(2,4)", "teachers.num_steps=200"]),
     "generator": ("dgd.py:{data},cpu,generator", "generator",
