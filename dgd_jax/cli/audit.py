@@ -81,7 +81,8 @@ def main(argv):
                     "epsilon_lower_bound": a["epsilon_lower_bound"],
                     "inversion_similarity": a["inversion_similarity"],
                     **({"canaries": {k: a["canaries"][k] for k in (
-                        "one_run", "one_run_fdp", "claimed_epsilon", "canaries")}}
+                        "epsilon_lower_bound", "one_run", "one_run_fdp", "claimed_epsilon",
+                        "canaries")}}
                        if "canaries" in a else {})}))
   print(f"report: {os.path.join(_WORKDIR.value, 'report.md')}")
 

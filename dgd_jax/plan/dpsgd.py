@@ -173,16 +173,15 @@ def model_of(config, num_classes: int):
 
 # ---- the dpsgd stage's run (and the audit's canary run of it) ---------------------------------
 
-def fresh_state(config, model, input_shape, key: jax.Array, **fields) -> train_state.TrainState:
+def fresh_state(config, model, input_shape, key: jax.Array) -> train_state.TrainState:
   """A fresh model for ``input_shape`` with DP-SGD's optimizer (SGD, momentum, the
-  parameters' moving average); ``fields``: a ``CanaryState``'s."""
+  parameters' moving average)."""
   d = config.dpsgd
   params = model.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32))
   tx = optax.sgd(d.learning_rate, momentum=d.momentum or None)
-  cls = dpsgd_training.CanaryState if fields else train_state.TrainState
-  if d.ema:
-    tx = optax.chain(tx, dpsgd_training.parameter_average(d.ema))
-  return cls.create(apply_fn=model.apply, params=params, tx=tx, **fields)
+  return train_state.TrainState.create(
+      apply_fn=model.apply, params=params,
+      tx=optax.chain(tx, dpsgd_training.parameter_average(d.ema)) if d.ema else tx)
 
 
 def planned(ctx: Context) -> tuple[privacy.DpsgdSteps, privacy.PrivacyLedger]:
@@ -210,9 +209,7 @@ def train_dpsgd(ctx: Context, record: privacy.DpsgdSteps, checkpoint_dir: str, p
   init_key = ctx.key("dpsgd")  # public: the initialisation
   noise_key, batches = ctx.noise_key(purpose), ctx.noise_rng(f"{purpose}_batches")  # secret
   init = backbone_model.init_shape(model, x_train.shape[1:], data.image_shape)
-  fields = ({"canary_scores": jnp.zeros(canaries.num_canaries)} if canaries is not None
-            else {})
-  state = fresh_state(config, model, init, init_key, **fields)
+  state = fresh_state(config, model, init, init_key)
   fit = train.FitConfig(num_steps=d.num_steps, batch_size=d.batch_size,
                         learning_rate=d.learning_rate, checkpoint_every=config.checkpoint_every,
                         log_every=config.log_every)
@@ -264,10 +261,6 @@ def train_baseline(ctx: Context, model, cfg: train.FitConfig, record: privacy.Dp
   init_key, _ = jax.random.split(ctx.key("baseline"))  # public: the initialisation
   noise_key, batches = ctx.noise_key(purpose), ctx.noise_rng(f"{purpose}_batches")  # secret
   state = train.create_train_state(model, train.optimizer(cfg), init_key, data.image_shape)
-  if canaries is not None:
-    state = dpsgd_training.CanaryState.create(
-        apply_fn=state.apply_fn, params=state.params, tx=state.tx,
-        canary_scores=jnp.zeros(canaries.num_canaries))
   return dpsgd_training.train_private(state, model, data.x_train, data.y_train, record,
                                       config.baseline.dpsgd.microbatch_size, cfg, noise_key,
                                       batches, checkpoint_dir, purpose, ctx.log,

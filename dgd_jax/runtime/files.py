@@ -89,11 +89,8 @@ class _WriteErrorLogs(logging.Filter):
 def check_space(path: str, nbytes: int) -> None:
   """OSError ENOSPC (``writing`` reports it in one line) where the disk that holds ``path``
   has less than ``nbytes`` and a margin free: a writer that fails in its own threads (Orbax)
-  is not started on a full disk."""
-  folder = path
-  while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
-    folder = os.path.dirname(folder)
-  if shutil.disk_usage(folder).free < 1.1 * nbytes + SPACE_MARGIN:
+  is not started on a full disk. ``path`` is an existing folder."""
+  if shutil.disk_usage(path).free < 1.1 * nbytes + SPACE_MARGIN:
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 

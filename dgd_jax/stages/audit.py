@@ -190,6 +190,27 @@ def inversion(ctx: Context, models: dict) -> tuple[dict, np.ndarray, list[str]]:
   return out, np.stack(rows), labels
 
 
+def _coins(ctx: Context, num_canaries: int) -> np.ndarray:
+  """The canaries' secret inclusion coins; refused (not redrawn) if all fell on one side."""
+  included = canaries.inclusion(num_canaries, ctx.noise_rng("canary_inclusion"))
+  if included.all() or not included.any():  # probability 2^(1 - M)
+    raise ConfigError(f"all {num_canaries} canaries fell on one side of their coins: audit "
+                      "again with more canaries (config.audit.canaries, e.g. 1000).")
+  return included
+
+
+def _bounds(scores: np.ndarray, simulated: np.ndarray, included: np.ndarray,
+            delta: float) -> dict:
+  """The one-run bounds of the run's canary ``scores`` and, under ``simulated``, of the exact
+  mechanism's; ``epsilon_lower_bound`` the larger of the run's two (each at 95%)."""
+  ideal = canaries.one_run_bound(simulated, included, delta)
+  bound = canaries.one_run_bound(scores, included, delta)
+  top = lambda b: max(b["one_run"], b["one_run_fdp"])
+  return {**bound, "epsilon_lower_bound": top(bound),
+          "simulated": {"epsilon_lower_bound": top(ideal),
+                        **{k: ideal[k] for k in ("one_run", "one_run_fdp", "auc")}}}
+
+
 def canary_audit(ctx: Context, num_canaries: int) -> dict:
   """The one-run canary audit (``dgd_jax.audit.canaries``) of the run's DP-SGD steps (DP-SGD's
   model, or DGD's private baseline): one more run of them with ``num_canaries`` gradient
@@ -211,10 +232,7 @@ def canary_audit(ctx: Context, num_canaries: int) -> dict:
     run = lambda c, folder: dpsgd_plan.train_baseline(
         ctx, artefacts.classifier(config, data.num_classes),
         artefacts.fit_config(config, "baseline"), record, folder, "canary_baseline", c)
-  included = canaries.inclusion(num_canaries, ctx.noise_rng("canary_inclusion"))
-  if included.all() or not included.any():  # probability 2^(1 - M): not redrawn
-    raise ConfigError(f"all {num_canaries} canaries fell on one side of their coins: audit "
-                      "again with more canaries (config.audit.canaries, e.g. 1000).")
+  included = _coins(ctx, num_canaries)
   q, sigma = record.sampling_probability, record.noise_multiplier
   score = functools.partial(canaries.dirac_llr, sampling_probability=q, noise_multiplier=sigma)
   slots = np.flatnonzero(included).astype(np.int32)
@@ -222,9 +240,7 @@ def canary_audit(ctx: Context, num_canaries: int) -> dict:
               os.path.join(ctx.stage.path, "canary_checkpoints"))
   simulated = canaries.simulated_dirac_scores(included, record.steps, q, sigma,
                                               np.random.default_rng(ctx.config.seed))  # public
-  ideal = canaries.one_run_bound(simulated, included, delta)
-  return {**canaries.one_run_bound(np.asarray(state.canary_scores), included, delta),
-          "simulated": {k: ideal[k] for k in ("one_run", "one_run_fdp", "auc")},
+  return {**_bounds(np.asarray(state.canary_scores), simulated, included, delta),
           "audited": what, "kind": "gradient (Dirac) canaries, white-box: every step's noisy sum",
           "claimed_epsilon": claimed.epsilon, "accountant": claimed.accountant,
           "neighbours": "add_or_remove_one",
@@ -248,10 +264,7 @@ def vote_canary_audit(ctx: Context, num_canaries: int) -> dict:
                       "(labels) has no canary audit yet; the counts releases "
                       f"({aggregation.HISTOGRAMS}, {aggregation.CLASS_COUNTS}) have one.")
   claimed = by["replace_one"]["epsilons"][p.accountant]
-  included = canaries.inclusion(num_canaries, ctx.noise_rng("canary_inclusion"))
-  if included.all() or not included.any():  # probability 2^(1 - M): not redrawn
-    raise ConfigError(f"all {num_canaries} canaries fell on one side of their coins: audit "
-                      "again with more canaries (config.audit.canaries, e.g. 1000).")
+  included = _coins(ctx, num_canaries)
   q, sigma, b = result["num_queries"], result["noise_scale"], included.astype(np.float32)
   votes = np.broadcast_to(np.stack([1.0 - b, b], -1), (q, num_canaries, 2)).reshape(-1, 2)
   released = np.asarray(row(ctx.noise_key("canary_queries"), jnp.asarray(votes), sigma,
@@ -263,9 +276,7 @@ def vote_canary_audit(ctx: Context, num_canaries: int) -> dict:
   spread = sigma * math.sqrt(q * (2 if row.released == "histograms" else 1))
   shift = (2 * b - 1 if row.released == "histograms" else b) * q
   simulated = shift + spread * np.random.default_rng(ctx.config.seed).normal(size=num_canaries)
-  ideal = canaries.one_run_bound(simulated, included, p.delta)
-  return {**canaries.one_run_bound(scores, included, p.delta),
-          "simulated": {k: ideal[k] for k in ("one_run", "one_run_fdp", "auc")},
+  return {**_bounds(scores, simulated, included, p.delta),
           "audited": f"the label release ({q} {result['aggregator']} answers)",
           "kind": "vote canaries: one vote moved on every query, scored on the noisy counts",
           "claimed_epsilon": claimed, "accountant": p.accountant, "neighbours": "replace_one",

@@ -226,10 +226,15 @@ def train_private(state: train_state.TrainState, model, x: np.ndarray, y: np.nda
   record's batch selection, clip norm and noise (resumable from ``checkpoint_dir``). The
   noise (``noise_key``) and the batches (``batch_rng``) must be secret
   (``privacy.noise.NoiseSource``); a resumed run passes the same ones and redraws the same
-  batches. With an audit's ``canaries`` (``state`` a ``CanaryState``) the batches are drawn
-  over the examples and the included canaries, at the record's sampling probability."""
+  batches. With an audit's ``canaries`` the state becomes a ``CanaryState`` and the batches
+  are drawn over the examples and the included canaries, at the record's sampling
+  probability."""
   step, inputs = private_step(model, record, microbatch_size, loss, canaries)
-  slots = len(canaries.slot_ids) if canaries is not None else 0
+  slots = 0
+  if canaries is not None:
+    slots = len(canaries.slot_ids)
+    state = CanaryState.create(apply_fn=state.apply_fn, params=state.params, tx=state.tx,
+                               canary_scores=jnp.zeros(canaries.num_canaries))
   indices = batches(record, len(x) + slots, batch_rng, microbatch_size)
   x_dev, y_dev = inputs(jnp.asarray(x)), jnp.asarray(y)  # what grad_fn reads, once
   return train.run_steps(
