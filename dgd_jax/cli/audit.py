@@ -6,8 +6,9 @@ r"""Privacy audit of a finished run (see ``dgd_jax.audit.attacks`` and ``stages/
 Reads the run's config.json, attacks the models its finished stages saved, writes
 <workdir>/audit/ and adds ``audit`` to report.json and report.md (never to release/). Trains
 nothing, except with ``--canaries``: one more run of its DP-SGD steps with that many gradient
-canaries, or of its label release of noisy counts with vote canaries
-(``dgd_jax.audit.canaries``), its one-run epsilon lower bound against their claim.
+canaries, or of its label release with vote canaries, or of DPDFD's steps with model
+canaries, and of an LDP client with feature canaries (``dgd_jax.audit.canaries``), each
+one-run epsilon lower bound against its claim.
 Parses flags and calls ``pipeline.run``; the library never reads FLAGS.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dgd_jax.configs import common
 from dgd_jax.plan.context import Config
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
+from dgd_jax.runner import report as report_lib
 from dgd_jax.runtime import progress
 from dgd_jax.runtime.errors import PrivacyAuditError, UserInputError, WorkdirConflictError
 from dgd_jax.runtime.workdir import Stage, Workdir
@@ -35,9 +37,10 @@ _PRIOR = flags.DEFINE_enum("prior", None, ["auto", "generator", "pixel"],
 _STEPS = flags.DEFINE_integer("inversion_steps", None, "Gradient steps per inversion.")
 _CANARIES = flags.DEFINE_integer(
     "canaries", None, "M > 0: one more run of the run's DP-SGD steps (dpsgd.py; dgd.py's "
-    "private_baseline) with M gradient canaries, or of its label release of noisy counts with "
-    "M vote canaries, each in with probability 1/2, and its one-run epsilon lower bound "
-    "beside the claim.")
+    "private_baseline) with M gradient canaries, else of its label release with M vote "
+    "canaries, else of DPDFD's steps with M model canaries, and of its LDP client with M "
+    "feature canaries, each in with probability 1/2; each one-run epsilon lower bound beside "
+    "its claim.")
 flags.mark_flags_as_required(["workdir"])
 
 
@@ -80,10 +83,9 @@ def main(argv):
   print(json.dumps({"membership_auc": a["membership_auc"],
                     "epsilon_lower_bound": a["epsilon_lower_bound"],
                     "inversion_similarity": a["inversion_similarity"],
-                    **({"canaries": {k: a["canaries"][k] for k in (
+                    **{key: {k: a[key][k] for k in (
                         "epsilon_lower_bound", "one_run", "one_run_fdp", "claimed_epsilon",
-                        "canaries")}}
-                       if "canaries" in a else {})}))
+                        "canaries")} for key in report_lib.CANARY_AUDITS if key in a}}))
   print(f"report: {os.path.join(_WORKDIR.value, 'report.md')}")
 
 

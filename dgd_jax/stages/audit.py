@@ -11,6 +11,11 @@ auditor, ``attacks.membership``); the report holds it against the replace-one ep
 run's releases for the models that epsilon covers whole (``Method.audited``,
 ``report.audit_check``). DP-SGD's model is attacked by membership
 only (inversion would need gradients through its ScatterNet features).
+
+``audit.canaries`` = M adds the one-run canary audits (``canary_audits``): of the run's DP-SGD
+steps (gradient canaries, one more run of them), else its label release (vote canaries),
+else a DPDFD conversion's steps (model canaries), and of an LDP client (feature canaries);
+each is held against the claim for what it audits, and none reaches ``release/``.
 """
 from __future__ import annotations
 
@@ -34,20 +39,24 @@ from dgd_jax.plan import dpsgd as dpsgd_plan
 from dgd_jax.plan import pool
 from dgd_jax.plan.artefacts import load_classifier
 from dgd_jax.plan.context import Context, Program, abstract
+from dgd_jax.privacy.releases import build_release
 from dgd_jax.runtime import plots
 from dgd_jax.runtime.errors import ConfigError
+from dgd_jax.synthesis import dpdfd
 from dgd_jax.training import dpsgd
+from dgd_jax.training import ldp
 from dgd_jax.training import train
 
 CONFIG_KEYS = ("audit",)
 DELTA = 1e-5  # of the epsilon lower bound, for a method without a privacy block
 INVERSION_PNG = "inversion.png"
+CANARY_ROWS = 2 ** 21  # vote canary rows the aggregator answers at once
 
 
 def requires(planned: tuple[str, ...]) -> tuple[str, ...]:
-  """Of the stages a method's run has (``planned``), the models it trains and its generator
-  where it trains one (the inversion prior)."""
-  return tuple(s for s in ("baseline", "teachers", "generator", "student", "dpsgd")
+  """Of the stages a method's run has (``planned``), the models it trains, its generator
+  where it trains one (the inversion prior) and DPDFD's steps (their canary audit's record)."""
+  return tuple(s for s in ("baseline", "teachers", "generator", "student", "dpsgd", "dpdfd")
                if s in planned)
 
 
@@ -64,11 +73,12 @@ def check(config, planned: tuple[str, ...]) -> None:
   if count and (not isinstance(count, int) or count < 10):
     raise ConfigError(f"config.audit.canaries={count!r}: give a whole number of canaries "
                       ">= 10 (e.g. 1000), or 0 for no canary audit.")
-  if count and not (has_dpsgd_steps(config, planned) or "queries" in planned):
+  if count and not canary_audits(config, planned):
     raise ConfigError(f"config.audit.canaries={count}: the one-run canary audit runs for "
-                      "DP-SGD steps (dpsgd.py, dgd.py's private_baseline) and label releases "
-                      f"of noisy counts so far, not for this {config.method!r} run; set "
-                      "--canaries=0 to audit it by membership inference.")
+                      "DP-SGD steps (dpsgd.py, dgd.py's private_baseline), label releases, "
+                      "DPDFD's steps and the LDP client, none of which this "
+                      f"{config.method!r} run has; set --canaries=0 to audit it by "
+                      "membership inference.")
   if config.audit.prior not in ("auto", "generator", "pixel"):
     raise ConfigError(f"config.audit.prior={config.audit.prior!r}; use auto, generator or "
                       "pixel.")
@@ -190,9 +200,10 @@ def inversion(ctx: Context, models: dict) -> tuple[dict, np.ndarray, list[str]]:
   return out, np.stack(rows), labels
 
 
-def _coins(ctx: Context, num_canaries: int) -> np.ndarray:
-  """The canaries' secret inclusion coins; refused (not redrawn) if all fell on one side."""
-  included = canaries.inclusion(num_canaries, ctx.noise_rng("canary_inclusion"))
+def _coins(ctx: Context, num_canaries: int, name: str = "canary_inclusion") -> np.ndarray:
+  """The canaries' secret inclusion coins (the noise source ``name``); refused (not redrawn) if
+  all fell on one side."""
+  included = canaries.inclusion(num_canaries, ctx.noise_rng(name))
   if included.all() or not included.any():  # probability 2^(1 - M)
     raise ConfigError(f"all {num_canaries} canaries fell on one side of their coins: audit "
                       "again with more canaries (config.audit.canaries, e.g. 1000).")
@@ -200,13 +211,16 @@ def _coins(ctx: Context, num_canaries: int) -> np.ndarray:
 
 
 def _bounds(scores: np.ndarray, simulated: np.ndarray, included: np.ndarray,
-            delta: float) -> dict:
+            delta: float, gaussian: bool) -> dict:
   """The one-run bounds of the run's canary ``scores`` and, under ``simulated``, of the exact
-  mechanism's; ``epsilon_lower_bound`` the larger of the run's two (each at 95%)."""
+  mechanism's. ``epsilon_lower_bound``, the one held against the claim: Steinke et al.'s,
+  valid for every (epsilon, delta) mechanism, or where the mechanism's trade-off curve is a
+  Gaussian's (``gaussian``: Gaussian releases composed, and their post-processing) the larger
+  of it and the f-DP one, which jax-privacy computes for that curve (each at 95%)."""
+  top = lambda b: max(b["one_run"], b["one_run_fdp"]) if gaussian else b["one_run"]
   ideal = canaries.one_run_bound(simulated, included, delta)
   bound = canaries.one_run_bound(scores, included, delta)
-  top = lambda b: max(b["one_run"], b["one_run_fdp"])
-  return {**bound, "epsilon_lower_bound": top(bound),
+  return {**bound, "epsilon_lower_bound": top(bound), "gaussian_tradeoff": gaussian,
           "simulated": {"epsilon_lower_bound": top(ideal),
                         **{k: ideal[k] for k in ("one_run", "one_run_fdp", "auc")}}}
 
@@ -240,60 +254,160 @@ def canary_audit(ctx: Context, num_canaries: int) -> dict:
               os.path.join(ctx.stage.path, "canary_checkpoints"))
   simulated = canaries.simulated_dirac_scores(included, record.steps, q, sigma,
                                               np.random.default_rng(ctx.config.seed))  # public
-  return {**_bounds(np.asarray(state.canary_scores), simulated, included, delta),
+  return {**_bounds(np.asarray(state.canary_scores), simulated, included, delta, False),
           "audited": what, "kind": "gradient (Dirac) canaries, white-box: every step's noisy sum",
           "claimed_epsilon": claimed.epsilon, "accountant": claimed.accountant,
-          "neighbours": "add_or_remove_one",
+          "neighbours": "add_or_remove_one", "against": "the epsilon of those steps",
           "cost": f"one more run of the {record.steps} DP-SGD steps with {num_canaries} canaries"}
 
 
+def _claim(record, p) -> tuple[float, str]:
+  """The data-independent epsilon of ``record`` alone at the run's delta: under the run's
+  accountant where it accounts such a record, else ``rdp`` (a filter's or a data-dependent
+  accountant states the run's own queries, not the canaries')."""
+  ledger = privacy.PrivacyLedger([record])
+  for accountant in (p.accountant, "rdp"):
+    try:
+      return ledger.epsilon(p.delta, accountant, data_dependent=False).epsilon, accountant
+    except ConfigError:
+      continue
+  raise ConfigError(f"no data-independent accountant states {record.mechanism}'s epsilon.")
+
+
 def vote_canary_audit(ctx: Context, num_canaries: int) -> dict:
-  """The one-run canary audit of a label release of noisy counts (the histograms whole, or
-  one class's count: DGD's CPU presets): ``num_canaries`` vote canaries, each included with
-  probability 1/2. Canary i, when in, moves one teacher's vote between two classes of its own
-  on every one of the run's Q queries (the replace-one worst case the release's sensitivity
-  allows); the run's aggregator, at its noise, releases every canary row with a fresh secret
-  key, and each canary is scored by the Gaussian likelihood ratio, the sum over queries of
-  its noisy counts' difference (a count release: its one count). The claim: the release's
-  replace-one epsilon; the exact Gaussian mechanism is simulated beside it."""
-  result, p = ctx.results["queries"], ctx.config.privacy
-  row = aggregation.AGGREGATORS[result["aggregator"]]
-  by = result["privacy"]["by_neighbours"]
-  if row.released not in ("histograms", "counts") or "replace_one" not in by:
-    raise ConfigError(f"config.audit.canaries: the run's {result['aggregator']} release "
-                      "(labels) has no canary audit yet; the counts releases "
-                      f"({aggregation.HISTOGRAMS}, {aggregation.CLASS_COUNTS}) have one.")
-  claimed = by["replace_one"]["epsilons"][p.accountant]
+  """The one-run canary audit of a label release (``canaries.vote_rows``): ``num_canaries``
+  vote canaries, each included with probability 1/2, each moving one teacher's vote between
+  two tied classes on every one of the run's Q queries. The run's aggregator, at its noise
+  (and Confident-GNMax's threshold), answers every canary query with a key of its own; each
+  canary is scored on its answers (``canaries.vote_scores``). The claim: the data-independent
+  epsilon of Q such answers for one moved vote (a data-dependent epsilon states the run's own
+  votes, not the canaries'); the exact mechanism is simulated beside it. A Confident-GNMax
+  canary's top count is the same in and out: its threshold step only thins the answers."""
+  config, result, p = ctx.config, ctx.results["queries"], ctx.config.privacy
+  name = result["aggregator"]
+  row = aggregation.AGGREGATORS[name]
+  q, scale = result["num_queries"], result["noise_scale"]
+  confident = name == privacy.ConfidentGNMaxQueries.mechanism
+  threshold, sigma1 = ((config.queries.threshold, config.queries.sigma1) if confident
+                       else (0.0, 0.0))
+  record = build_release(name, queries=q, noise_scale=scale,
+                         **({"threshold": threshold, "sigma1": sigma1} if confident else {}))
+  claimed, accountant = _claim(record, p)
   included = _coins(ctx, num_canaries)
-  q, sigma, b = result["num_queries"], result["noise_scale"], included.astype(np.float32)
-  votes = np.broadcast_to(np.stack([1.0 - b, b], -1), (q, num_canaries, 2)).reshape(-1, 2)
-  released = np.asarray(row(ctx.noise_key("canary_queries"), jnp.asarray(votes), sigma,
-                            jnp.ones(len(votes), jnp.int32)).released, np.float64)
-  released = released.reshape(q, num_canaries, -1)
-  scores = (released[..., 1] - released[..., 0] if row.released == "histograms"
-            else released[..., 0]).sum(0)
-  # public: the same release drawn exactly (a difference of two counts has std sigma sqrt 2)
-  spread = sigma * math.sqrt(q * (2 if row.released == "histograms" else 1))
-  shift = (2 * b - 1 if row.released == "histograms" else b) * q
-  simulated = shift + spread * np.random.default_rng(ctx.config.seed).normal(size=num_canaries)
-  return {**_bounds(scores, simulated, included, p.delta),
-          "audited": f"the label release ({q} {result['aggregator']} answers)",
-          "kind": "vote canaries: one vote moved on every query, scored on the noisy counts",
+  teachers = ctx.results.get("teachers", {}).get("num_teachers", config.num_teachers)
+  rows = canaries.vote_rows(included, teachers, ctx.dataset.num_classes)
+  key, rng = ctx.noise_key("canary_queries"), np.random.default_rng(config.seed)  # rng public
+  scores, simulated = np.zeros(num_canaries), np.zeros(num_canaries)
+  per_chunk = max(1, CANARY_ROWS // num_canaries)
+  for start in range(0, q, per_chunk):  # the queries in chunks of about CANARY_ROWS rows
+    n = min(per_chunk, q - start)
+    votes = jnp.asarray(np.broadcast_to(rows, (n,) + rows.shape).reshape(-1, rows.shape[1]))
+    out = row(jax.random.fold_in(key, start), votes, scale, jnp.ones(len(votes), jnp.int32),
+              threshold, sigma1)
+    values = (None if out.released is None else
+              np.asarray(out.released, np.float64).reshape((n, num_canaries, -1)).squeeze(-1)
+              if row.released == "counts" else
+              np.asarray(out.released, np.float64).reshape((n,) + rows.shape))
+    scores += canaries.vote_scores(row.released, np.asarray(out.labels).reshape(n, -1), values)
+    simulated += canaries.vote_scores(row.released, *canaries.simulated_vote_answers(
+        name, rows, n, scale, threshold, sigma1, rng))
+  laplace = name == privacy.LNMaxQueries.mechanism  # else Gaussian noise, post-processed
+  return {**_bounds(scores, simulated, included, p.delta, not laplace),
+          "audited": f"the label release ({q} {name} answers)",
+          "kind": f"vote canaries: one vote moved on every query, scored on the {row.released}",
+          "claimed_epsilon": claimed, "accountant": accountant, "neighbours": "replace_one",
+          "against": "the data-independent epsilon of the release's answers for one moved vote",
+          "cost": f"{q} x {num_canaries} noisy canary queries through the release's aggregator"}
+
+
+def dpdfd_canary_audit(ctx: Context, num_canaries: int) -> dict:
+  """The one-run canary audit of DPDFD's releases, the noisy rows of A_{C,sigma} (Eq. 4):
+  ``num_canaries`` sensitive models, each included with probability 1/2, whose output
+  gradient on every row of every one of the T steps points at +e_0 (in) or -e_0 (out),
+  bounded by the run's own operation (``synthesis.dpdfd.bound``; times the teachers one change
+  moves) and released by the run's mechanism at its noise (``synthesis.dpdfd.mechanism``, a
+  key per canary and step), scored by the sum of their noisy rows. The claim: the run's
+  replace-one epsilon of its steps; the exact Gaussian is simulated beside it."""
+  config, result, p, d = ctx.config, ctx.results["dpdfd"], ctx.config.privacy, ctx.config.dpdfd
+  by = result["privacy"]["by_neighbours"]["replace_one"]
+  claimed = by["epsilons"][p.accountant]
+  changed = max(1, by.get("teachers_changed") or 1)
+  included = _coins(ctx, num_canaries)
+  sigma, steps, b = result["noise_multiplier"], result["num_steps"], d.batch_size
+  sign = np.where(included, 1.0, -1.0)[:, None, None]
+  block = changed * dpdfd.bound(jnp.asarray(sign * np.ones((1, b, 1))), d.norm_bound,
+                                d.operation)  # [m, B, 1], one teacher's rows moved c times
+  release = jax.jit(jax.vmap(lambda k, g: dpdfd.mechanism(k, g, sigma, d.norm_bound)))
+  key = ctx.noise_key("canary_dpdfd")
+
+  def step(total, t):
+    keys = jax.random.split(jax.random.fold_in(key, t), num_canaries)
+    return total + release(keys, block).sum((1, 2)) * b / d.norm_bound, None
+  scores, _ = jax.lax.scan(step, jnp.zeros(num_canaries), jnp.arange(steps))
+  # public: the same sums drawn exactly, in units of C: in and out means T sum|g_bar| / C
+  shift = steps * float(jnp.abs(block[0]).sum()) / d.norm_bound
+  simulated = canaries.simulated_gaussian_sums(included, shift, sigma * math.sqrt(steps * b),
+                                               np.random.default_rng(config.seed))
+  return {**_bounds(np.asarray(scores, np.float64), simulated, included, p.delta, True),
+          "audited": f"DPDFD's released rows ({steps} steps of {b})",
+          "kind": "model canaries: every row's bounded gradient at +-e_0, scored on the noisy "
+                  "rows' sum",
           "claimed_epsilon": claimed, "accountant": p.accountant, "neighbours": "replace_one",
-          "cost": f"{q} x {num_canaries} noisy canary rows from the release's aggregator"}
+          "against": "the run's epsilon of its DPDFD steps",
+          "cost": f"{steps} x {num_canaries} noisy canary batches of A_(C,sigma)"}
+
+
+def client_canary_audit(ctx: Context, num_canaries: int) -> dict:
+  """The one-run canary audit of the LDP client (``training.ldp.transform``, Algorithm 1):
+  ``num_canaries`` features at -B or +B (``canaries.client_canaries``), each included (+B) with
+  probability 1/2, sent once through the client at the run's (sigma, mu, B) with its own
+  secret key, scored by the value sent. The claim: the client's pure local epsilon per
+  feature, the one its integer noise table realises (pure, so it holds at the bound's delta,
+  the run's); the exact sampler is simulated beside it."""
+  config, c = ctx.config, ctx.config.ldp
+  shape = ctx.dataset.image_shape
+  size = int(np.prod(shape))
+  claimed = privacy.ldp_local_epsilon(c.sigma, size, c.mu, relation="feature")
+  included = _coins(ctx, num_canaries, "client_canary_inclusion")
+  sent = ldp.transform(ctx.noise_key("canary_client"),
+                       jnp.asarray(canaries.client_canaries(included, shape, c.bound)),
+                       c.sigma, c.mu, c.bound)
+  scores = np.asarray(sent, np.float64).reshape(-1)[:num_canaries]
+  simulated = canaries.simulated_client_scores(included, c.sigma, c.mu, size,
+                                               np.random.default_rng(config.seed))
+  delta = config.privacy.delta if "privacy" in config else DELTA  # pure: any delta > 0
+  return {**_bounds(scores, simulated, included, delta, False),
+          "audited": f"the LDP client (sigma {c.sigma:g}, mask rate {c.mu:g}, B {c.bound:g})",
+          "kind": "feature canaries at -B or +B, one client sample's features each, scored on "
+                  "the value sent",
+          "claimed_epsilon": claimed, "accountant": "pure (the integer noise table)",
+          "neighbours": "one feature changed",
+          "against": "the client's local epsilon per feature",
+          "cost": f"{-(-num_canaries // size)} client samples through the client"}
 
 
 def config_canaries(config) -> int:
-  """How many canaries the audit's one-run canary audit uses (0: none)."""
+  """How many canaries the audit's one-run canary audits use (0: none)."""
   return config.audit.get("canaries", 0)
+
+
+def canary_audits(config, planned: tuple[str, ...]) -> dict:
+  """The one-run canary audits a run of the stages ``planned`` gets, report key -> audit:
+  ``canaries`` its central release's (DP-SGD steps, else the label release, else a DPDFD
+  conversion's steps), ``client_canaries`` its LDP client's."""
+  central = (canary_audit if has_dpsgd_steps(config, planned) else
+             vote_canary_audit if "queries" in planned else
+             dpdfd_canary_audit if "dpdfd" in planned and config.dpdfd.teacher != "private_data"
+             else None)  # direct training (label DP): no canary design yet
+  return {**({"canaries": central} if central else {}),
+          **({"client_canaries": client_canary_audit} if "ldp" in config else {})}
 
 
 def run(ctx: Context) -> dict:
   out = {}
   if config_canaries(ctx.config):  # first: a release without a canary audit is refused
-    audit = (canary_audit if has_dpsgd_steps(ctx.config, tuple(ctx.results))
-             else vote_canary_audit)
-    out["canaries"] = audit(ctx, ctx.config.audit.canaries)
+    for name, audit in canary_audits(ctx.config, tuple(ctx.results)).items():
+      out[name] = audit(ctx, ctx.config.audit.canaries)
   models = {name: load_classifier(ctx, name) for name in ("baseline", "student")
             if name in ctx.results}  # restored once, attacked twice
   mi = membership(ctx, models)
