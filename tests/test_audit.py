@@ -112,7 +112,11 @@ def test_audit_command_on_a_finished_dgd_run(finished_dgd_copy):
   with open(os.path.join(workdir, "report.json")) as f:
     assert json.load(f)["audit"]["membership_auc"] == a["membership_auc"]
   with open(os.path.join(workdir, "report.md")) as f:
-    assert "## Privacy audit" in f.read()
+    text = f.read()
+  assert "## Privacy audit" in text
+  # DGD's default epsilon covers the labels only: one sentence on what the student showed
+  assert ("Uncovered path: the epsilon does not cover the student. The epsilon covers the "
+          "label answers only" in text and "On the student the audit found " in text)
   assert audit_run(workdir, TINY_AUDIT)["audit"] == a  # a second call reuses the stage
   with pytest.raises(WorkdirConflictError, match="To audit with other settings, remove"):
     audit_run(workdir, {**TINY_AUDIT, "splits": 2})
@@ -246,15 +250,19 @@ def test_the_canary_audit_of_dgd_end_to_end_audits_its_private_baseline(
     npz_file, tmp_path, monkeypatch):
   """DGD's private baseline: its DP-SGD steps run again with 1,000 gradient canaries, held
   against those steps' own add/remove-one epsilon by Steinke et al.'s bound (about 4.7 at
-  most with 1,000 canaries, so the budget is 3); with the noise divided by 100 it exceeds it. A run without DP-SGD steps is refused the canary audit before anything runs."""
+  most with 1,000 canaries, so the budget is 3); with the noise divided by 100 it exceeds it.
+  Its GNMax labels get vote canaries of their own. A run without DP-SGD steps is refused the canary audit before anything runs."""
   from jax_privacy import noise_addition  # pylint: disable=g-import-not-at-top
   run, broken = str(tmp_path / "run"), str(tmp_path / "broken")
   config = tiny_configs.dgd_private_baseline(npz_file)
   config.privacy.max_epsilon = 3.0  # its steps' claim below Steinke et al.'s saturation
   pipeline.run(config, run)
   shutil.copytree(run, broken)
-  c = audit_run(run, {**TINY_AUDIT, "canaries": 1000})["audit"]["canaries"]
+  audit = audit_run(run, {**TINY_AUDIT, "canaries": 1000})["audit"]
+  c, labels = audit["canaries"], audit["label_canaries"]
   assert c["audited"] == "DGD's private baseline, its DP-SGD steps alone"
+  assert labels["audited"] == "the label release (50 gnmax answers)"  # its own coins
+  assert 0.0 <= labels["epsilon_lower_bound"] <= labels["claimed_epsilon"]
   assert 0.0 <= max(c["one_run"], c["one_run_fdp"]) <= c["claimed_epsilon"]
   assert abs(c["auc"] - c["simulated"]["auc"]) < 0.08
   real = noise_addition.gaussian_privatizer

@@ -274,7 +274,8 @@ def _claim(record, p) -> tuple[float, str]:
   raise ConfigError(f"no data-independent accountant states {record.mechanism}'s epsilon.")
 
 
-def vote_canary_audit(ctx: Context, num_canaries: int) -> dict:
+def vote_canary_audit(ctx: Context, num_canaries: int, coins: str = "canary_inclusion"
+                      ) -> dict:
   """The one-run canary audit of a label release (``canaries.vote_rows``): ``num_canaries``
   vote canaries, each included with probability 1/2, each moving one teacher's vote between
   two tied classes on every one of the run's Q queries. The run's aggregator, at its noise
@@ -293,7 +294,7 @@ def vote_canary_audit(ctx: Context, num_canaries: int) -> dict:
   record = build_release(name, queries=q, noise_scale=scale,
                          **({"threshold": threshold, "sigma1": sigma1} if confident else {}))
   claimed, accountant = _claim(record, p)
-  included = _coins(ctx, num_canaries)
+  included = _coins(ctx, num_canaries, coins)
   teachers = ctx.results.get("teachers", {}).get("num_teachers", config.num_teachers)
   rows = canaries.vote_rows(included, teachers, ctx.dataset.num_classes)
   key, rng = ctx.noise_key("canary_queries"), np.random.default_rng(config.seed)  # rng public
@@ -394,13 +395,19 @@ def config_canaries(config) -> int:
 def canary_audits(config, planned: tuple[str, ...]) -> dict:
   """The one-run canary audits a run of the stages ``planned`` gets, report key -> audit:
   ``canaries`` its central release's (DP-SGD steps, else the label release, else a DPDFD
-  conversion's steps), ``client_canaries`` its LDP client's."""
-  central = (canary_audit if has_dpsgd_steps(config, planned) else
-             vote_canary_audit if "queries" in planned else
-             dpdfd_canary_audit if "dpdfd" in planned and config.dpdfd.teacher != "private_data"
-             else None)  # direct training (label DP): no canary design yet
-  return {**({"canaries": central} if central else {}),
-          **({"client_canaries": client_canary_audit} if "ldp" in config else {})}
+  conversion's steps), ``label_canaries`` the label release of a run whose DP-SGD steps have
+  ``canaries`` (DGD's private baseline), ``client_canaries`` its LDP client's."""
+  out = {}
+  if has_dpsgd_steps(config, planned):
+    out["canaries"] = canary_audit
+  if "queries" in planned:
+    out["label_canaries" if out else "canaries"] = functools.partial(
+        vote_canary_audit, coins="label_canary_inclusion" if out else "canary_inclusion")
+  if not out and "dpdfd" in planned and config.dpdfd.teacher != "private_data":
+    out["canaries"] = dpdfd_canary_audit  # direct training (label DP): no canary design yet
+  if "ldp" in config:
+    out["client_canaries"] = client_canary_audit
+  return out
 
 
 def run(ctx: Context) -> dict:
