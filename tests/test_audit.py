@@ -251,7 +251,8 @@ def test_the_canary_audit_of_dgd_end_to_end_audits_its_private_baseline(
   """DGD's private baseline: its DP-SGD steps run again with 1,000 gradient canaries, held
   against those steps' own add/remove-one epsilon by Steinke et al.'s bound (about 4.7 at
   most with 1,000 canaries, so the budget is 3); with the noise divided by 100 it exceeds it.
-  Its GNMax labels get vote canaries of their own. A run without DP-SGD steps is refused the canary audit before anything runs."""
+  Its GNMax labels get vote canaries of their own. A run without a release the canary audit
+  knows is refused it before anything runs."""
   from jax_privacy import noise_addition  # pylint: disable=g-import-not-at-top
   run, broken = str(tmp_path / "run"), str(tmp_path / "broken")
   config = tiny_configs.dgd_private_baseline(npz_file)

@@ -23,9 +23,10 @@ the other T - 1 teachers tie between classes 0 and 1 and canary i's teacher vote
 included, 0 otherwise: one moved vote, the replace-one change, on each of the release's Q
 queries, where a noisy argmax is most sensitive to it. Scored on what each answer releases
 (``vote_scores``). The LDP client's canaries (``client_canaries``) are features at -B or +B
-(out or in), each sent through the client once, scored by the value sent; DPDFD's
-(``dpdfd_block``) a sensitive model whose output gradient on each of a step's B rows points
-at +e_0 (in) or -e_0 (out) on every step, scored by the noisy rows' sum. Each comes with its
+(out or in), each sent through the client once, scored by the value sent; DPDFD's are
+sensitive models whose output gradient on each of a step's B rows points at +e_0 (in) or
+-e_0 (out) on every step, scored by the noisy rows' sum (``simulated_gaussian_sums``, its
+exact law). Each comes with its
 exact mechanism simulated on public randomness beside it: what a correct implementation's
 audit should reach.
 """
@@ -148,7 +149,8 @@ def simulated_client_scores(included: np.ndarray, sigma: float, mask_rate: float
   support, r = (len(counts) - 1) // 2, local.ldp_output_range(sigma)
   k = rng.choice(np.arange(-support, support + 1), len(included), p=counts / counts.sum())
   sent = np.clip(np.where(included, local.LDP_GRID, -local.LDP_GRID) + k, -r, r)
-  masked = rng.random(len(included)) < math.ceil(round(num_features * mask_rate, 9)) / num_features
+  zeros = math.ceil(round(num_features * mask_rate, 9))  # as ``training.ldp.mask``
+  masked = rng.random(len(included)) < zeros / num_features
   return np.where(masked, 0, sent).astype(np.float64)
 
 
