@@ -201,6 +201,7 @@ def _checkpointed(folder) -> bool:
   return any(p.name.isdigit() for p in folder.glob("*checkpoints*/*")) if folder.is_dir() else False
 
 
+KILL_ATTEMPTS = 3  # runs started until a kill lands before the stage ends
 # In CI's second tier: the teachers' stacked state (SIGKILL and Ctrl-C) and DP-SGD's noisy
 # steps; the other stages with -m slow (about 50 s each).
 IN_CI = {("teachers", signal.SIGKILL), ("teachers", signal.SIGINT), ("dpsgd", signal.SIGKILL)}
@@ -223,14 +224,18 @@ def test_a_stage_killed_after_its_first_checkpoint_resumes_to_the_same_result(
   whole = run(tmp_path / "whole")
   err = whole.communicate(timeout=1800)[1]
   assert whole.returncode == 0, err[-3000:]
-  workdir = tmp_path / "killed"
-  proc = run(workdir)
-  while not _checkpointed(workdir / stage):
-    assert proc.poll() is None, proc.communicate()[1][-3000:]
-    time.sleep(0.02)
-  proc.send_signal(sig)
-  _, err = proc.communicate(timeout=600)
-  assert not (workdir / stage / "result.json").exists(), "finished before the kill"
+  for attempt in range(KILL_ATTEMPTS):  # a busy host may let the stage finish first
+    workdir = tmp_path / f"killed_{attempt}"
+    proc = run(workdir)
+    while not _checkpointed(workdir / stage):
+      assert proc.poll() is None, proc.communicate()[1][-3000:]
+      time.sleep(0.02)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=600)
+    if not (workdir / stage / "result.json").exists():
+      break
+  assert not (workdir / stage / "result.json").exists(), (
+      f"finished before the kill, {KILL_ATTEMPTS} times")
   if sig == signal.SIGINT:
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1].startswith("interrupted: rerun the same command")
