@@ -23,7 +23,6 @@ from dgd_jax.configs import common
 from dgd_jax.plan.context import Config
 from dgd_jax.runner import methods
 from dgd_jax.runner import pipeline
-from dgd_jax.runner import report as report_lib
 from dgd_jax.runtime import progress
 from dgd_jax.runtime.errors import PrivacyAuditError, UserInputError, WorkdirConflictError
 from dgd_jax.runtime.workdir import Stage, Workdir
@@ -85,7 +84,7 @@ def main(argv):
                     "inversion_similarity": a["inversion_similarity"],
                     **{key: {k: a[key][k] for k in (
                         "epsilon_lower_bound", "one_run", "one_run_fdp", "claimed_epsilon",
-                        "canaries")} for key in report_lib.CANARY_AUDITS if key in a}}))
+                        "canaries")} for key in audit_stage.CANARY_AUDITS if key in a}}))
   print(f"report: {os.path.join(_WORKDIR.value, 'report.md')}")
 
 

@@ -14,12 +14,10 @@ from dgd_jax.runner import methods
 from dgd_jax.runtime import host
 from dgd_jax.runtime.files import plain
 from dgd_jax.runtime.workdir import write_report
+from dgd_jax.stages.audit import CANARY_AUDITS
 
 # Stage results that report.json also shows at its top level.
 TOP_LEVEL = ("generator", "vae", "ldp", "audit")
-# The audit's one-run canary audits (``stages.audit.canary_audits``): the central release's,
-# a private baseline's label release, the LDP client's.
-CANARY_AUDITS = ("canaries", "label_canaries", "client_canaries")
 
 def neighbours(p: dict, accountant: str) -> str:
   """The neighbouring datasets the run's epsilon holds for, each relation with its epsilon

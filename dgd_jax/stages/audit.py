@@ -51,6 +51,10 @@ CONFIG_KEYS = ("audit",)
 DELTA = 1e-5  # of the epsilon lower bound, for a method without a privacy block
 INVERSION_PNG = "inversion.png"
 CANARY_ROWS = 2 ** 21  # vote canary rows the aggregator answers at once
+# The one-run canary audits' keys in the result (``canary_audits``): the central release's, a
+# private baseline's label release, the LDP client's.
+CANARIES, LABEL_CANARIES, CLIENT_CANARIES = CANARY_AUDITS = (
+    "canaries", "label_canaries", "client_canaries")
 
 
 def requires(planned: tuple[str, ...]) -> tuple[str, ...]:
@@ -151,7 +155,7 @@ def membership(ctx: Context, models: dict) -> dict:
   ``models``: the restored baseline and student, name -> (model, params)."""
   config, data, a = ctx.config, ctx.dataset, ctx.config.audit
   x_out, y_out = pool.evaluation(ctx) if "pool" in config else (data.x_test, data.y_test)
-  delta = config.privacy.delta if "privacy" in config else DELTA
+  delta = _delta(config)
   attack = lambda scores, splits: attacks.membership(scores, splits, a.examples, config.seed,
                                                    delta)
   out = {}
@@ -198,6 +202,11 @@ def inversion(ctx: Context, models: dict) -> tuple[dict, np.ndarray, list[str]]:
     rows.append(recon)
     labels.append(f"{name} inversion")
   return out, np.stack(rows), labels
+
+
+def _delta(config) -> float:
+  """The delta of the audit's epsilon lower bounds: the run's, or ``DELTA`` without one."""
+  return config.privacy.delta if "privacy" in config else DELTA
 
 
 def _coins(ctx: Context, num_canaries: int, name: str = "canary_inclusion") -> np.ndarray:
@@ -305,10 +314,9 @@ def vote_canary_audit(ctx: Context, num_canaries: int, coins: str = "canary_incl
     votes = jnp.asarray(np.broadcast_to(rows, (n,) + rows.shape).reshape(-1, rows.shape[1]))
     out = row(jax.random.fold_in(key, start), votes, scale, jnp.ones(len(votes), jnp.int32),
               threshold, sigma1)
-    values = (None if out.released is None else
-              np.asarray(out.released, np.float64).reshape((n, num_canaries, -1)).squeeze(-1)
-              if row.released == "counts" else
-              np.asarray(out.released, np.float64).reshape((n,) + rows.shape))
+    values = (None if out.released is None else  # [n, m] counts or [n, m, K] histograms
+              np.asarray(out.released, np.float64).reshape((n, num_canaries)
+                                                           + out.released.shape[1:]))
     scores += canaries.vote_scores(row.released, np.asarray(out.labels).reshape(n, -1), values)
     simulated += canaries.vote_scores(row.released, *canaries.simulated_vote_answers(
         name, rows, n, scale, threshold, sigma1, rng))
@@ -332,13 +340,13 @@ def dpdfd_canary_audit(ctx: Context, num_canaries: int) -> dict:
   config, result, p, d = ctx.config, ctx.results["dpdfd"], ctx.config.privacy, ctx.config.dpdfd
   by = result["privacy"]["by_neighbours"]["replace_one"]
   claimed = by["epsilons"][p.accountant]
-  changed = max(1, by.get("teachers_changed") or 1)
+  changed = by.get("teachers_changed") or 1  # None or 0: one teacher, nothing assumed
   included = _coins(ctx, num_canaries)
   sigma, steps, b = result["noise_multiplier"], result["num_steps"], d.batch_size
   sign = np.where(included, 1.0, -1.0)[:, None, None]
   block = changed * dpdfd.bound(jnp.asarray(sign * np.ones((1, b, 1))), d.norm_bound,
                                 d.operation)  # [m, B, 1], one teacher's rows moved c times
-  release = jax.jit(jax.vmap(lambda k, g: dpdfd.mechanism(k, g, sigma, d.norm_bound)))
+  release = jax.vmap(lambda k, g: dpdfd.mechanism(k, g, sigma, d.norm_bound))  # in the scan
   key = ctx.noise_key("canary_dpdfd")
 
   def step(total, t):
@@ -376,8 +384,7 @@ def client_canary_audit(ctx: Context, num_canaries: int) -> dict:
   scores = np.asarray(sent, np.float64).reshape(-1)[:num_canaries]
   simulated = canaries.simulated_client_scores(included, c.sigma, c.mu, size,
                                                np.random.default_rng(config.seed))
-  delta = config.privacy.delta if "privacy" in config else DELTA  # pure: any delta > 0
-  return {**_bounds(scores, simulated, included, delta, False),
+  return {**_bounds(scores, simulated, included, _delta(config), False),  # pure: any delta
           "audited": f"the LDP client (sigma {c.sigma:g}, mask rate {c.mu:g}, B {c.bound:g})",
           "kind": "feature canaries at -B or +B, one client sample's features each, scored on "
                   "the value sent",
@@ -399,14 +406,14 @@ def canary_audits(config, planned: tuple[str, ...]) -> dict:
   ``canaries`` (DGD's private baseline), ``client_canaries`` its LDP client's."""
   out = {}
   if has_dpsgd_steps(config, planned):
-    out["canaries"] = canary_audit
+    out[CANARIES] = canary_audit
   if "queries" in planned:
-    out["label_canaries" if out else "canaries"] = functools.partial(
+    out[LABEL_CANARIES if out else CANARIES] = functools.partial(
         vote_canary_audit, coins="label_canary_inclusion" if out else "canary_inclusion")
   if not out and "dpdfd" in planned and config.dpdfd.teacher != "private_data":
-    out["canaries"] = dpdfd_canary_audit  # direct training (label DP): no canary design yet
+    out[CANARIES] = dpdfd_canary_audit  # direct training (label DP): no canary design yet
   if "ldp" in config:
-    out["client_canaries"] = client_canary_audit
+    out[CLIENT_CANARIES] = client_canary_audit
   return out
 
 
